@@ -1,0 +1,45 @@
+# kerasc: the two commands every user needs are `make demo` and `make check`.
+# Both install what is missing (scripts/deps.sh), build with CMake, and run.
+
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+FUZZ_SECONDS ?= 30
+DEMO_MODEL ?= tools/node_modules/nsfwjs/dist/models/mobilenet_v2/model.min.js
+
+.PHONY: all deps build demo check check-asan fuzz fuzz-long clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+$(BUILD)/build.ninja $(BUILD)/Makefile:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+
+build: deps $(BUILD)/Makefile
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	./$(BUILD)/kerasc summary $(DEMO_MODEL)
+
+check: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+check-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DKC_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		ctest --output-on-failure -j $(JOBS)
+
+fuzz: deps
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DKC_FUZZ=ON -DKC_TESTS=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	bash scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+fuzz-long:
+	$(MAKE) fuzz FUZZ_SECONDS=600
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,118 @@
+/*
+ * kerasc — run pre-trained Keras models from C, with no Python at run time.
+ *
+ * This is the only public header. Every handle is opaque; every call that
+ * can fail returns a kc_status, and on failure kc_last_error() returns a
+ * one-line message naming the file, the layer and the reason, e.g.
+ *   "model.keras: layer 'conv1' (Conv2D): kernel shape (3,3,3,8) != expected (3,3,1,8)"
+ * The error string is per thread and valid until the next failing call on
+ * that thread.
+ */
+#ifndef KERASC_H
+#define KERASC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KC_VERSION_STRING "0.1.0"
+#define KC_MAX_RANK 8
+
+typedef enum kc_status {
+    KC_OK = 0,
+    KC_ERR_IO,          /* a file could not be opened or read */
+    KC_ERR_FORMAT,      /* the bytes are not a valid model / tensor file */
+    KC_ERR_UNSUPPORTED, /* valid, but kerasc does not implement it */
+    KC_ERR_REFUSED,     /* holds code (Lambda, custom class, pickle): never executed */
+    KC_ERR_SHAPE,       /* shapes or sizes do not agree */
+    KC_ERR_LIMIT,       /* a size, depth or count exceeds kerasc's safety limits */
+    KC_ERR_NOMEM,       /* out of memory */
+    KC_ERR_ARG          /* bad argument from the caller */
+} kc_status;
+
+typedef enum kc_dtype {
+    KC_DTYPE_INVALID = 0,
+    KC_F16, KC_BF16, KC_F32, KC_F64,
+    KC_I8, KC_I16, KC_I32, KC_I64,
+    KC_U8, KC_U16, KC_U32, KC_U64,
+    KC_BOOL
+} kc_dtype;
+
+/* Name of a status code ("ok", "io", "format", ...). */
+const char *kc_status_name(kc_status status);
+/* Last error message of the calling thread ("" if none). */
+const char *kc_last_error(void);
+/* Name of a dtype as NumPy spells it ("float32"); "invalid" for bad values. */
+const char *kc_dtype_name(kc_dtype dtype);
+/* Size in bytes of one element; 0 for KC_DTYPE_INVALID. */
+size_t kc_dtype_size(kc_dtype dtype);
+
+/* ---------------------------------------------------------------- tensors */
+
+typedef struct kc_tensor kc_tensor;
+
+/* A new zero-filled tensor that owns its data. */
+kc_status kc_tensor_new(kc_dtype dtype, int rank, const int64_t *dims, kc_tensor **out);
+void kc_tensor_free(kc_tensor *tensor);
+kc_dtype kc_tensor_dtype(const kc_tensor *tensor);
+int kc_tensor_rank(const kc_tensor *tensor);
+int64_t kc_tensor_dim(const kc_tensor *tensor, int axis);
+int64_t kc_tensor_count(const kc_tensor *tensor);
+void *kc_tensor_data(kc_tensor *tensor);
+const void *kc_tensor_cdata(const kc_tensor *tensor);
+
+/* NumPy .npy files, format 1.0/2.0/3.0, C order, little-endian;
+ * float16/32/64, int8..64, uint8..64, bool. */
+kc_status kc_tensor_load_npy(const char *path, kc_tensor **out);
+kc_status kc_tensor_save_npy(const kc_tensor *tensor, const char *path);
+
+/* ----------------------------------------------------------------- models */
+
+typedef struct kc_model kc_model;
+
+typedef struct kc_load_options {
+    /* Weights file paired with a JSON architecture (Keras 3 .weights.h5 or
+     * legacy weights-only .h5). NULL when the model file holds its weights. */
+    const char *weights_path;
+} kc_load_options;
+
+/* Load any supported Keras file; the format is detected from its bytes. */
+kc_status kc_model_load(const char *path, const kc_load_options *options, kc_model **out);
+void kc_model_free(kc_model *model);
+
+/* "keras3-zip", "keras3-dir", "h5-legacy", "json+weights", "tfjs-layers" */
+const char *kc_model_format(const kc_model *model);
+/* Keras version recorded in the file ("unknown" if none). */
+const char *kc_model_keras_version(const kc_model *model);
+const char *kc_model_name(const kc_model *model);
+
+int kc_model_num_inputs(const kc_model *model);
+int kc_model_num_outputs(const kc_model *model);
+const char *kc_model_input_name(const kc_model *model, int index);
+const char *kc_model_output_name(const kc_model *model, int index);
+/* Shape with -1 for the batch or any unknown dimension. Returns the rank,
+ * writing at most KC_MAX_RANK dims; -1 for a bad index. */
+int kc_model_input_shape(const kc_model *model, int index, int64_t dims[KC_MAX_RANK]);
+int kc_model_output_shape(const kc_model *model, int index, int64_t dims[KC_MAX_RANK]);
+
+typedef struct kc_param_counts {
+    int64_t total;
+    int64_t trainable;
+    int64_t non_trainable;
+    int64_t weight_bytes; /* bytes of the weights as stored in the file */
+} kc_param_counts;
+
+kc_param_counts kc_model_params(const kc_model *model);
+
+/* Keras-style summary table (json = 0) or the same as JSON (json = 1). */
+kc_status kc_model_summary(const kc_model *model, FILE *out, int json);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KERASC_H */

@@ -1,0 +1,64 @@
+#include "mem.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+void *kc_calloc(size_t count, size_t size)
+{
+    if (count == 0 || size == 0)
+        count = size = 1;
+    if (size != 0 && count > SIZE_MAX / size) {
+        kc_fail(KC_ERR_LIMIT, "allocation of %zu x %zu bytes overflows", count, size);
+        return NULL;
+    }
+    void *p = calloc(count, size);
+    if (!p)
+        kc_fail(KC_ERR_NOMEM, "out of memory allocating %zu bytes", count * size);
+    return p;
+}
+
+void *kc_realloc_array(void *ptr, size_t count, size_t size)
+{
+    if (count == 0 || size == 0)
+        count = size = 1;
+    if (count > SIZE_MAX / size) {
+        kc_fail(KC_ERR_LIMIT, "allocation of %zu x %zu bytes overflows", count, size);
+        return NULL;
+    }
+    void *p = realloc(ptr, count * size);
+    if (!p)
+        kc_fail(KC_ERR_NOMEM, "out of memory allocating %zu bytes", count * size);
+    return p;
+}
+
+char *kc_strndup(const char *s, size_t n)
+{
+    char *d = kc_calloc(n + 1, 1);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+char *kc_strdup(const char *s) { return kc_strndup(s, strlen(s)); }
+
+kc_status kc_grow(void **items, size_t *cap, size_t need, size_t elem_size)
+{
+    if (need <= *cap)
+        return KC_OK;
+    size_t next = *cap ? *cap * 2 : 8;
+    while (next < need)
+        next *= 2;
+    void *p = kc_realloc_array(*items, next, elem_size);
+    if (!p)
+        return KC_ERR_NOMEM;
+    *items = p;
+    *cap = next;
+    return KC_OK;
+}
+
+int kc_mul_overflows(int64_t a, int64_t b, int64_t *out)
+{
+    return __builtin_mul_overflow(a, b, out);
+}

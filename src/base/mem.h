@@ -1,0 +1,25 @@
+/* Checked allocation: every size computed from file contents goes through
+ * these, so an absurd count fails with KC_ERR_LIMIT/NOMEM instead of
+ * overflowing. */
+#ifndef KC_MEM_H
+#define KC_MEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kerasc.h"
+
+/* calloc(count, size) with overflow check; NULL on failure (sets error). */
+void *kc_calloc(size_t count, size_t size);
+/* realloc to count*size bytes with overflow check; NULL on failure, old
+ * block untouched. */
+void *kc_realloc_array(void *ptr, size_t count, size_t size);
+char *kc_strdup(const char *s);
+char *kc_strndup(const char *s, size_t n);
+/* Grow *items (capacity *cap) to hold at least need elements. */
+kc_status kc_grow(void **items, size_t *cap, size_t need, size_t elem_size);
+
+/* a*b into *out; nonzero when it overflows. */
+int kc_mul_overflows(int64_t a, int64_t b, int64_t *out);
+
+#endif

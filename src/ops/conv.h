@@ -1,0 +1,30 @@
+/* Attributes of the convolution layers (1-D, 2-D, 3-D; plain, transposed,
+ * depthwise, separable). Arrays are indexed by spatial axis. */
+#ifndef KC_OPS_CONV_H
+#define KC_OPS_CONV_H
+
+#include <stdint.h>
+
+typedef enum kc_conv_kind {
+    KC_CONV_PLAIN,
+    KC_CONV_TRANSPOSE,
+    KC_CONV_DEPTHWISE,
+    KC_CONV_SEPARABLE
+} kc_conv_kind;
+
+typedef struct kc_conv_attrs {
+    kc_conv_kind kind;
+    int spatial;                /* 1, 2 or 3 */
+    int64_t filters;            /* 0 for depthwise */
+    int64_t kernel[3];
+    int64_t strides[3];
+    int64_t dilation[3];
+    int64_t output_padding[3];  /* transposed only; -1 = None */
+    int padding;                /* 0 valid, 1 same, 2 causal */
+    int64_t groups;
+    int64_t depth_multiplier;
+    int use_bias;
+    const char *activation;
+} kc_conv_attrs;
+
+#endif
