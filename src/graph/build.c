@@ -859,6 +859,49 @@ static kc_status kc_seq_first_shape(const kc_layer *first, kc_shape *shape, kc_d
     return KC_OK;
 }
 
+/* The input shape a model declares when it is the first layer of a
+ * Sequential: a nested model passes the question to its own first layer. */
+static kc_status kc_declared_input(const kc_layer *first, int depth, kc_shape *shape,
+                                   kc_dtype *dtype)
+{
+    if (depth > KC_MAX_MODEL_DEPTH)
+        return kc_fail(KC_ERR_LIMIT, "models nested deeper than %d", KC_MAX_MODEL_DEPTH);
+    if (first->def && (first->def->flags & KC_OPF_INPUT)) {
+        kc_op_ctx ctx;
+        memset(&ctx, 0, sizeof ctx);
+        ctx.layer = (kc_layer *)first;
+        KC_TRY(first->def->infer(&ctx));
+        *shape = ctx.out[0];
+        *dtype = ctx.out_dtype[0] ? ctx.out_dtype[0] : KC_F32;
+        return KC_OK;
+    }
+    if (kc_is_model_class(first->class_name) && cJSON_IsObject(first->config)) {
+        int64_t dims[KC_MAX_RANK];
+        int n;
+        KC_TRY(kc_cfg_shape(first->config, "build_input_shape", KC_MAX_RANK, dims, &n));
+        if (n > 0) {
+            *shape = kc_shape_make(n, dims);
+            *dtype = KC_F32;
+            return KC_OK;
+        }
+        const cJSON *layers = cJSON_GetObjectItemCaseSensitive(first->config, "layers");
+        const cJSON *entry = cJSON_IsArray(layers) ? layers->child : NULL;
+        if (!entry)
+            return kc_fail(KC_ERR_FORMAT, "nested model '%s' has no layers", first->name);
+        /* Look at the config of the nested model's first layer without
+         * building it (it is built when the nested model is called). */
+        kc_layer probe;
+        memset(&probe, 0, sizeof probe);
+        const char *cls = kc_json_str(entry, "class_name");
+        probe.class_name = (char *)(cls ? cls : "");
+        probe.name = (char *)first->name;
+        probe.config = cJSON_GetObjectItemCaseSensitive(entry, "config");
+        probe.def = kc_op_lookup(kc_json_str(entry, "module"), probe.class_name);
+        return kc_declared_input(&probe, depth + 1, shape, dtype);
+    }
+    return kc_seq_first_shape(first, shape, dtype);
+}
+
 static kc_status kc_seq_input(kc_builder *b, kc_layer *model, int *value)
 {
     kc_layer *first = model->children[0];
@@ -868,7 +911,7 @@ static kc_status kc_seq_input(kc_builder *b, kc_layer *model, int *value)
     }
     kc_shape shape;
     kc_dtype dtype = KC_F32;
-    kc_status st = kc_seq_first_shape(first, &shape, &dtype);
+    kc_status st = kc_declared_input(first, b->depth, &shape, &dtype);
     if (st != KC_OK)
         return kc_layer_context(st, model);
     *value = kc_graph_add_value(b->graph, &shape, dtype, -1, 0);
