@@ -427,6 +427,25 @@ static int kc_has_tensor(const cJSON *v, int depth)
     return 0;
 }
 
+/* Numbers, numeric lists and __tensor__/__numpy__ objects are constant
+ * operands; anything else (slices, ellipsis, dtype names) stays in
+ * call_args for the op to interpret. */
+static int kc_is_numeric_arg(const cJSON *v, int depth)
+{
+    if (depth > KC_MAX_RANK)
+        return 0;
+    if (cJSON_IsNumber(v) || cJSON_IsBool(v))
+        return 1;
+    if (cJSON_IsArray(v)) {
+        for (const cJSON *e = v->child; e; e = e->next)
+            if (!kc_is_numeric_arg(e, depth + 1))
+                return 0;
+        return v->child != NULL;
+    }
+    const char *cls = cJSON_IsObject(v) ? kc_json_str(v, "class_name") : NULL;
+    return cls && (strcmp(cls, "__tensor__") == 0 || strcmp(cls, "__numpy__") == 0);
+}
+
 static kc_status kc_parse_node_k3(const cJSON *node, kc_call_spec *spec)
 {
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(node, "args");
@@ -439,8 +458,7 @@ static kc_status kc_parse_node_k3(const cJSON *node, kc_call_spec *spec)
     for (const cJSON *a = args ? args->child : NULL; a; a = a->next, pos++) {
         if (kc_has_tensor(a, 0)) {
             KC_TRY(kc_collect_k3(spec, a, NULL, 0));
-        } else if ((cJSON_IsNumber(a) || cJSON_IsArray(a) || cJSON_IsObject(a)) &&
-                   spec->n_consts < 16) {
+        } else if (kc_is_numeric_arg(a, 0) && spec->n_consts < 16) {
             spec->consts[spec->n_consts] = a;
             spec->const_pos[spec->n_consts++] = pos;
         }

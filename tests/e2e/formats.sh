@@ -41,6 +41,26 @@ PY
   expect_error "$T/arch2.json" "weight kernel has shape" --weights "$T/w3.weights.h5"
 fi
 
+if [[ -f "$M/bc_nvidia_lambda_k111.h5" ]] && $PY -c "import h5py" 2>/dev/null; then
+  # The Keras 1.1.1 file without its Lambda: Convolution2D (nb_filter,
+  # nb_row, subsample, border_mode, dim_ordering tf), Keras 1 weight names
+  # (convolution2d_1_W:0), bare-list Sequential config.
+  $PY - "$M/bc_nvidia_lambda_k111.h5" "$T/keras1.h5" <<'PY'
+import h5py, json, shutil, sys
+shutil.copy(sys.argv[1], sys.argv[2])
+with h5py.File(sys.argv[2], "r+") as f:
+    cfg = json.loads(f.attrs["model_config"])
+    layers = cfg["config"]
+    shape = layers[0]["config"]["batch_input_shape"]
+    del layers[0]
+    layers[0]["config"]["batch_input_shape"] = shape
+    f.attrs["model_config"] = json.dumps(cfg).encode()
+    names = [n for n in f["model_weights"].attrs["layer_names"] if n != b"lambda_1"]
+    f["model_weights"].attrs["layer_names"] = names
+PY
+  expect_totals "$T/keras1.h5" 252219 252219
+fi
+
 if [[ -n "$N" && -d "$N" ]]; then
   expect_totals "$N/mobilenet_v2/model.min.js" 2619461 2279365
   expect_totals "$N/inception_v3/model.min.js" 22360869 17076261

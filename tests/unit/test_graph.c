@@ -192,6 +192,25 @@ static void test_nesting_limit(void **state)
     free(j);
 }
 
+static void test_keras3_getitem_slice(void **state)
+{
+    (void)state;
+    /* x[:, 0] as a keras.src.ops.numpy.GetItem entry with __slice__ args. */
+    const char *j =
+        "{\"module\":\"keras.src.models.functional\",\"class_name\":\"Functional\",\"config\":{\"name\":\"f\",\"layers\":["
+        "{\"module\":\"keras.layers\",\"class_name\":\"InputLayer\",\"name\":\"x\",\"config\":{\"name\":\"x\",\"batch_shape\":[null,4,5]},\"inbound_nodes\":[]},"
+        "{\"module\":\"keras.src.ops.numpy\",\"class_name\":\"GetItem\",\"name\":\"get_item\",\"config\":{\"name\":\"get_item\"},"
+        " \"inbound_nodes\":[{\"args\":[{\"class_name\":\"__keras_tensor__\",\"config\":{\"keras_history\":[\"x\",0,0]}},"
+        "  [{\"class_name\":\"__slice__\",\"config\":{\"start\":null,\"stop\":null,\"step\":null}},0]],\"kwargs\":{}}]}],"
+        "\"input_layers\":[\"x\",0,0],\"output_layers\":[\"get_item\",0,0]}}";
+    kc_graph *g = build(j, 3, KC_OK);
+    const kc_shape *s = out_shape(g, 0);
+    assert_int_equal(s->rank, 2);
+    assert_int_equal(s->dims[1], 5);
+    assert_int_equal(g->nodes[0].n_consts, 0);
+    kc_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -202,6 +221,7 @@ int main(void)
         cmocka_unit_test(test_dict_io_and_tf_same_padding),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_nesting_limit),
+        cmocka_unit_test(test_keras3_getitem_slice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
