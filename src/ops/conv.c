@@ -199,9 +199,12 @@ KC_CONV_DEF(kc_def_dwconv2d, "DepthwiseConv2D", kc_dwconv2d_parse);
 KC_CONV_DEF(kc_def_sepconv1d, "SeparableConv1D", kc_sepconv1d_parse);
 KC_CONV_DEF(kc_def_sepconv2d, "SeparableConv2D", kc_sepconv2d_parse);
 KC_CONV_DEF(kc_def_sepconvolution2d, "SeparableConvolution2D", kc_sepconv2d_parse);
+KC_CONV_DEF(kc_def_atrous1d, "AtrousConvolution1D", kc_conv1d_parse);
+KC_CONV_DEF(kc_def_atrous2d, "AtrousConvolution2D", kc_conv2d_parse);
 
 const kc_op_def *const kc_ops_conv[] = {
     &kc_def_conv1d, &kc_def_conv2d, &kc_def_conv3d, &kc_def_convolution1d,
     &kc_def_convolution2d, &kc_def_convolution3d, &kc_def_conv1dt, &kc_def_conv2dt,
     &kc_def_conv3dt, &kc_def_deconvolution2d, &kc_def_dwconv1d, &kc_def_dwconv2d,
-    &kc_def_sepconv1d, &kc_def_sepconv2d, &kc_def_sepconvolution2d, NULL};
+    &kc_def_sepconv1d, &kc_def_sepconv2d, &kc_def_sepconvolution2d, &kc_def_atrous1d,
+    &kc_def_atrous2d, NULL};

@@ -2,6 +2,8 @@
  * (broadcasting), Concatenate, Dot. */
 #include "ops/merge.h"
 
+#include <string.h>
+
 #include "base/mem.h"
 #include "ops/op.h"
 
@@ -56,6 +58,41 @@ static kc_status kc_dot_parse(kc_layer *layer, const kc_parse_env *env)
         a->dot_axes[i] = (int)axes[i];
     }
     return kc_cfg_bool(layer->config, "normalize", 0, &a->normalize);
+}
+
+/* Keras 1's Merge layer (merge([a, b], mode=...)): the modes that map onto
+ * a Keras 2 merge layer are loaded as that layer. */
+static kc_status kc_keras1_merge_parse(kc_layer *layer, const kc_parse_env *env)
+{
+    (void)env;
+    const char *mode;
+    KC_TRY(kc_cfg_str(layer->config, "mode", "sum", &mode));
+    static const struct {
+        const char *mode;
+        kc_merge_kind kind;
+    } modes[] = {{"sum", KC_MERGE_ADD},     {"mul", KC_MERGE_MULTIPLY}, {"ave", KC_MERGE_AVERAGE},
+                 {"max", KC_MERGE_MAXIMUM}, {"concat", KC_MERGE_CONCAT}, {"dot", KC_MERGE_DOT}};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        if (strcmp(mode, modes[i].mode) != 0)
+            continue;
+        kc_merge_attrs *a;
+        KC_TRY(kc_merge_new(layer, modes[i].kind, &a));
+        int64_t axis;
+        KC_TRY(kc_cfg_int(layer->config, "concat_axis", -1, &axis));
+        if (axis < -8 || axis > 8)
+            return kc_fail(KC_ERR_FORMAT, "Merge concat_axis out of range");
+        a->axis = (int)axis;
+        int64_t axes[2] = {-1, -1};
+        if (modes[i].kind == KC_MERGE_DOT)
+            KC_TRY(kc_cfg_ints(layer->config, "dot_axes", 2, -1, axes));
+        if (axes[0] < -8 || axes[0] > 8 || axes[1] < -8 || axes[1] > 8)
+            return kc_fail(KC_ERR_FORMAT, "Merge dot_axes out of range");
+        a->dot_axes[0] = (int)axes[0];
+        a->dot_axes[1] = (int)axes[1];
+        return KC_OK;
+    }
+    return kc_fail(KC_ERR_UNSUPPORTED, "Keras 1 Merge mode '%s' (a Python function or cos) is "
+                   "not supported", mode);
 }
 
 static kc_status kc_elementwise_infer(kc_op_ctx *ctx)
@@ -142,6 +179,18 @@ KC_DEF(kc_def_min, "Minimum", kc_min_parse, kc_elementwise_infer);
 KC_DEF(kc_def_concat, "Concatenate", kc_concat_parse, kc_concat_infer);
 KC_DEF(kc_def_dot, "Dot", kc_dot_parse, kc_dot_infer);
 
+static kc_status kc_keras1_merge_infer(kc_op_ctx *ctx)
+{
+    const kc_merge_attrs *a = ctx->layer->attrs;
+    if (a->kind == KC_MERGE_CONCAT)
+        return kc_concat_infer(ctx);
+    if (a->kind == KC_MERGE_DOT)
+        return kc_dot_infer(ctx);
+    return kc_elementwise_infer(ctx);
+}
+KC_DEF(kc_def_keras1_merge, "Merge", kc_keras1_merge_parse, kc_keras1_merge_infer);
+
 const kc_op_def *const kc_ops_merge[] = {&kc_def_add, &kc_def_sub,    &kc_def_mul,
                                          &kc_def_avg, &kc_def_max,    &kc_def_min,
-                                         &kc_def_concat, &kc_def_dot, NULL};
+                                         &kc_def_concat, &kc_def_dot,
+                                         &kc_def_keras1_merge, NULL};

@@ -161,7 +161,7 @@ static void test_refusals(void **state)
           3, KC_ERR_REFUSED);
     build("{\"class_name\":\"Sequential\",\"config\":{\"layers\":["
           "{\"class_name\":\"InputLayer\",\"config\":{\"batch_input_shape\":[null,2]}},"
-          "{\"class_name\":\"Merge\",\"config\":{\"name\":\"m\",\"mode\":\"concat\"}}]}}",
+          "{\"class_name\":\"Merge\",\"config\":{\"name\":\"m\",\"mode\":\"cos\"}}]}}",
           1, KC_ERR_UNSUPPORTED);
     /* A reference to a layer that does not exist. */
     build("{\"class_name\":\"Model\",\"config\":{\"name\":\"m\",\"layers\":["
@@ -211,6 +211,23 @@ static void test_keras3_getitem_slice(void **state)
     kc_graph_free(g);
 }
 
+static void test_keras1_functional_merge(void **state)
+{
+    (void)state;
+    /* Keras 1 merge([a, b], mode='concat', concat_axis=-1); nodes are
+     * 3-element lists without kwargs. */
+    const char *j =
+        "{\"class_name\":\"Model\",\"config\":{\"name\":\"m\",\"layers\":["
+        "{\"class_name\":\"InputLayer\",\"name\":\"a\",\"config\":{\"name\":\"a\",\"batch_input_shape\":[null,3]},\"inbound_nodes\":[]},"
+        "{\"class_name\":\"InputLayer\",\"name\":\"b\",\"config\":{\"name\":\"b\",\"batch_input_shape\":[null,5]},\"inbound_nodes\":[]},"
+        "{\"class_name\":\"Merge\",\"name\":\"merge_1\",\"config\":{\"name\":\"merge_1\",\"mode\":\"concat\",\"concat_axis\":-1},"
+        " \"inbound_nodes\":[[[\"a\",0,0],[\"b\",0,0]]]}],"
+        "\"input_layers\":[[\"a\",0,0],[\"b\",0,0]],\"output_layers\":[[\"merge_1\",0,0]]}}";
+    kc_graph *g = build(j, 1, KC_OK);
+    assert_int_equal(out_shape(g, 0)->dims[1], 8);
+    kc_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -222,6 +239,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_nesting_limit),
         cmocka_unit_test(test_keras3_getitem_slice),
+        cmocka_unit_test(test_keras1_functional_merge),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
