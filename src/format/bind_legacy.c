@@ -37,11 +37,93 @@ static int kc_spec_name_matches(const char *spec, const char *var)
     return strcmp(spec, "depthwise_kernel") == 0 && strcmp(var, "kernel") == 0;
 }
 
+/* Concatenate arrays along their last axis into one (shapes must agree on
+ * every other axis). Frees nothing; returns a new malloc'd array. */
+static kc_status kc_concat_last(kc_named_array *const *parts, int n, kc_named_array *out)
+{
+    kc_shape s = parts[0]->shape;
+    int rank = s.rank;
+    if (rank < 1)
+        return kc_fail(KC_ERR_SHAPE, "cannot fuse scalar per-gate weights");
+    int64_t outer = kc_shape_count(&s) / (s.dims[rank - 1] ? s.dims[rank - 1] : 1);
+    int64_t total_last = 0;
+    for (int i = 0; i < n; i++) {
+        const kc_shape *p = &parts[i]->shape;
+        if (p->rank != rank)
+            return kc_fail(KC_ERR_SHAPE, "per-gate weights have different ranks");
+        for (int d = 0; d < rank - 1; d++)
+            if (p->dims[d] != s.dims[d])
+                return kc_fail(KC_ERR_SHAPE, "per-gate weights have different shapes");
+        total_last += p->dims[rank - 1];
+    }
+    s.dims[rank - 1] = total_last;
+    int64_t count = kc_shape_count(&s);
+    if (count < 0)
+        return KC_ERR_LIMIT;
+    float *data = kc_calloc((size_t)(count ? count : 1), sizeof *data);
+    if (!data)
+        return KC_ERR_NOMEM;
+    int64_t col = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t w = parts[i]->shape.dims[rank - 1];
+        for (int64_t r = 0; r < outer; r++)
+            memcpy(data + r * total_last + col, parts[i]->data + r * w, (size_t)w * sizeof *data);
+        col += w;
+    }
+    out->shape = s;
+    out->data = data;
+    out->stored_dtype = parts[0]->stored_dtype;
+    return KC_OK;
+}
+
+/* Keras 1 LSTM/GRU with per-gate arrays: fuse them in Keras 2's order
+ * (LSTM stored i, c, f, o -> kernel i, f, c, o; GRU z, r, h), the rule of
+ * Keras 2's preprocess_weights_for_loading. Replaces arrays[0..2]. */
+static kc_status kc_fuse_keras1_rnn(const kc_layer *leaf, kc_named_array **arrays, int *n,
+                                    kc_named_array fused[3])
+{
+    static const int lstm[3][4] = {{0, 6, 3, 9}, {1, 7, 4, 10}, {2, 8, 5, 11}};
+    static const int gru[3][4] = {{0, 3, 6, -1}, {1, 4, 7, -1}, {2, 5, 8, -1}};
+    int is_lstm = strcmp(leaf->class_name, "LSTM") == 0 && *n == 12;
+    int is_gru = strcmp(leaf->class_name, "GRU") == 0 && *n == 9;
+    if ((!is_lstm && !is_gru) || leaf->n_specs != 3)
+        return KC_OK;
+    const int(*order)[4] = is_lstm ? lstm : gru;
+    int gates = is_lstm ? 4 : 3;
+    for (int k = 0; k < 3; k++) {
+        kc_named_array *parts[4];
+        for (int g = 0; g < gates; g++)
+            parts[g] = arrays[order[k][g]];
+        KC_TRY(kc_concat_last(parts, gates, &fused[k]));
+        fused[k].name = (char *)leaf->specs[k].name;
+    }
+    for (int i = 0; i < *n; i++) {
+        free(arrays[i]->data);
+        arrays[i]->data = NULL;
+    }
+    for (int k = 0; k < 3; k++)
+        arrays[k] = &fused[k];
+    *n = 3;
+    return KC_OK;
+}
+
 /* Assign a leaf's arrays to its specs: by variable name when every name
  * matches one spec (restores order after trainable/non-trainable splits),
  * else by position. Takes ownership of every array's data. */
 static kc_status kc_assign_leaf(kc_layer *leaf, kc_named_array **arrays, int n)
 {
+    kc_named_array fused[3];
+    memset(fused, 0, sizeof fused);
+    kc_status fst = kc_fuse_keras1_rnn(leaf, arrays, &n, fused);
+    if (fst != KC_OK) {
+        for (int k = 0; k < 3; k++)
+            free(fused[k].data);
+        for (int i = 0; i < n; i++) {
+            free(arrays[i]->data);
+            arrays[i]->data = NULL;
+        }
+        return fst;
+    }
     if (n != leaf->n_specs) {
         for (int i = 0; i < n; i++) {
             free(arrays[i]->data);

@@ -62,20 +62,11 @@ static kc_status kc_rnn_activation(const cJSON *cfg, const char *key, const char
 }
 
 /* Keras 1 recurrent layers: output_dim / inner_activation, always a bias.
- * LSTM and GRU only store the fused (W, U, b) layout when built with
- * consume_less='gpu'; otherwise each gate has its own W_x, U_x, b_x. */
+ * LSTM/GRU built with consume_less='cpu'/'mem' store one W, U, b per gate
+ * (12 or 9 arrays); the legacy binder fuses them into the Keras 2 layout
+ * exactly as Keras 2's own loader does, so the specs stay the fused ones. */
 static kc_status kc_rnn_keras1(const cJSON *cfg, kc_rnn_attrs *a)
 {
-    if (a->kind == KC_RNN_LSTM || a->kind == KC_RNN_GRU) {
-        const char *mode;
-        KC_TRY(kc_cfg_str(cfg, "consume_less", "cpu", &mode));
-        if (strcmp(mode, "gpu") != 0)
-            return kc_fail(KC_ERR_UNSUPPORTED,
-                           "Keras 1 %s with consume_less='%s' stores %d separate per-gate "
-                           "arrays (W_i, U_i, b_i, ...); only consume_less='gpu' (fused W, U, "
-                           "b) is supported", a->kind == KC_RNN_LSTM ? "LSTM" : "GRU", mode,
-                           a->kind == KC_RNN_LSTM ? 12 : 9);
-    }
     a->use_bias = 1;
     a->reset_after = 0;
     KC_TRY(kc_rnn_activation(cfg, "activation", "tanh", &a->activation));
