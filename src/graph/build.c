@@ -249,6 +249,10 @@ static kc_status kc_call_leaf(kc_builder *b, kc_layer *layer, const int *in_vals
         for (int i = 0; i < n_consts; i++)
             free(consts[i].data);
     free(consts);
+    if (st != KC_OK && out_vals) {
+        free(*out_vals);
+        *out_vals = NULL;
+    }
     free(shapes);
     free(dtypes);
     return st == KC_OK ? KC_OK : kc_layer_context(st, layer);
@@ -987,7 +991,12 @@ static kc_status kc_build_sequential(kc_builder *b, kc_layer *model, const int *
         if (child->def && (child->def->flags & KC_OPF_INPUT))
             continue;
         int *next = NULL, n_next = 0;
-        KC_TRY(kc_call_layer(b, child, &x, NULL, 1, NULL, &next, &n_next));
+        kc_status st = kc_call_layer(b, child, &x, NULL, 1, NULL, &next, &n_next);
+        if (st != KC_OK) {
+            free(outs);
+            free(next);
+            return st;
+        }
         x = next[0];
         free(outs);
         outs = next;
