@@ -164,12 +164,80 @@ def break_lheap(data):
     data[addr + size - 1] = ord("A")
 
 
+def make_chunked_scalar():
+    """A chunked dataset whose dataspace says scalar (rank 0) while its
+    chunks are rank 1: libhdf5 1.10 then loops in H5Dread, allocating
+    without bound. libhdf5 never writes this; the reader must refuse it
+    before reading."""
+    with h5py.File(path("chunked_scalar.h5"), "w") as f:
+        f.create_dataset("c", data=np.arange(100, dtype=np.float32), chunks=(10,))
+
+    def to_scalar(data):
+        # dataspace message v1: version 1, rank 1, flags 1 (max dims), dims 100
+        i = data.find(b"\x01\x01\x01\x00\x00\x00\x00\x00" + (100).to_bytes(8, "little"))
+        assert i >= 0
+        data[i + 1] = 0
+    patch("chunked_scalar.h5", "chunked_scalar.h5", to_scalar)
+
+
 def make_bad_heaps():
     with h5py.File(path("heaps.h5"), "w") as f:
         f.create_group("layers").attrs["name"] = "dense"  # vlen: global heap
     patch("heaps.h5", "bad_gheap.h5", break_gheap)
     patch("heaps.h5", "bad_lheap.h5", break_lheap)
     os.remove(path("heaps.h5"))
+
+
+def break_linfo(data):
+    """libhdf5 1.10.8 bug, NOT preventable before calling it: a link info
+    message (new-style group) with a defined fractal heap address but an
+    undefined (all-ones) name-index B-tree address. Listing the group reads
+    metadata at HADDR_UNDEF; addr + size wraps past the EOA check and
+    H5F__accum_read memcpy()s from the NULL accumulator buffer: SIGSEGV
+    (H5Literate -> H5G__obj_iterate -> H5G__obj_get_linfo -> H5B2_open ->
+    H5C_protect -> H5F_block_read -> H5F__accum_read). h5py crashes too."""
+    # v1 message header (type 2, size 24) + version 0, flags 0, both addresses undefined
+    pattern = b"\x02\x00\x18\x00\x00\x00\x00\x00\x00\x00" + b"\xff" * 16
+    i = data.find(pattern)
+    assert i >= 0
+    data[i + 10:i + 18] = (0x60).to_bytes(8, "little")
+
+
+def break_enum_base(data):
+    """libhdf5 1.10.8 bug, NOT preventable before calling it: an enum
+    datatype message (here /bool's) whose base integer claims 1024 bytes.
+    The decoder memcpy()s nmembs * base size (2048) bytes of member values
+    from a 40-byte message: heap over-read in H5Odtype.c's decode helper,
+    reached from H5Dopen (H5Oopen -> H5D_open -> H5O_msg_read). Silent
+    without ASan (the values come from neighbouring heap memory)."""
+    pattern = b"\x18\x02\x00\x00\x01\x00\x00\x00\x10\x08\x00\x00\x01\x00\x00\x00"
+    i = data.find(pattern)
+    assert i >= 0
+    data[i + 12:i + 16] = (1024).to_bytes(4, "little")
+
+
+def break_attr_size(data):
+    """libhdf5 1.10.8 bug, NOT preventable before calling it: the attribute
+    decoder (H5Oattr.c) only checks the data size against the whole
+    message, not against what is left after the name, datatype and
+    dataspace. The root's last attribute message ("matrix", 2x2 strings,
+    72-byte message) gets a 1-byte string type widened to 18 bytes: 4 * 18
+    = 72 passes the check, and memcpy reads 56 bytes past the message and
+    its header chunk (H5Aexists -> H5O__attr_exists ->
+    H5O__msg_iterate_real -> attribute decode). The fuzzer found it as a
+    heap over-read or use-after-free depending on the neighbouring heap."""
+    i = data.find(b"matrix\x00\x00\x13")  # name padded to 8, then a string type
+    assert i >= 0
+    data[i + 12:i + 16] = (18).to_bytes(4, "little")
+
+
+def make_libhdf5_repros():
+    """Inputs that crash libhdf5 itself, kept to document the findings of
+    fuzz/fuzz_h5.c. Never open them in-process."""
+    os.makedirs(os.path.join(OUT, "libhdf5_bugs"), exist_ok=True)
+    patch("links.h5", "libhdf5_bugs/linfo_undef_btree_segv.h5", break_linfo)
+    patch("dtypes.h5", "libhdf5_bugs/enum_base_size_overread.h5", break_enum_base)
+    patch("strings.h5", "libhdf5_bugs/attr_data_overread.h5", break_attr_size)
 
 
 def main():
@@ -182,6 +250,8 @@ def main():
     make_userblock()
     make_truncated()
     make_bad_heaps()
+    make_chunked_scalar()
+    make_libhdf5_repros()
 
 
 if __name__ == "__main__":

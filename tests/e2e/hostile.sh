@@ -72,4 +72,6 @@ PY
   # A weights-only file given as a model points at --weights.
   expect_error "$M/mnist_cnn_k231.h5" "only applies to a JSON" --weights "$M/mnist_cnn_k231.h5"
 fi
+# A file that makes libhdf5 1.10 itself segfault: contained by the sandbox.
+expect_error "$KC_TEST_DATA/h5/libhdf5_bugs/linfo_undef_btree_segv.h5" "crashed \\(signal 11\\)|failed on this file \\(exit status"
 finish

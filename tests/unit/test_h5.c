@@ -144,6 +144,22 @@ static void test_bad_heaps(void **state)
     }
 }
 
+/* A scalar dataspace with rank-1 chunks makes libhdf5 1.10 loop (and
+ * allocate) forever in H5Dread: refused when the dataset is opened, before
+ * any read. Only dataset_info is called here so that a regression fails
+ * the test instead of hanging it. */
+static void test_chunked_scalar(void **state)
+{
+    (void)state;
+    kc_h5 *h5 = open_fixture("chunked_scalar.h5");
+    kc_shape shape;
+    kc_dtype dtype;
+    assert_int_equal(kc_h5_kind(h5, "/c"), KC_H5_DATASET);
+    assert_int_equal(kc_h5_dataset_info(h5, "/c", &shape, &dtype), KC_ERR_FORMAT);
+    assert_error_contains("rank 0 but rank-1 chunks");
+    kc_h5_close(h5);
+}
+
 static void test_userblock(void **state)
 {
     (void)state;
@@ -354,8 +370,10 @@ static void test_dtypes(void **state)
     assert_int_equal(kc_h5_dataset_info(h5, "/compound", &shape, &dtype), KC_ERR_UNSUPPORTED);
     assert_int_equal(kc_h5_dataset_info(h5, "/huge", &shape, &dtype), KC_ERR_LIMIT);
     assert_error_contains("implausible");
-    assert_int_equal(kc_h5_dataset_info(h5, "/big_ok", &shape, &dtype), KC_OK);
-    assert_int_equal(shape.dims[0], (int64_t)1 << 29);
+    /* Within Keras's rule, but 2 GiB of fill value in a 19 KB file: the
+     * snapshot refuses to materialise it (a memory bomb otherwise). */
+    assert_int_equal(kc_h5_dataset_info(h5, "/big_ok", &shape, &dtype), KC_ERR_LIMIT);
+    assert_error_contains("more than a file of this size can store");
     assert_int_equal(kc_h5_dataset_info(h5, "/model_weights", &shape, &dtype), KC_ERR_FORMAT);
     assert_error_contains("not a dataset");
     assert_int_equal(kc_h5_read_f32(h5, "/gzip", ramp, 99), KC_ERR_SHAPE);
@@ -533,9 +551,8 @@ static void test_real_keras_image(void **state)
     assert_int_equal(shape.dims[1], 30);
     float from_image[450], from_file[450];
     assert_int_equal(kc_h5_read_f32(h5, path, from_image, 450), KC_OK);
-    assert_int_equal(kc_h5_dataset_info(h5, "/optimizer/vars/0", &shape, &dtype), KC_OK);
-    assert_int_equal(dtype, KC_I64);
-    assert_int_equal(shape.rank, 0);
+    /* Training state is not part of the snapshot the loader sees. */
+    assert_int_equal(kc_h5_kind(h5, "/optimizer/vars/0"), KC_H5_NONE);
     kc_h5_close(h5);
 
     /* Same bytes as a file on disk: same values. */
@@ -601,17 +618,49 @@ static void test_quiet_in_threads(void **state)
     unlink(path);
 }
 
+/* Files that crash or over-read inside libhdf5 1.10 itself (found by
+ * fuzz_h5; tools/make_h5_fixtures.py writes them). The sandbox keeps the
+ * process alive: each gives a status and a one-line message. */
+static void test_libhdf5_bugs_contained(void **state)
+{
+    (void)state;
+    static const char *const files[] = {"linfo_undef_btree_segv.h5", "enum_base_size_overread.h5",
+                                        "attr_data_overread.h5"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/h5/libhdf5_bugs/%s", KC_TEST_DATA, files[i]);
+        kc_h5 *h5 = NULL;
+        kc_status st = kc_h5_open_file(path, &h5);
+        if (st == KC_OK) {
+            char **names = NULL;
+            int n = 0;
+            if (kc_h5_list(h5, "/", &names, &n) == KC_OK)
+                kc_strv_free(names, n);
+            kc_h5_close(h5);
+        } else {
+            assert_true(strlen(kc_last_error()) > 0);
+            assert_null(strchr(kc_last_error(), '\n'));
+        }
+    }
+    /* The segfault one must be reported as such, not hang or abort. */
+    kc_h5 *h5 = NULL;
+    assert_int_not_equal(kc_h5_open_file(KC_TEST_DATA "/h5/libhdf5_bugs/linfo_undef_btree_segv.h5",
+                                         &h5),
+                         KC_OK);
+}
+
 int main(void)
 {
     mkdir(KC_TEST_TMP, 0755);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_errors),      cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_bad_heaps),
+        cmocka_unit_test(test_bad_heaps),        cmocka_unit_test(test_chunked_scalar),
         cmocka_unit_test(test_userblock),        cmocka_unit_test(test_string_attrs),
         cmocka_unit_test(test_kind_and_list),    cmocka_unit_test(test_links_refused),
         cmocka_unit_test(test_storage_refused),  cmocka_unit_test(test_dtypes),
         cmocka_unit_test(test_image),            cmocka_unit_test(test_real_legacy_h5),
         cmocka_unit_test(test_real_keras_image), cmocka_unit_test(test_quiet_in_threads),
+        cmocka_unit_test(test_libhdf5_bugs_contained),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
