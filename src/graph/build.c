@@ -131,7 +131,10 @@ static kc_status kc_make_layer(kc_builder *b, kc_layer *parent, const cJSON *ent
     if (!name && cJSON_IsObject(cfg))
         name = kc_json_str(cfg, "name");
     char fallback[32];
-    if (!name) {
+    if (!name && !parent) {
+        /* An unnamed top-level model: Keras's default names. */
+        name = strcmp(cls, "Sequential") == 0 ? "sequential" : "model";
+    } else if (!name) {
         snprintf(fallback, sizeof fallback, "layer_%d", index);
         name = fallback;
     }
