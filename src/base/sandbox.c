@@ -42,6 +42,12 @@ static void kc_sandbox_child(int msg_fd, int out_fd, kc_sandbox_work work, void 
                              unsigned cpu_seconds)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* A crash of the parser kills only the child, silently: handlers the
+     * parent installed (a fuzzer's, a crash reporter's) must not run in it
+     * and report the parent's state. */
+    static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP};
+    for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++)
+        signal(fatal[i], SIG_DFL);
     /* The child reports through the pipe; whatever a crashing parser (or a
      * sanitizer) prints would break the one-line error contract. */
     if (!getenv("KC_SANDBOX_STDERR")) {
