@@ -7,6 +7,7 @@ FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 30
 DEMO_MODEL ?= tools/node_modules/nsfwjs/dist/models/mobilenet_v2/model.min.js
+DEMO_IMAGE ?= data/images/chelsea.jpg
 
 .PHONY: all deps build demo check check-asan fuzz fuzz-long clean
 
@@ -22,7 +23,7 @@ build: deps $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	./$(BUILD)/kerasc summary $(DEMO_MODEL)
+	./$(BUILD)/kerasc predict $(DEMO_MODEL) $(DEMO_IMAGE)
 
 check: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -111,6 +111,32 @@ kc_param_counts kc_model_params(const kc_model *model);
 /* Keras-style summary table (json = 0) or the same as JSON (json = 1). */
 kc_status kc_model_summary(const kc_model *model, FILE *out, int json);
 
+/* --------------------------------------------------------------- running */
+
+typedef struct kc_session kc_session;
+
+typedef struct kc_session_options {
+    int threads; /* 0 = all cores */
+} kc_session_options;
+
+/* A session executes a loaded model on the CPU. It borrows the model,
+ * which must outlive it. */
+kc_status kc_session_new(const kc_model *model, const kc_session_options *options,
+                         kc_session **out);
+void kc_session_free(kc_session *session);
+
+/* Run the model. inputs are in the model's input order (any batch size;
+ * the other dimensions must match the model; float or integer dtypes are
+ * converted to float32, integer inputs of Embedding layers are indices).
+ * outputs receives n_outputs new float32 tensors in the model's output
+ * order, which the caller frees with kc_tensor_free. */
+kc_status kc_session_run(kc_session *session, const kc_tensor *const *inputs, int n_inputs,
+                         kc_tensor **outputs, int n_outputs);
+
+/* Bytes of the activation arena planned for the last run's input shapes
+ * (values share space once their last reader has run). */
+size_t kc_session_arena_bytes(const kc_session *session);
+
 #ifdef __cplusplus
 }
 #endif

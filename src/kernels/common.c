@@ -1,0 +1,189 @@
+/* Shared kernel helpers: activations, softmax, GEMM, registry lookup. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernel.h"
+
+static const kc_kernel_entry *const kc_kernel_families[] = {
+    kc_kernels_core,    kc_kernels_conv,  kc_kernels_pool, kc_kernels_norm,
+    kc_kernels_reshape, kc_kernels_merge, kc_kernels_rnn,  kc_kernels_preprocess,
+    kc_kernels_act,     kc_kernels_tensor_ops, kc_kernels_attention,
+};
+
+/* Training-only layers (dropout, noise, augmentation): a copy. */
+static kc_status kc_identity_kernel(const kc_exec_ctx *ctx)
+{
+    if (ctx->out[0] != ctx->in[0])
+        memcpy(ctx->out[0], ctx->in[0], (size_t)kc_count(&ctx->out_shape[0]) * sizeof(float));
+    return KC_OK;
+}
+
+kc_kernel_fn kc_kernel_lookup(const kc_op_def *def)
+{
+    if (!def)
+        return NULL;
+    if (def->flags & KC_OPF_IDENTITY)
+        return kc_identity_kernel;
+    int ops = (def->flags & KC_OPF_OPS_NODE) != 0;
+    for (size_t f = 0; f < sizeof kc_kernel_families / sizeof kc_kernel_families[0]; f++)
+        for (const kc_kernel_entry *e = kc_kernel_families[f]; e->class_name; e++)
+            if (e->ops_node == ops && strcmp(e->class_name, def->class_name) == 0)
+                return e->fn;
+    return NULL;
+}
+
+int64_t kc_count(const kc_shape *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        n *= s->dims[i];
+    return n;
+}
+
+const float *kc_w(const kc_exec_ctx *ctx, int i)
+{
+    if (i < 0 || i >= ctx->layer->n_weights)
+        return NULL;
+    return ctx->layer->weights[i].data;
+}
+
+void kc_gemm(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+             int accumulate)
+{
+    if (m == 0 || n == 0)
+        return;
+    if (k == 0) {
+        if (!accumulate)
+            memset(c, 0, (size_t)(m * n) * sizeof *c);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)k,
+                1.0f, a, (blasint)k, b, (blasint)n, accumulate ? 1.0f : 0.0f, c, (blasint)n);
+}
+
+void kc_gemm_ld(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                int64_t ldb, int trans_b, float *c, int64_t ldc, int accumulate)
+{
+    if (m == 0 || n == 0 || k == 0)
+        return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (blasint)m,
+                (blasint)n, (blasint)k, 1.0f, a, (blasint)lda, b, (blasint)ldb,
+                accumulate ? 1.0f : 0.0f, c, (blasint)ldc);
+}
+
+float *kc_scratch(int64_t floats)
+{
+    if (floats < 1)
+        floats = 1;
+    float *p = malloc((size_t)floats * sizeof *p);
+    if (!p)
+        kc_fail(KC_ERR_NOMEM, "out of memory for %lld floats of scratch", (long long)floats);
+    return p;
+}
+
+void kc_softmax_axis(float *x, int64_t outer, int64_t axis_len, int64_t inner)
+{
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            float *p = x + o * axis_len * inner + i;
+            float mx = -INFINITY;
+            for (int64_t a = 0; a < axis_len; a++)
+                mx = fmaxf(mx, p[a * inner]);
+            double sum = 0;
+            for (int64_t a = 0; a < axis_len; a++) {
+                p[a * inner] = expf(p[a * inner] - mx);
+                sum += p[a * inner];
+            }
+            for (int64_t a = 0; a < axis_len; a++)
+                p[a * inner] = (float)(p[a * inner] / sum);
+        }
+}
+
+static float kc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static float kc_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+static float kc_clamp(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+/* Element-wise activations; formulas per keras-formats.md §5.5. */
+static int kc_activation_scalar(const char *name, int keras_major, float *x, int64_t n)
+{
+#define KC_MAP(expr)                      \
+    do {                                  \
+        for (int64_t i = 0; i < n; i++) { \
+            float v = x[i];               \
+            x[i] = (expr);                \
+        }                                 \
+        return 1;                         \
+    } while (0)
+    if (strcmp(name, "linear") == 0)
+        return 1;
+    if (strcmp(name, "relu") == 0)
+        KC_MAP(v > 0 ? v : 0);
+    if (strcmp(name, "relu6") == 0)
+        KC_MAP(kc_clamp(v, 0, 6));
+    if (strcmp(name, "leaky_relu") == 0)
+        KC_MAP(v >= 0 ? v : 0.2f * v);
+    if (strcmp(name, "elu") == 0)
+        KC_MAP(v > 0 ? v : expm1f(v));
+    if (strcmp(name, "selu") == 0)
+        KC_MAP(1.0507009873554805f * (v > 0 ? v : 1.6732632423543772f * expm1f(v)));
+    if (strcmp(name, "sigmoid") == 0)
+        KC_MAP(kc_sigmoid(v));
+    if (strcmp(name, "hard_sigmoid") == 0) {
+        if (keras_major >= 3)
+            KC_MAP(kc_clamp(v / 6.0f + 0.5f, 0, 1));
+        KC_MAP(kc_clamp(0.2f * v + 0.5f, 0, 1));
+    }
+    if (strcmp(name, "silu") == 0 || strcmp(name, "swish") == 0)
+        KC_MAP(v * kc_sigmoid(v));
+    if (strcmp(name, "hard_silu") == 0 || strcmp(name, "hard_swish") == 0)
+        KC_MAP(v * kc_clamp(v + 3.0f, 0, 6) / 6.0f);
+    if (strcmp(name, "gelu") == 0)
+        KC_MAP(0.5f * v * (1.0f + erff(v / sqrtf(2.0f))));
+    if (strcmp(name, "tanh") == 0)
+        KC_MAP(tanhf(v));
+    if (strcmp(name, "softplus") == 0)
+        KC_MAP(kc_softplus(v));
+    if (strcmp(name, "softsign") == 0)
+        KC_MAP(v / (1.0f + fabsf(v)));
+    if (strcmp(name, "exponential") == 0)
+        KC_MAP(expf(v));
+    if (strcmp(name, "mish") == 0)
+        KC_MAP(v * tanhf(kc_softplus(v)));
+    if (strcmp(name, "celu") == 0)
+        KC_MAP(v > 0 ? v : expm1f(v));
+    if (strcmp(name, "hard_tanh") == 0)
+        KC_MAP(kc_clamp(v, -1, 1));
+    if (strcmp(name, "hard_shrink") == 0)
+        KC_MAP(fabsf(v) > 0.5f ? v : 0);
+    if (strcmp(name, "soft_shrink") == 0)
+        KC_MAP(v > 0.5f ? v - 0.5f : v < -0.5f ? v + 0.5f : 0);
+    if (strcmp(name, "tanh_shrink") == 0)
+        KC_MAP(v - tanhf(v));
+    if (strcmp(name, "sparse_plus") == 0)
+        KC_MAP(v <= -1 ? 0 : v >= 1 ? v : (v + 1) * (v + 1) / 4);
+    if (strcmp(name, "squareplus") == 0)
+        KC_MAP((v + sqrtf(v * v + 4.0f)) / 2.0f);
+    if (strcmp(name, "log_sigmoid") == 0)
+        KC_MAP(-kc_softplus(-v));
+#undef KC_MAP
+    return 0;
+}
+
+kc_status kc_activation_apply(const char *name, int keras_major, float *x, int64_t n,
+                              int64_t last_dim)
+{
+    if (!name || kc_activation_scalar(name, keras_major, x, n))
+        return KC_OK;
+    if (strcmp(name, "softmax") == 0 || strcmp(name, "log_softmax") == 0) {
+        if (last_dim < 1)
+            return kc_fail(KC_ERR_SHAPE, "softmax over an empty axis");
+        kc_softmax_axis(x, n / last_dim, last_dim, 1);
+        if (name[0] == 'l')
+            for (int64_t i = 0; i < n; i++)
+                x[i] = logf(x[i]);
+        return KC_OK;
+    }
+    return kc_fail(KC_ERR_UNSUPPORTED, "activation '%s' is not implemented on the CPU", name);
+}

@@ -1,0 +1,260 @@
+/* Convolutions on NHWC float32: plain and grouped (im2col + GEMM),
+ * depthwise (direct), separable (depthwise then a 1x1 GEMM), transposed
+ * (GEMM then col2im). 1-D and 3-D convolutions use the same code with the
+ * missing spatial axes of size 1. Padding follows TensorFlow: for "same"
+ * the extra pixel goes after (bottom/right); "causal" pads only before. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernel.h"
+#include "ops/conv.h"
+
+/* Geometry over three spatial axes (D, H, W); unused axes have size 1. */
+typedef struct kc_geom {
+    int64_t n, in[3], out[3], c, f;
+    int64_t k[3], s[3], d[3], pad[3];
+} kc_geom;
+
+static int64_t kc_pad_before(int64_t in, int64_t out, int64_t k, int64_t s, int64_t d, int mode)
+{
+    int64_t keff = (k - 1) * d + 1;
+    if (mode == 2) /* causal */
+        return keff - 1;
+    if (mode == 0)
+        return 0;
+    int64_t total = (out - 1) * s + keff - in;
+    return total > 0 ? total / 2 : 0;
+}
+
+static void kc_geom_init(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_geom *g)
+{
+    const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
+    int sp = a->spatial;
+    memset(g, 0, sizeof *g);
+    g->n = in->dims[0];
+    g->c = in->dims[in->rank - 1];
+    g->f = out->dims[out->rank - 1];
+    for (int i = 0; i < 3; i++) {
+        int axis = i - (3 - sp); /* spatial axis index in the attrs, or < 0 */
+        g->in[i] = axis >= 0 ? in->dims[1 + axis] : 1;
+        g->out[i] = axis >= 0 ? out->dims[1 + axis] : 1;
+        g->k[i] = axis >= 0 ? a->kernel[axis] : 1;
+        g->s[i] = axis >= 0 ? a->strides[axis] : 1;
+        g->d[i] = axis >= 0 ? a->dilation[axis] : 1;
+        g->pad[i] = axis >= 0 && a->kind != KC_CONV_TRANSPOSE
+                        ? kc_pad_before(g->in[i], g->out[i], g->k[i], g->s[i], g->d[i],
+                                        a->padding)
+                        : 0;
+    }
+}
+
+/* One image's patch rows [r0, r1) of the output, channels [c0, c0+cg). */
+static void kc_im2col(const kc_geom *g, const float *img, int64_t r0, int64_t r1, int64_t c0,
+                      int64_t cg, float *cols)
+{
+    int64_t kk = g->k[0] * g->k[1] * g->k[2] * cg;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t ox = r % g->out[2], oy = (r / g->out[2]) % g->out[1], oz = r / (g->out[2] * g->out[1]);
+        float *row = cols + (r - r0) * kk;
+        for (int64_t kz = 0; kz < g->k[0]; kz++)
+            for (int64_t ky = 0; ky < g->k[1]; ky++)
+                for (int64_t kx = 0; kx < g->k[2]; kx++, row += cg) {
+                    int64_t iz = oz * g->s[0] + kz * g->d[0] - g->pad[0];
+                    int64_t iy = oy * g->s[1] + ky * g->d[1] - g->pad[1];
+                    int64_t ix = ox * g->s[2] + kx * g->d[2] - g->pad[2];
+                    if (iz < 0 || iz >= g->in[0] || iy < 0 || iy >= g->in[1] || ix < 0 ||
+                        ix >= g->in[2]) {
+                        memset(row, 0, (size_t)cg * sizeof *row);
+                        continue;
+                    }
+                    const float *px = img + ((iz * g->in[1] + iy) * g->in[2] + ix) * g->c + c0;
+                    memcpy(row, px, (size_t)cg * sizeof *row);
+                }
+    }
+}
+
+static void kc_add_bias(float *y, const float *bias, int64_t rows, int64_t f)
+{
+    if (!bias)
+        return;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < f; j++)
+            y[r * f + j] += bias[j];
+}
+
+#define KC_IM2COL_BUDGET ((int64_t)2 << 20) /* floats of scratch per chunk */
+
+static kc_status kc_conv_plain(const kc_exec_ctx *ctx, const kc_conv_attrs *a)
+{
+    kc_geom g;
+    kc_geom_init(ctx, a, &g);
+    int64_t groups = a->groups, cg = g.c / groups, fg = g.f / groups;
+    int64_t kk = g.k[0] * g.k[1] * g.k[2] * cg;
+    int64_t rows = g.out[0] * g.out[1] * g.out[2];
+    int64_t in_img = g.in[0] * g.in[1] * g.in[2] * g.c;
+    const float *w = kc_w(ctx, 0);
+    const float *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
+    int pointwise = kk == g.c && groups == 1 && g.s[0] * g.s[1] * g.s[2] == 1 && rows * g.c == in_img;
+    int64_t chunk = KC_IM2COL_BUDGET / (kk ? kk : 1);
+    if (chunk < 1)
+        chunk = 1;
+    float *cols = pointwise ? NULL : kc_scratch((chunk < rows ? chunk : rows) * kk);
+    if (!pointwise && !cols)
+        return KC_ERR_NOMEM;
+    for (int64_t b = 0; b < g.n; b++) {
+        const float *img = ctx->in[0] + b * in_img;
+        float *y = ctx->out[0] + b * rows * g.f;
+        if (pointwise) {
+            kc_gemm(rows, g.f, g.c, img, w, y, 0);
+        } else {
+            for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+                int64_t r1 = r0 + chunk < rows ? r0 + chunk : rows;
+                for (int64_t gi = 0; gi < groups; gi++) {
+                    kc_im2col(&g, img, r0, r1, gi * cg, cg, cols);
+                    kc_gemm_ld(r1 - r0, fg, kk, cols, kk, w + gi * fg, g.f, 0,
+                               y + r0 * g.f + gi * fg, g.f, 0);
+                }
+            }
+        }
+        kc_add_bias(y, bias, rows, g.f);
+    }
+    free(cols);
+    return kc_activation_apply(a->activation, ctx->keras_major, ctx->out[0], g.n * rows * g.f,
+                               g.f);
+}
+
+/* out[.., c*dm + m] = sum_k in[.., c] * K[k, c, m] */
+static void kc_depthwise(const kc_geom *g, int64_t dm, const float *in, const float *w,
+                         const float *bias, float *out)
+{
+    int64_t cout = g->c * dm;
+    for (int64_t b = 0; b < g->n; b++)
+        for (int64_t oy = 0; oy < g->out[1]; oy++)
+            for (int64_t ox = 0; ox < g->out[2]; ox++) {
+                float *o = out + ((b * g->out[1] + oy) * g->out[2] + ox) * cout;
+                for (int64_t j = 0; j < cout; j++)
+                    o[j] = bias ? bias[j] : 0.0f;
+                for (int64_t ky = 0; ky < g->k[1]; ky++) {
+                    int64_t iy = oy * g->s[1] + ky * g->d[1] - g->pad[1];
+                    if (iy < 0 || iy >= g->in[1])
+                        continue;
+                    for (int64_t kx = 0; kx < g->k[2]; kx++) {
+                        int64_t ix = ox * g->s[2] + kx * g->d[2] - g->pad[2];
+                        if (ix < 0 || ix >= g->in[2])
+                            continue;
+                        const float *px = in + ((b * g->in[1] + iy) * g->in[2] + ix) * g->c;
+                        const float *kw = w + (ky * g->k[2] + kx) * g->c * dm;
+                        if (dm == 1)
+                            for (int64_t c = 0; c < g->c; c++)
+                                o[c] += px[c] * kw[c];
+                        else
+                            for (int64_t c = 0; c < g->c; c++)
+                                for (int64_t m = 0; m < dm; m++)
+                                    o[c * dm + m] += px[c] * kw[c * dm + m];
+                    }
+                }
+            }
+}
+
+static kc_status kc_conv_depthwise(const kc_exec_ctx *ctx, const kc_conv_attrs *a)
+{
+    kc_geom g;
+    kc_geom_init(ctx, a, &g);
+    const float *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
+    kc_depthwise(&g, a->depth_multiplier, ctx->in[0], kc_w(ctx, 0), bias, ctx->out[0]);
+    int64_t n = kc_count(&ctx->out_shape[0]);
+    return kc_activation_apply(a->activation, ctx->keras_major, ctx->out[0], n, g.f);
+}
+
+static kc_status kc_conv_separable(const kc_exec_ctx *ctx, const kc_conv_attrs *a)
+{
+    kc_geom g;
+    kc_geom_init(ctx, a, &g);
+    int64_t mid_c = g.c * a->depth_multiplier;
+    int64_t rows = g.n * g.out[1] * g.out[2];
+    float *mid = kc_scratch(rows * mid_c);
+    if (!mid)
+        return KC_ERR_NOMEM;
+    kc_depthwise(&g, a->depth_multiplier, ctx->in[0], kc_w(ctx, 0), NULL, mid);
+    kc_gemm(rows, g.f, mid_c, mid, kc_w(ctx, 1), ctx->out[0], 0);
+    free(mid);
+    kc_add_bias(ctx->out[0], a->use_bias ? kc_w(ctx, 2) : NULL, rows, g.f);
+    return kc_activation_apply(a->activation, ctx->keras_major, ctx->out[0], rows * g.f, g.f);
+}
+
+/* Transposed: cols = x · W^T (W is (k..., f, c) = (K*f, c)), scattered to
+ * out[o = i*s + k*d - pad]. pad is what the forward conv of `out` would
+ * use (TensorFlow's conv2d_transpose). */
+static kc_status kc_conv_transpose(const kc_exec_ctx *ctx, const kc_conv_attrs *a)
+{
+    kc_geom g;
+    kc_geom_init(ctx, a, &g);
+    for (int i = 0; i < 3; i++) {
+        int64_t keff = (g.k[i] - 1) * g.d[i] + 1;
+        int64_t total = (g.in[i] - 1) * g.s[i] + keff - g.out[i];
+        g.pad[i] = a->padding == 1 && total > 0 ? total / 2 : 0;
+        if (a->padding == 0 && total > 0 && a->output_padding[0] >= 0)
+            g.pad[i] = 0;
+    }
+    int64_t kf = g.k[0] * g.k[1] * g.k[2] * g.f;
+    int64_t in_rows = g.in[0] * g.in[1] * g.in[2];
+    int64_t out_img = g.out[0] * g.out[1] * g.out[2] * g.f;
+    float *cols = kc_scratch(in_rows * kf);
+    if (!cols)
+        return KC_ERR_NOMEM;
+    const float *w = kc_w(ctx, 0);
+    const float *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
+    for (int64_t b = 0; b < g.n; b++) {
+        kc_gemm_ld(in_rows, kf, g.c, ctx->in[0] + b * in_rows * g.c, g.c, w, g.c, 1, cols, kf, 0);
+        float *y = ctx->out[0] + b * out_img;
+        memset(y, 0, (size_t)out_img * sizeof *y);
+        for (int64_t r = 0; r < in_rows; r++) {
+            int64_t ix = r % g.in[2], iy = (r / g.in[2]) % g.in[1], iz = r / (g.in[2] * g.in[1]);
+            const float *col = cols + r * kf;
+            for (int64_t kz = 0; kz < g.k[0]; kz++)
+                for (int64_t ky = 0; ky < g.k[1]; ky++)
+                    for (int64_t kx = 0; kx < g.k[2]; kx++, col += g.f) {
+                        int64_t oz = iz * g.s[0] + kz * g.d[0] - g.pad[0];
+                        int64_t oy = iy * g.s[1] + ky * g.d[1] - g.pad[1];
+                        int64_t ox = ix * g.s[2] + kx * g.d[2] - g.pad[2];
+                        if (oz < 0 || oz >= g.out[0] || oy < 0 || oy >= g.out[1] || ox < 0 ||
+                            ox >= g.out[2])
+                            continue;
+                        float *o = y + ((oz * g.out[1] + oy) * g.out[2] + ox) * g.f;
+                        for (int64_t j = 0; j < g.f; j++)
+                            o[j] += col[j];
+                    }
+        }
+        kc_add_bias(y, bias, g.out[0] * g.out[1] * g.out[2], g.f);
+    }
+    free(cols);
+    return kc_activation_apply(a->activation, ctx->keras_major, ctx->out[0], g.n * out_img, g.f);
+}
+
+static kc_status kc_conv(const kc_exec_ctx *ctx)
+{
+    const kc_conv_attrs *a = ctx->layer->attrs;
+    switch (a->kind) {
+    case KC_CONV_PLAIN: return kc_conv_plain(ctx, a);
+    case KC_CONV_DEPTHWISE:
+        if (a->spatial == 3)
+            break;
+        return kc_conv_depthwise(ctx, a);
+    case KC_CONV_SEPARABLE: return kc_conv_separable(ctx, a);
+    case KC_CONV_TRANSPOSE: return kc_conv_transpose(ctx, a);
+    }
+    return kc_fail(KC_ERR_UNSUPPORTED, "3-D depthwise convolution");
+}
+
+const kc_kernel_entry kc_kernels_conv[] = {
+    {"Conv1D", 0, kc_conv},          {"Conv2D", 0, kc_conv},
+    {"Conv3D", 0, kc_conv},          {"Convolution1D", 0, kc_conv},
+    {"Convolution2D", 0, kc_conv},   {"Convolution3D", 0, kc_conv},
+    {"AtrousConvolution1D", 0, kc_conv}, {"AtrousConvolution2D", 0, kc_conv},
+    {"Conv1DTranspose", 0, kc_conv}, {"Conv2DTranspose", 0, kc_conv},
+    {"Conv3DTranspose", 0, kc_conv}, {"Deconvolution2D", 0, kc_conv},
+    {"DepthwiseConv1D", 0, kc_conv}, {"DepthwiseConv2D", 0, kc_conv},
+    {"SeparableConv1D", 0, kc_conv}, {"SeparableConv2D", 0, kc_conv},
+    {"SeparableConvolution2D", 0, kc_conv},
+    {NULL, 0, NULL},
+};

@@ -1,0 +1,71 @@
+/* CPU kernels: one plain function per op, looked up by class name.
+ *
+ * A kernel reads its inputs and writes its outputs as dense float32 NHWC
+ * (row-major, batch first) buffers whose shapes are fully known at run
+ * time (the batch and any variable length resolved). Weights are the
+ * layer's bound float32 weights in the order its op declared them. */
+#ifndef KC_KERNEL_H
+#define KC_KERNEL_H
+
+#include "base/error.h"
+#include "base/tensor.h"
+#include "graph/graph.h"
+#include "ops/op.h"
+
+typedef struct kc_exec_ctx {
+    const kc_node *node;
+    const kc_layer *layer;
+    const float *const *in;
+    const kc_shape *in_shape;
+    int n_in;
+    float *const *out;
+    const kc_shape *out_shape;
+    int n_out;
+    int keras_major;          /* activation semantics (hard_sigmoid) */
+    const unsigned char *in_mask; /* Keras mask of input 0, (batch, time), or NULL */
+} kc_exec_ctx;
+
+typedef kc_status (*kc_kernel_fn)(const kc_exec_ctx *ctx);
+
+typedef struct kc_kernel_entry {
+    const char *class_name;
+    int ops_node;             /* 1 for keras.src.ops entries */
+    kc_kernel_fn fn;
+} kc_kernel_entry;
+
+/* The kernel for an op definition, or NULL. */
+kc_kernel_fn kc_kernel_lookup(const kc_op_def *def);
+
+/* Families register NULL-terminated tables. */
+extern const kc_kernel_entry kc_kernels_core[];
+extern const kc_kernel_entry kc_kernels_conv[];
+extern const kc_kernel_entry kc_kernels_pool[];
+extern const kc_kernel_entry kc_kernels_norm[];
+extern const kc_kernel_entry kc_kernels_reshape[];
+extern const kc_kernel_entry kc_kernels_merge[];
+extern const kc_kernel_entry kc_kernels_rnn[];
+extern const kc_kernel_entry kc_kernels_preprocess[];
+extern const kc_kernel_entry kc_kernels_act[];
+extern const kc_kernel_entry kc_kernels_tensor_ops[];
+extern const kc_kernel_entry kc_kernels_attention[];
+
+/* ------------------------------------------------------------ helpers */
+
+int64_t kc_count(const kc_shape *s);
+/* Weight i of the executing layer (NULL if absent). */
+const float *kc_w(const kc_exec_ctx *ctx, int i);
+/* Apply a Keras activation by name in place over n values. */
+kc_status kc_activation_apply(const char *name, int keras_major, float *x, int64_t n,
+                             int64_t last_dim);
+/* Softmax over `axis_len` contiguous groups with the given inner stride. */
+void kc_softmax_axis(float *x, int64_t outer, int64_t axis_len, int64_t inner);
+/* C = A(m x k) · B(k x n) (+ C if accumulate), row-major. */
+void kc_gemm(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+             int accumulate);
+/* The same with leading dimensions and an optional transposed B. */
+void kc_gemm_ld(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                int64_t ldb, int trans_b, float *c, int64_t ldc, int accumulate);
+/* Scratch memory for a kernel (freed by the caller with free()). */
+float *kc_scratch(int64_t floats);
+
+#endif

@@ -1,0 +1,161 @@
+/* Normalization: BatchNormalization (moving statistics), Layer-, Group-
+ * and UnitNormalization. Statistics are accumulated in double: a 1e-4
+ * tolerance leaves no room for cancellation in float. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernel.h"
+#include "ops/norm.h"
+
+static int kc_norm_axis(const kc_norm_attrs *a, int k, int rank)
+{
+    return a->axes[k] < 0 ? a->axes[k] + rank : a->axes[k];
+}
+
+/* outer x len x inner view around one axis. */
+static void kc_axis_view(const kc_shape *s, int axis, int64_t *outer, int64_t *len,
+                         int64_t *inner)
+{
+    *outer = 1;
+    *inner = 1;
+    for (int i = 0; i < axis; i++)
+        *outer *= s->dims[i];
+    *len = s->dims[axis];
+    for (int i = axis + 1; i < s->rank; i++)
+        *inner *= s->dims[i];
+}
+
+static kc_status kc_batchnorm(const kc_exec_ctx *ctx)
+{
+    const kc_norm_attrs *a = ctx->layer->attrs;
+    int w = 0;
+    const float *gamma = a->scale ? kc_w(ctx, w++) : NULL;
+    const float *beta = a->center ? kc_w(ctx, w++) : NULL;
+    const float *mean = kc_w(ctx, w++), *var = kc_w(ctx, w++);
+    int64_t outer, len, inner;
+    kc_axis_view(&ctx->in_shape[0], kc_norm_axis(a, 0, ctx->in_shape[0].rank), &outer, &len,
+                 &inner);
+    for (int64_t c = 0; c < len; c++) {
+        /* y = (x - mean) / sqrt(var + eps) * gamma + beta as scale/shift */
+        double scale = (gamma ? gamma[c] : 1.0) / sqrt((double)var[c] + a->epsilon);
+        double shift = (beta ? beta[c] : 0.0) - mean[c] * scale;
+        for (int64_t o = 0; o < outer; o++) {
+            const float *x = ctx->in[0] + (o * len + c) * inner;
+            float *y = ctx->out[0] + (o * len + c) * inner;
+            for (int64_t i = 0; i < inner; i++)
+                y[i] = (float)(x[i] * scale + shift);
+        }
+    }
+    return KC_OK;
+}
+
+/* LayerNormalization over trailing axes (the form Keras models use). */
+static kc_status kc_layernorm(const kc_exec_ctx *ctx)
+{
+    const kc_norm_attrs *a = ctx->layer->attrs;
+    const kc_shape *s = &ctx->in_shape[0];
+    int first = s->rank;
+    for (int k = 0; k < a->n_axes; k++) {
+        int ax = kc_norm_axis(a, k, s->rank);
+        first = ax < first ? ax : first;
+    }
+    if (first + a->n_axes != s->rank)
+        return kc_fail(KC_ERR_UNSUPPORTED, "LayerNormalization over non-trailing axes");
+    int64_t len = 1;
+    for (int i = first; i < s->rank; i++)
+        len *= s->dims[i];
+    int64_t rows = kc_count(s) / (len ? len : 1);
+    const float *gamma = (a->scale || a->rms_scaling) ? kc_w(ctx, 0) : NULL;
+    const float *beta = (a->center && !a->rms_scaling) ? kc_w(ctx, gamma ? 1 : 0) : NULL;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = ctx->in[0] + r * len;
+        float *y = ctx->out[0] + r * len;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < len; i++)
+            mean += x[i];
+        mean /= (double)len;
+        for (int64_t i = 0; i < len; i++)
+            var += (x[i] - mean) * (x[i] - mean);
+        var /= (double)len;
+        if (a->rms_scaling) {
+            /* Keras: x * rsqrt(mean(x^2) + eps) * gamma */
+            double ms = var + mean * mean;
+            double inv = 1.0 / sqrt(ms + a->epsilon);
+            for (int64_t i = 0; i < len; i++)
+                y[i] = (float)(x[i] * inv * (gamma ? gamma[i] : 1.0));
+            continue;
+        }
+        double inv = 1.0 / sqrt(var + a->epsilon);
+        for (int64_t i = 0; i < len; i++)
+            y[i] = (float)((x[i] - mean) * inv * (gamma ? gamma[i] : 1.0) + (beta ? beta[i] : 0.0));
+    }
+    return KC_OK;
+}
+
+/* GroupNormalization over the channel axis (last), statistics per sample
+ * and group over all other axes. */
+static kc_status kc_groupnorm(const kc_exec_ctx *ctx)
+{
+    const kc_norm_attrs *a = ctx->layer->attrs;
+    const kc_shape *s = &ctx->in_shape[0];
+    if (kc_norm_axis(a, 0, s->rank) != s->rank - 1)
+        return kc_fail(KC_ERR_UNSUPPORTED, "GroupNormalization on a non-last axis");
+    int64_t n = s->dims[0], c = s->dims[s->rank - 1];
+    int64_t groups = a->groups == -1 ? c : a->groups, cg = c / groups;
+    int64_t cells = n * c > 0 ? kc_count(s) / (n * c) : 0;
+    int w = 0;
+    const float *gamma = a->scale ? kc_w(ctx, w++) : NULL;
+    const float *beta = a->center ? kc_w(ctx, w++) : NULL;
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t g = 0; g < groups; g++) {
+            double mean = 0, var = 0;
+            const float *x = ctx->in[0] + b * cells * c + g * cg;
+            for (int64_t i = 0; i < cells; i++)
+                for (int64_t j = 0; j < cg; j++)
+                    mean += x[i * c + j];
+            mean /= (double)(cells * cg);
+            for (int64_t i = 0; i < cells; i++)
+                for (int64_t j = 0; j < cg; j++)
+                    var += (x[i * c + j] - mean) * (x[i * c + j] - mean);
+            var /= (double)(cells * cg);
+            double inv = 1.0 / sqrt(var + a->epsilon);
+            float *y = ctx->out[0] + b * cells * c + g * cg;
+            for (int64_t i = 0; i < cells; i++)
+                for (int64_t j = 0; j < cg; j++) {
+                    int64_t ch = g * cg + j;
+                    y[i * c + j] = (float)((x[i * c + j] - mean) * inv * (gamma ? gamma[ch] : 1.0) +
+                                           (beta ? beta[ch] : 0.0));
+                }
+        }
+    return KC_OK;
+}
+
+/* x / max(||x||_2, 1e-12) over the axis (last-axis form). */
+static kc_status kc_unitnorm(const kc_exec_ctx *ctx)
+{
+    const kc_norm_attrs *a = ctx->layer->attrs;
+    const kc_shape *s = &ctx->in_shape[0];
+    int64_t outer, len, inner;
+    kc_axis_view(s, kc_norm_axis(a, 0, s->rank), &outer, &len, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const float *x = ctx->in[0] + o * len * inner + i;
+            float *y = ctx->out[0] + o * len * inner + i;
+            double ss = 0;
+            for (int64_t k = 0; k < len; k++)
+                ss += (double)x[k * inner] * x[k * inner];
+            double inv = 1.0 / fmax(sqrt(ss), 1e-12);
+            for (int64_t k = 0; k < len; k++)
+                y[k * inner] = (float)(x[k * inner] * inv);
+        }
+    return KC_OK;
+}
+
+const kc_kernel_entry kc_kernels_norm[] = {
+    {"BatchNormalization", 0, kc_batchnorm},
+    {"BatchNormalizationV1", 0, kc_batchnorm},
+    {"LayerNormalization", 0, kc_layernorm},
+    {"GroupNormalization", 0, kc_groupnorm},
+    {"UnitNormalization", 0, kc_unitnorm},
+    {NULL, 0, NULL},
+};

@@ -1,0 +1,104 @@
+/* Pooling on NHWC: windowed max/average (average over the real cells of
+ * a "same"-padded window, as TensorFlow and Keras do) and global pooling.
+ * 1-D and 3-D use the same loops with unit spatial axes. */
+#include <float.h>
+#include <string.h>
+
+#include "kernels/kernel.h"
+#include "ops/pool.h"
+
+static void kc_pool_dims(const kc_shape *s, int spatial, int64_t d[3])
+{
+    for (int i = 0; i < 3; i++) {
+        int axis = i - (3 - spatial);
+        d[i] = axis >= 0 ? s->dims[1 + axis] : 1;
+    }
+}
+
+static kc_status kc_pool_window(const kc_exec_ctx *ctx, const kc_pool_attrs *a)
+{
+    const kc_shape *is = &ctx->in_shape[0], *os = &ctx->out_shape[0];
+    int64_t in[3], out[3], k[3], st[3], pad[3];
+    kc_pool_dims(is, a->spatial, in);
+    kc_pool_dims(os, a->spatial, out);
+    int64_t n = is->dims[0], c = is->dims[is->rank - 1];
+    for (int i = 0; i < 3; i++) {
+        int axis = i - (3 - a->spatial);
+        k[i] = axis >= 0 ? a->pool[axis] : 1;
+        st[i] = axis >= 0 ? a->strides[axis] : 1;
+        int64_t total = (out[i] - 1) * st[i] + k[i] - in[i];
+        pad[i] = a->padding && total > 0 ? total / 2 : 0;
+    }
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t oz = 0; oz < out[0]; oz++)
+            for (int64_t oy = 0; oy < out[1]; oy++)
+                for (int64_t ox = 0; ox < out[2]; ox++) {
+                    float *o = ctx->out[0] + (((b * out[0] + oz) * out[1] + oy) * out[2] + ox) * c;
+                    for (int64_t j = 0; j < c; j++)
+                        o[j] = a->kind == KC_POOL_MAX ? -FLT_MAX : 0.0f;
+                    int64_t cells = 0;
+                    for (int64_t kz = 0; kz < k[0]; kz++)
+                        for (int64_t ky = 0; ky < k[1]; ky++)
+                            for (int64_t kx = 0; kx < k[2]; kx++) {
+                                int64_t iz = oz * st[0] + kz - pad[0];
+                                int64_t iy = oy * st[1] + ky - pad[1];
+                                int64_t ix = ox * st[2] + kx - pad[2];
+                                if (iz < 0 || iz >= in[0] || iy < 0 || iy >= in[1] || ix < 0 ||
+                                    ix >= in[2])
+                                    continue;
+                                const float *p =
+                                    ctx->in[0] + (((b * in[0] + iz) * in[1] + iy) * in[2] + ix) * c;
+                                cells++;
+                                if (a->kind == KC_POOL_MAX)
+                                    for (int64_t j = 0; j < c; j++)
+                                        o[j] = p[j] > o[j] ? p[j] : o[j];
+                                else
+                                    for (int64_t j = 0; j < c; j++)
+                                        o[j] += p[j];
+                            }
+                    if (a->kind == KC_POOL_AVG && cells)
+                        for (int64_t j = 0; j < c; j++)
+                            o[j] /= (float)cells;
+                }
+    return KC_OK;
+}
+
+static kc_status kc_pool_global(const kc_exec_ctx *ctx, const kc_pool_attrs *a)
+{
+    const kc_shape *is = &ctx->in_shape[0];
+    int64_t n = is->dims[0], c = is->dims[is->rank - 1];
+    int64_t cells = n * c > 0 ? kc_count(is) / (n * c) : 0;
+    for (int64_t b = 0; b < n; b++) {
+        float *o = ctx->out[0] + b * c;
+        const float *p = ctx->in[0] + b * cells * c;
+        for (int64_t j = 0; j < c; j++)
+            o[j] = a->kind == KC_POOL_MAX ? -FLT_MAX : 0.0f;
+        for (int64_t i = 0; i < cells; i++, p += c)
+            for (int64_t j = 0; j < c; j++)
+                o[j] = a->kind == KC_POOL_MAX ? (p[j] > o[j] ? p[j] : o[j]) : o[j] + p[j];
+        if (a->kind == KC_POOL_AVG && cells)
+            for (int64_t j = 0; j < c; j++)
+                o[j] /= (float)cells;
+    }
+    return KC_OK;
+}
+
+static kc_status kc_pool(const kc_exec_ctx *ctx)
+{
+    const kc_pool_attrs *a = ctx->layer->attrs;
+    return a->global ? kc_pool_global(ctx, a) : kc_pool_window(ctx, a);
+}
+
+const kc_kernel_entry kc_kernels_pool[] = {
+    {"MaxPooling1D", 0, kc_pool},  {"MaxPooling2D", 0, kc_pool},
+    {"MaxPooling3D", 0, kc_pool},  {"AveragePooling1D", 0, kc_pool},
+    {"AveragePooling2D", 0, kc_pool}, {"AveragePooling3D", 0, kc_pool},
+    {"GlobalMaxPooling1D", 0, kc_pool}, {"GlobalMaxPooling2D", 0, kc_pool},
+    {"GlobalMaxPooling3D", 0, kc_pool}, {"GlobalAveragePooling1D", 0, kc_pool},
+    {"GlobalAveragePooling2D", 0, kc_pool}, {"GlobalAveragePooling3D", 0, kc_pool},
+    {"MaxPool1D", 0, kc_pool},     {"MaxPool2D", 0, kc_pool},
+    {"AvgPool1D", 0, kc_pool},     {"AvgPool2D", 0, kc_pool},
+    {"GlobalAvgPool2D", 0, kc_pool}, {"GlobalMaxPool2D", 0, kc_pool},
+    {"GlobalAvgPool1D", 0, kc_pool}, {"GlobalMaxPool1D", 0, kc_pool},
+    {NULL, 0, NULL},
+};

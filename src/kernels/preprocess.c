@@ -1,0 +1,184 @@
+/* In-model preprocessing: Rescaling, Normalization, Resizing, CenterCrop;
+ * and keras.applications' LayerScale and CustomScaleLayer. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernel.h"
+#include "ops/preprocess.h"
+
+/* v[i] for a parameter broadcast against x: scalar or per last axis. */
+static kc_status kc_param_mode(int64_t count, int64_t channels, const char *what)
+{
+    if (count == 1 || count == channels)
+        return KC_OK;
+    return kc_fail(KC_ERR_UNSUPPORTED, "%s with %lld values for %lld channels", what,
+                   (long long)count, (long long)channels);
+}
+
+static kc_status kc_rescaling(const kc_exec_ctx *ctx)
+{
+    const kc_rescaling_attrs *a = ctx->layer->attrs;
+    const kc_shape *s = &ctx->in_shape[0];
+    int64_t c = s->dims[s->rank - 1], n = kc_count(s);
+    KC_TRY(kc_param_mode(a->n_scale, c, "Rescaling scale"));
+    KC_TRY(kc_param_mode(a->n_offset, c, "Rescaling offset"));
+    for (int64_t i = 0; i < n; i++) {
+        float sc = a->n_scale == 1 ? a->scale[0] : a->scale[i % c];
+        float of = a->n_offset == 1 ? a->offset[0] : a->offset[i % c];
+        ctx->out[0][i] = ctx->in[0][i] * sc + of;
+    }
+    return KC_OK;
+}
+
+/* Index of element i's mean/variance: its coordinates on the kept axes. */
+static int64_t kc_norm_param_index(const kc_normalization_attrs *a, const kc_shape *s, int64_t i)
+{
+    int64_t coord[KC_MAX_RANK];
+    for (int d = s->rank - 1; d >= 0; d--) {
+        coord[d] = i % s->dims[d];
+        i /= s->dims[d];
+    }
+    int64_t idx = 0;
+    for (int k = 0; k < a->n_keep; k++)
+        idx = idx * s->dims[a->keep[k]] + coord[a->keep[k]];
+    return idx;
+}
+
+static kc_status kc_normalization(const kc_exec_ctx *ctx)
+{
+    const kc_normalization_attrs *a = ctx->layer->attrs;
+    const kc_shape *s = &ctx->in_shape[0];
+    const float *mean = a->has_constants ? a->mean : kc_w(ctx, 0);
+    const float *var = a->has_constants ? a->variance : kc_w(ctx, 1);
+    int64_t n_params = 1;
+    for (int k = 0; k < a->n_keep; k++)
+        n_params *= s->dims[a->keep[k]];
+    int64_t n_mean = a->has_constants ? kc_shape_count(&a->mean_shape) : n_params;
+    int64_t n_var = a->has_constants ? kc_shape_count(&a->variance_shape) : n_params;
+    int64_t n = kc_count(s);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t p = n_params > 1 ? kc_norm_param_index(a, s, i) : 0;
+        float m = mean[n_mean == 1 ? 0 : p], v = var[n_var == 1 ? 0 : p];
+        float sd = fmaxf(sqrtf(v), 1e-7f);
+        ctx->out[0][i] = a->invert ? ctx->in[0][i] * sd + m : (ctx->in[0][i] - m) / sd;
+    }
+    return KC_OK;
+}
+
+/* Resize one (h, w, c) image region [y0, y0+hh) x [x0, x0+ww) to (oh, ow). */
+static void kc_resize_image(const float *in, int64_t iw, int64_t c, int64_t y0, int64_t x0,
+                            int64_t hh, int64_t ww, float *out, int64_t oh, int64_t ow,
+                            int nearest)
+{
+    for (int64_t y = 0; y < oh; y++)
+        for (int64_t x = 0; x < ow; x++) {
+            float *o = out + (y * ow + x) * c;
+            float sy = ((float)y + 0.5f) * (float)hh / (float)oh - 0.5f;
+            float sx = ((float)x + 0.5f) * (float)ww / (float)ow - 0.5f;
+            if (nearest) {
+                int64_t ny = (int64_t)floorf(((float)y + 0.5f) * (float)hh / (float)oh);
+                int64_t nx = (int64_t)floorf(((float)x + 0.5f) * (float)ww / (float)ow);
+                ny = ny < hh ? ny : hh - 1;
+                nx = nx < ww ? nx : ww - 1;
+                memcpy(o, in + ((y0 + ny) * iw + x0 + nx) * c, (size_t)c * sizeof *o);
+                continue;
+            }
+            sy = sy < 0 ? 0 : sy;
+            sx = sx < 0 ? 0 : sx;
+            int64_t ya = (int64_t)sy, xa = (int64_t)sx;
+            ya = ya < hh - 1 ? ya : hh - 1;
+            xa = xa < ww - 1 ? xa : ww - 1;
+            int64_t yb = ya + 1 < hh ? ya + 1 : hh - 1, xb = xa + 1 < ww ? xa + 1 : ww - 1;
+            float ty = sy - (float)ya, tx = sx - (float)xa;
+            const float *p00 = in + ((y0 + ya) * iw + x0 + xa) * c;
+            const float *p01 = in + ((y0 + ya) * iw + x0 + xb) * c;
+            const float *p10 = in + ((y0 + yb) * iw + x0 + xa) * c;
+            const float *p11 = in + ((y0 + yb) * iw + x0 + xb) * c;
+            for (int64_t j = 0; j < c; j++) {
+                float top = p00[j] + (p01[j] - p00[j]) * tx;
+                float bot = p10[j] + (p11[j] - p10[j]) * tx;
+                o[j] = top + (bot - top) * ty;
+            }
+        }
+}
+
+static kc_status kc_resize_batch(const kc_exec_ctx *ctx, int nearest, int crop_aspect)
+{
+    const kc_shape *is = &ctx->in_shape[0], *os = &ctx->out_shape[0];
+    int batched = is->rank == 4;
+    int64_t n = batched ? is->dims[0] : 1;
+    int64_t ih = is->dims[batched], iw = is->dims[batched + 1], c = is->dims[is->rank - 1];
+    int64_t oh = os->dims[batched], ow = os->dims[batched + 1];
+    int64_t y0 = 0, x0 = 0, hh = ih, ww = iw;
+    if (crop_aspect) {
+        /* The largest centred window with the target's aspect ratio. */
+        double target = (double)ow / (double)oh;
+        if ((double)iw / (double)ih > target)
+            ww = (int64_t)((double)ih * target);
+        else
+            hh = (int64_t)((double)iw / target);
+        hh = hh < 1 ? 1 : hh;
+        ww = ww < 1 ? 1 : ww;
+        y0 = (ih - hh) / 2;
+        x0 = (iw - ww) / 2;
+    }
+    for (int64_t b = 0; b < n; b++)
+        kc_resize_image(ctx->in[0] + b * ih * iw * c, iw, c, y0, x0, hh, ww,
+                        ctx->out[0] + b * oh * ow * c, oh, ow, nearest);
+    return KC_OK;
+}
+
+static kc_status kc_resizing(const kc_exec_ctx *ctx)
+{
+    const kc_resizing_attrs *a = ctx->layer->attrs;
+    if (a->interpolation != KC_INTERP_BILINEAR && a->interpolation != KC_INTERP_NEAREST)
+        return kc_fail(KC_ERR_UNSUPPORTED, "Resizing interpolation other than bilinear/nearest");
+    if (a->pad_to_aspect_ratio)
+        return kc_fail(KC_ERR_UNSUPPORTED, "Resizing pad_to_aspect_ratio");
+    return kc_resize_batch(ctx, a->interpolation == KC_INTERP_NEAREST, a->crop_to_aspect_ratio);
+}
+
+static kc_status kc_center_crop(const kc_exec_ctx *ctx)
+{
+    const kc_shape *is = &ctx->in_shape[0], *os = &ctx->out_shape[0];
+    int batched = is->rank == 4;
+    int64_t n = batched ? is->dims[0] : 1;
+    int64_t ih = is->dims[batched], iw = is->dims[batched + 1], c = is->dims[is->rank - 1];
+    int64_t oh = os->dims[batched], ow = os->dims[batched + 1];
+    if (ih < oh || iw < ow) /* Keras resizes (keeping the aspect) when too small */
+        return kc_resize_batch(ctx, 0, 1);
+    int64_t y0 = (ih - oh) / 2, x0 = (iw - ow) / 2;
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t y = 0; y < oh; y++)
+            memcpy(ctx->out[0] + ((b * oh + y) * ow) * c,
+                   ctx->in[0] + ((b * ih + y0 + y) * iw + x0) * c, (size_t)(ow * c) * sizeof(float));
+    return KC_OK;
+}
+
+static kc_status kc_layer_scale(const kc_exec_ctx *ctx)
+{
+    const kc_shape *s = &ctx->in_shape[0];
+    int64_t c = s->dims[s->rank - 1], n = kc_count(s);
+    const float *gamma = kc_w(ctx, 0);
+    for (int64_t i = 0; i < n; i++)
+        ctx->out[0][i] = ctx->in[0][i] * gamma[i % c];
+    return KC_OK;
+}
+
+static kc_status kc_custom_scale(const kc_exec_ctx *ctx)
+{
+    const kc_custom_scale_attrs *a = ctx->layer->attrs;
+    int64_t n = kc_count(&ctx->out_shape[0]);
+    if (ctx->n_in != 2 || kc_count(&ctx->in_shape[1]) != n)
+        return kc_fail(KC_ERR_SHAPE, "CustomScaleLayer needs two inputs of one shape");
+    for (int64_t i = 0; i < n; i++)
+        ctx->out[0][i] = ctx->in[0][i] + ctx->in[1][i] * (float)a->scale;
+    return KC_OK;
+}
+
+const kc_kernel_entry kc_kernels_preprocess[] = {
+    {"Rescaling", 0, kc_rescaling},      {"Normalization", 0, kc_normalization},
+    {"Resizing", 0, kc_resizing},        {"CenterCrop", 0, kc_center_crop},
+    {"LayerScale", 0, kc_layer_scale},   {"CustomScaleLayer", 0, kc_custom_scale},
+    {NULL, 0, NULL},
+};

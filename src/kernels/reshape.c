@@ -1,0 +1,167 @@
+/* Reshaping kernels: padding, cropping, upsampling, flatten/reshape (a
+ * copy: NHWC row-major order is what Keras's channels_last Flatten uses),
+ * permute, repeat. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernel.h"
+#include "ops/reshape.h"
+
+static kc_status kc_copy(const kc_exec_ctx *ctx)
+{
+    memcpy(ctx->out[0], ctx->in[0], (size_t)kc_count(&ctx->out_shape[0]) * sizeof(float));
+    return KC_OK;
+}
+
+/* Copy the (cropped or padded) overlap between in and out: out index =
+ * in index + shift on each spatial axis (shift = +before for padding,
+ * -before for cropping). Recursion over axes 1..rank-2. */
+static void kc_pad_copy(const kc_shape *is, const kc_shape *os, const float *in, float *out,
+                        const int64_t *shift, int axis)
+{
+    int64_t c = is->dims[is->rank - 1];
+    if (axis == is->rank - 1) {
+        memcpy(out, in, (size_t)c * sizeof *out);
+        return;
+    }
+    int64_t in_stride = 1, out_stride = 1;
+    for (int i = axis + 1; i < is->rank; i++) {
+        in_stride *= is->dims[i];
+        out_stride *= os->dims[i];
+    }
+    for (int64_t i = 0; i < is->dims[axis]; i++) {
+        int64_t o = i + shift[axis];
+        if (o < 0 || o >= os->dims[axis])
+            continue;
+        kc_pad_copy(is, os, in + i * in_stride, out + o * out_stride, shift, axis + 1);
+    }
+}
+
+static kc_status kc_pad_or_crop(const kc_exec_ctx *ctx, int crop)
+{
+    const kc_pad_attrs *a = ctx->layer->attrs;
+    const kc_shape *is = &ctx->in_shape[0], *os = &ctx->out_shape[0];
+    int64_t shift[KC_MAX_RANK] = {0};
+    for (int i = 0; i < a->spatial; i++)
+        shift[1 + i] = crop ? -a->before[i] : a->before[i];
+    memset(ctx->out[0], 0, (size_t)kc_count(os) * sizeof(float));
+    kc_pad_copy(is, os, ctx->in[0], ctx->out[0], shift, 0);
+    return KC_OK;
+}
+
+static kc_status kc_zeropad(const kc_exec_ctx *ctx) { return kc_pad_or_crop(ctx, 0); }
+static kc_status kc_crop(const kc_exec_ctx *ctx) { return kc_pad_or_crop(ctx, 1); }
+
+/* Bilinear source coordinate with half-pixel centers (tf.image.resize and
+ * Keras 3 ops.image.resize), clamped to the edge. */
+static void kc_bilinear_src(int64_t o, int64_t in, int64_t out, int64_t *i0, int64_t *i1,
+                            float *t)
+{
+    float x = ((float)o + 0.5f) * (float)in / (float)out - 0.5f;
+    if (x < 0)
+        x = 0;
+    int64_t lo = (int64_t)floorf(x);
+    if (lo > in - 1)
+        lo = in - 1;
+    *i0 = lo;
+    *i1 = lo + 1 < in ? lo + 1 : in - 1;
+    *t = x - (float)lo;
+}
+
+static kc_status kc_upsample(const kc_exec_ctx *ctx)
+{
+    const kc_upsample_attrs *a = ctx->layer->attrs;
+    const kc_shape *is = &ctx->in_shape[0], *os = &ctx->out_shape[0];
+    int64_t c = is->dims[is->rank - 1], n = is->dims[0];
+    if (a->spatial == 2 && strcmp(a->interpolation, "bilinear") == 0) {
+        int64_t ih = is->dims[1], iw = is->dims[2], oh = os->dims[1], ow = os->dims[2];
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t y = 0; y < oh; y++) {
+                int64_t y0, y1;
+                float ty;
+                kc_bilinear_src(y, ih, oh, &y0, &y1, &ty);
+                for (int64_t x = 0; x < ow; x++) {
+                    int64_t x0, x1;
+                    float tx;
+                    kc_bilinear_src(x, iw, ow, &x0, &x1, &tx);
+                    const float *base = ctx->in[0] + b * ih * iw * c;
+                    const float *p00 = base + (y0 * iw + x0) * c, *p01 = base + (y0 * iw + x1) * c;
+                    const float *p10 = base + (y1 * iw + x0) * c, *p11 = base + (y1 * iw + x1) * c;
+                    float *o = ctx->out[0] + ((b * oh + y) * ow + x) * c;
+                    for (int64_t j = 0; j < c; j++) {
+                        float top = p00[j] + (p01[j] - p00[j]) * tx;
+                        float bot = p10[j] + (p11[j] - p10[j]) * tx;
+                        o[j] = top + (bot - top) * ty;
+                    }
+                }
+            }
+        return KC_OK;
+    }
+    /* Nearest: out[i] = in[i / size] on each spatial axis. */
+    int64_t in_d[3] = {1, 1, 1}, size[3] = {1, 1, 1};
+    for (int i = 0; i < a->spatial; i++) {
+        in_d[3 - a->spatial + i] = is->dims[1 + i];
+        size[3 - a->spatial + i] = a->size[i];
+    }
+    int64_t od[3] = {in_d[0] * size[0], in_d[1] * size[1], in_d[2] * size[2]};
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t z = 0; z < od[0]; z++)
+            for (int64_t y = 0; y < od[1]; y++)
+                for (int64_t x = 0; x < od[2]; x++) {
+                    const float *p = ctx->in[0] +
+                                     (((b * in_d[0] + z / size[0]) * in_d[1] + y / size[1]) * in_d[2] +
+                                      x / size[2]) * c;
+                    memcpy(ctx->out[0] + (((b * od[0] + z) * od[1] + y) * od[2] + x) * c, p,
+                           (size_t)c * sizeof(float));
+                }
+    return KC_OK;
+}
+
+static kc_status kc_permute(const kc_exec_ctx *ctx)
+{
+    const kc_reshape_attrs *a = ctx->layer->attrs;
+    const kc_shape *is = &ctx->in_shape[0], *os = &ctx->out_shape[0];
+    int rank = is->rank;
+    int64_t in_stride[KC_MAX_RANK], idx[KC_MAX_RANK] = {0};
+    in_stride[rank - 1] = 1;
+    for (int i = rank - 2; i >= 0; i--)
+        in_stride[i] = in_stride[i + 1] * is->dims[i + 1];
+    /* out axis i (i >= 1) reads in axis perm[i - 1]. */
+    int64_t stride_for_out[KC_MAX_RANK];
+    stride_for_out[0] = in_stride[0];
+    for (int i = 1; i < rank; i++)
+        stride_for_out[i] = in_stride[a->perm[i - 1]];
+    int64_t total = kc_count(os);
+    for (int64_t o = 0; o < total; o++) {
+        int64_t src = 0;
+        for (int i = 0; i < rank; i++)
+            src += idx[i] * stride_for_out[i];
+        ctx->out[0][o] = ctx->in[0][src];
+        for (int i = rank - 1; i >= 0; i--) {
+            if (++idx[i] < os->dims[i])
+                break;
+            idx[i] = 0;
+        }
+    }
+    return KC_OK;
+}
+
+static kc_status kc_repeat(const kc_exec_ctx *ctx)
+{
+    const kc_shape *is = &ctx->in_shape[0], *os = &ctx->out_shape[0];
+    int64_t n = is->dims[0], f = is->dims[1], times = os->dims[1];
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t t = 0; t < times; t++)
+            memcpy(ctx->out[0] + (b * times + t) * f, ctx->in[0] + b * f, (size_t)f * sizeof(float));
+    return KC_OK;
+}
+
+const kc_kernel_entry kc_kernels_reshape[] = {
+    {"ZeroPadding1D", 0, kc_zeropad}, {"ZeroPadding2D", 0, kc_zeropad},
+    {"ZeroPadding3D", 0, kc_zeropad}, {"Cropping1D", 0, kc_crop},
+    {"Cropping2D", 0, kc_crop},       {"Cropping3D", 0, kc_crop},
+    {"UpSampling1D", 0, kc_upsample}, {"UpSampling2D", 0, kc_upsample},
+    {"UpSampling3D", 0, kc_upsample}, {"Flatten", 0, kc_copy},
+    {"Reshape", 0, kc_copy},          {"Permute", 0, kc_permute},
+    {"RepeatVector", 0, kc_repeat},   {NULL, 0, NULL},
+};

@@ -1,0 +1,190 @@
+/* Shape resolution and the memory plan (liveness -> arena offsets). */
+#include "runtime/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "model/model_internal.h"
+#include "ops/op.h"
+
+#define KC_ALIGN_FLOATS 16 /* 64-byte alignment for vector loads */
+
+int kc_plan_matches(const kc_plan *plan, const kc_shape *in_shapes, int n_in)
+{
+    if (plan->n_in != n_in || n_in == 0)
+        return 0;
+    for (int i = 0; i < n_in; i++)
+        if (!kc_shape_equal(&plan->in_shapes[i], &in_shapes[i]))
+            return 0;
+    return 1;
+}
+
+void kc_plan_free(kc_plan *plan)
+{
+    free(plan->shape);
+    free(plan->offset);
+    memset(plan, 0, sizeof *plan);
+}
+
+/* Re-run a node's shape rule on concrete input shapes. */
+static kc_status kc_plan_node_shapes(const kc_model *m, const kc_node *node, kc_plan *p)
+{
+    kc_shape in[KC_MAX_NODE_IO];
+    kc_dtype in_dtype[KC_MAX_NODE_IO];
+    if (node->n_inputs > KC_MAX_NODE_IO)
+        return kc_fail(KC_ERR_LIMIT, "node has too many inputs");
+    for (int i = 0; i < node->n_inputs; i++) {
+        in[i] = p->shape[node->inputs[i]];
+        in_dtype[i] = m->graph->values[node->inputs[i]].dtype;
+    }
+    kc_parse_env env = {.keras_major = m->keras_major};
+    kc_op_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.layer = node->layer;
+    ctx.env = &env;
+    ctx.in = in;
+    ctx.in_dtype = in_dtype;
+    ctx.in_roles = node->input_roles;
+    ctx.n_in = node->n_inputs;
+    ctx.consts = node->consts;
+    ctx.n_consts = node->n_consts;
+    ctx.call_kwargs = node->call_kwargs;
+    ctx.call_args = node->call_args;
+    KC_TRY(node->layer->def->infer(&ctx));
+    if (ctx.n_out != node->n_outputs)
+        return kc_fail(KC_ERR_SHAPE, "produced %d outputs for these inputs, %d planned",
+                       ctx.n_out, node->n_outputs);
+    for (int i = 0; i < ctx.n_out; i++) {
+        int64_t count = kc_shape_count(&ctx.out[i]);
+        if (count < 0)
+            return kc_fail(count == -1 ? KC_ERR_SHAPE : KC_ERR_LIMIT,
+                           "output %d has an unresolved or too large shape", i);
+        p->shape[node->outputs[i]] = ctx.out[i];
+    }
+    return KC_OK;
+}
+
+/* Live allocations sorted by offset; first fit. */
+typedef struct kc_block {
+    size_t offset, size;
+    int value;
+} kc_block;
+
+typedef struct kc_allocator {
+    kc_block *live;
+    int n;
+    size_t peak;
+} kc_allocator;
+
+static size_t kc_plan_size(const kc_shape *s)
+{
+    int64_t n = kc_shape_count(s);
+    size_t floats = n > 0 ? (size_t)n : 1;
+    return (floats + KC_ALIGN_FLOATS - 1) / KC_ALIGN_FLOATS * KC_ALIGN_FLOATS;
+}
+
+static size_t kc_alloc_block(kc_allocator *a, int value, size_t size)
+{
+    size_t at = 0;
+    int pos = 0;
+    for (; pos < a->n; pos++) {
+        if (a->live[pos].offset >= at + size)
+            break;
+        size_t end = a->live[pos].offset + a->live[pos].size;
+        if (end > at)
+            at = end;
+    }
+    memmove(&a->live[pos + 1], &a->live[pos], (size_t)(a->n - pos) * sizeof *a->live);
+    a->live[pos] = (kc_block){at, size, value};
+    a->n++;
+    if (at + size > a->peak)
+        a->peak = at + size;
+    return at;
+}
+
+static void kc_free_block(kc_allocator *a, int value)
+{
+    for (int i = 0; i < a->n; i++)
+        if (a->live[i].value == value) {
+            memmove(&a->live[i], &a->live[i + 1], (size_t)(a->n - i - 1) * sizeof *a->live);
+            a->n--;
+            return;
+        }
+}
+
+static kc_status kc_plan_memory(const kc_graph *g, kc_plan *p)
+{
+    int *last_use = kc_calloc((size_t)g->n_values + 1, sizeof *last_use);
+    kc_allocator a = {.live = kc_calloc((size_t)g->n_values + 1, sizeof(kc_block))};
+    if (!last_use || !a.live) {
+        free(last_use);
+        free(a.live);
+        return KC_ERR_NOMEM;
+    }
+    for (int v = 0; v < g->n_values; v++)
+        last_use[v] = -1;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i].n_inputs; j++)
+            last_use[g->nodes[i].inputs[j]] = i;
+    for (int i = 0; i < g->n_outputs; i++)
+        last_use[g->outputs[i]] = g->n_nodes; /* model outputs live to the end */
+    for (int i = 0; i < g->n_inputs; i++)
+        p->offset[g->inputs[i]] = kc_alloc_block(&a, g->inputs[i],
+                                                 kc_plan_size(&p->shape[g->inputs[i]]));
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kc_node *node = &g->nodes[i];
+        for (int j = 0; j < node->n_outputs; j++) {
+            int v = node->outputs[j];
+            p->offset[v] = kc_alloc_block(&a, v, kc_plan_size(&p->shape[v]));
+            if (last_use[v] < 0) /* computed but never read: free at once */
+                last_use[v] = i;
+        }
+        /* Inputs and dead outputs whose last reader is this node. */
+        for (int j = 0; j < node->n_inputs; j++)
+            if (last_use[node->inputs[j]] == i)
+                kc_free_block(&a, node->inputs[j]);
+        for (int j = 0; j < node->n_outputs; j++)
+            if (last_use[node->outputs[j]] == i)
+                kc_free_block(&a, node->outputs[j]);
+    }
+    p->arena_floats = a.peak ? a.peak : KC_ALIGN_FLOATS;
+    free(last_use);
+    free(a.live);
+    return KC_OK;
+}
+
+kc_status kc_plan_build(const kc_model *m, const kc_shape *in_shapes, int n_in, kc_plan *p)
+{
+    const kc_graph *g = m->graph;
+    memset(p, 0, sizeof *p);
+    if (n_in > KC_PLAN_MAX_INPUTS)
+        return kc_fail(KC_ERR_LIMIT, "too many inputs");
+    p->n_values = g->n_values;
+    p->shape = kc_calloc((size_t)g->n_values + 1, sizeof *p->shape);
+    p->offset = kc_calloc((size_t)g->n_values + 1, sizeof *p->offset);
+    if (!p->shape || !p->offset) {
+        kc_plan_free(p);
+        return KC_ERR_NOMEM;
+    }
+    for (int i = 0; i < n_in; i++)
+        p->shape[g->inputs[i]] = in_shapes[i];
+    kc_status st = KC_OK;
+    for (int i = 0; st == KC_OK && i < g->n_nodes; i++) {
+        st = kc_plan_node_shapes(m, &g->nodes[i], p);
+        if (st != KC_OK)
+            kc_fail_context(st, "layer '%s' (%s)", g->nodes[i].layer->name,
+                            g->nodes[i].layer->class_name);
+    }
+    if (st == KC_OK)
+        st = kc_plan_memory(g, p);
+    if (st != KC_OK) {
+        kc_plan_free(p);
+        return st;
+    }
+    for (int i = 0; i < n_in; i++)
+        p->in_shapes[i] = in_shapes[i];
+    p->n_in = n_in;
+    return KC_OK;
+}

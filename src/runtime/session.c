@@ -1,0 +1,259 @@
+/* kc_session: run a loaded model on the CPU.
+ *
+ * The graph is already in topological order with shapes inferred against a
+ * symbolic batch. A run resolves every shape for the actual inputs (batch,
+ * variable sequence lengths) by re-running each op's shape rule, then calls
+ * each node's kernel. Activations live in one arena planned once per input
+ * shape: each value gets an offset, and a value's space is reused after its
+ * last reader (liveness), so peak memory is the widest cut of the graph,
+ * not the sum of all activations. */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "kernels/kernel.h"
+#include "model/model_internal.h"
+#include "runtime/mask.h"
+#include "runtime/plan.h"
+
+struct kc_session {
+    const kc_model *model;
+    const kc_graph *graph;
+    kc_kernel_fn *kernels;   /* per node */
+    kc_plan plan;            /* shapes + arena offsets for the last input shapes */
+    float *arena;
+    size_t arena_floats;
+    unsigned char **mask;    /* per value during a run, or NULL */
+    unsigned char *mask_owned;
+    int threads;
+};
+
+static kc_status kc_layer_error(kc_status st, const kc_layer *layer)
+{
+    return kc_fail_context(st, "layer '%s' (%s)", layer->name, layer->class_name);
+}
+
+kc_status kc_session_new(const kc_model *model, const kc_session_options *options,
+                         kc_session **out)
+{
+    *out = NULL;
+    if (!model)
+        return kc_fail(KC_ERR_ARG, "kc_session_new: no model");
+    const kc_graph *g = model->graph;
+    kc_session *s = kc_calloc(1, sizeof *s);
+    if (!s)
+        return KC_ERR_NOMEM;
+    s->model = model;
+    s->graph = g;
+    s->threads = options && options->threads > 0 ? options->threads : 0;
+    s->kernels = kc_calloc((size_t)g->n_nodes + 1, sizeof *s->kernels);
+    s->mask = kc_calloc((size_t)g->n_values + 1, sizeof *s->mask);
+    s->mask_owned = kc_calloc((size_t)g->n_values + 1, 1);
+    if (!s->kernels || !s->mask || !s->mask_owned) {
+        free(s->mask);
+        free(s->mask_owned);
+        free(s);
+        return KC_ERR_NOMEM;
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kc_layer *layer = g->nodes[i].layer;
+        s->kernels[i] = kc_kernel_lookup(layer->def);
+        if (!s->kernels[i]) {
+            kc_status st = kc_fail(KC_ERR_UNSUPPORTED, "%s: layer '%s' (%s): no CPU kernel yet",
+                                   model->path, layer->name, layer->class_name);
+            kc_session_free(s);
+            return st;
+        }
+    }
+    if (s->threads > 0)
+        openblas_set_num_threads(s->threads);
+    *out = s;
+    return KC_OK;
+}
+
+void kc_session_free(kc_session *s)
+{
+    if (!s)
+        return;
+    kc_plan_free(&s->plan);
+    free(s->arena);
+    free(s->kernels);
+    free(s->mask);
+    free(s->mask_owned);
+    free(s);
+}
+
+/* ------------------------------------------------------------- inputs */
+
+static kc_status kc_check_input(const kc_session *s, int i, const kc_tensor *t)
+{
+    const kc_shape *want = &s->graph->values[s->graph->inputs[i]].shape;
+    const char *name = s->graph->input_names[i];
+    char got_text[160], want_text[160];
+    kc_shape_format(&t->shape, got_text, sizeof got_text);
+    kc_shape_format(want, want_text, sizeof want_text);
+    if (t->shape.rank != want->rank)
+        return kc_fail(KC_ERR_SHAPE, "input %d '%s' has shape %s, the model expects %s", i, name,
+                       got_text, want_text);
+    for (int d = 0; d < want->rank; d++)
+        if (want->dims[d] >= 0 && t->shape.dims[d] != want->dims[d] && d > 0)
+            return kc_fail(KC_ERR_SHAPE, "input %d '%s' has shape %s, the model expects %s", i,
+                           name, got_text, want_text);
+    if (t->dtype == KC_DTYPE_INVALID || t->dtype == KC_BF16)
+        return kc_fail(KC_ERR_ARG, "input %d '%s' has unsupported dtype %s", i, name,
+                       kc_dtype_name(t->dtype));
+    return KC_OK;
+}
+
+/* Convert any numeric tensor to float32 into dst. */
+static void kc_to_f32(const kc_tensor *t, float *dst)
+{
+    int64_t n = kc_count(&t->shape);
+    const void *src = t->data;
+    for (int64_t i = 0; i < n; i++) {
+        switch (t->dtype) {
+        case KC_F32: dst[i] = ((const float *)src)[i]; break;
+        case KC_F64: dst[i] = (float)((const double *)src)[i]; break;
+        case KC_F16: dst[i] = kc_half_to_float(((const uint16_t *)src)[i]); break;
+        case KC_I8: dst[i] = ((const int8_t *)src)[i]; break;
+        case KC_I16: dst[i] = ((const int16_t *)src)[i]; break;
+        case KC_I32: dst[i] = (float)((const int32_t *)src)[i]; break;
+        case KC_I64: dst[i] = (float)((const int64_t *)src)[i]; break;
+        case KC_U8: case KC_BOOL: dst[i] = ((const uint8_t *)src)[i]; break;
+        case KC_U16: dst[i] = ((const uint16_t *)src)[i]; break;
+        case KC_U32: dst[i] = (float)((const uint32_t *)src)[i]; break;
+        case KC_U64: dst[i] = (float)((const uint64_t *)src)[i]; break;
+        default: dst[i] = 0; break;
+        }
+    }
+}
+
+/* --------------------------------------------------------------- run */
+
+static kc_status kc_run_node(kc_session *s, int index)
+{
+    const kc_graph *g = s->graph;
+    const kc_node *node = &g->nodes[index];
+    const float *in[KC_MAX_NODE_IO];
+    kc_shape in_shape[KC_MAX_NODE_IO];
+    float *outp[KC_MAX_OUTPUTS];
+    kc_shape out_shape[KC_MAX_OUTPUTS];
+    if (node->n_inputs > KC_MAX_NODE_IO)
+        return kc_layer_error(kc_fail(KC_ERR_LIMIT, "too many inputs"), node->layer);
+    for (int i = 0; i < node->n_inputs; i++) {
+        in[i] = s->arena + s->plan.offset[node->inputs[i]];
+        in_shape[i] = s->plan.shape[node->inputs[i]];
+    }
+    for (int i = 0; i < node->n_outputs; i++) {
+        outp[i] = s->arena + s->plan.offset[node->outputs[i]];
+        out_shape[i] = s->plan.shape[node->outputs[i]];
+    }
+    kc_exec_ctx ctx = {
+        .node = node,
+        .layer = node->layer,
+        .in = in,
+        .in_shape = in_shape,
+        .n_in = node->n_inputs,
+        .out = outp,
+        .out_shape = out_shape,
+        .n_out = node->n_outputs,
+        .keras_major = s->model->keras_major,
+        .in_mask = node->n_inputs ? s->mask[node->inputs[0]] : NULL,
+    };
+    kc_status st = s->kernels[index](&ctx);
+    if (st != KC_OK)
+        return kc_layer_error(st, node->layer);
+    if (node->n_inputs && node->n_outputs) {
+        int owned = 0;
+        int v = node->outputs[0];
+        s->mask[v] = kc_mask_after(node, in[0], &in_shape[0], &out_shape[0],
+                                   s->mask[node->inputs[0]], &owned);
+        s->mask_owned[v] = (unsigned char)owned;
+    }
+    return KC_OK;
+}
+
+static kc_status kc_prepare(kc_session *s, const kc_tensor *const *inputs)
+{
+    kc_shape shapes[64];
+    int n = s->graph->n_inputs;
+    if (n > 64)
+        return kc_fail(KC_ERR_LIMIT, "more than 64 model inputs");
+    for (int i = 0; i < n; i++)
+        shapes[i] = inputs[i]->shape;
+    if (kc_plan_matches(&s->plan, shapes, n))
+        return KC_OK;
+    kc_plan_free(&s->plan);
+    KC_TRY(kc_plan_build(s->model, shapes, n, &s->plan));
+    if (s->plan.arena_floats > s->arena_floats) {
+        free(s->arena);
+        s->arena = kc_calloc(s->plan.arena_floats, sizeof *s->arena);
+        s->arena_floats = s->arena ? s->plan.arena_floats : 0;
+        if (!s->arena)
+            return KC_ERR_NOMEM;
+    }
+    return KC_OK;
+}
+
+kc_status kc_session_run(kc_session *s, const kc_tensor *const *inputs, int n_inputs,
+                         kc_tensor **outputs, int n_outputs)
+{
+    kc_error_clear();
+    if (!s || (!inputs && n_inputs) || (!outputs && n_outputs))
+        return kc_fail(KC_ERR_ARG, "kc_session_run: null argument");
+    const kc_graph *g = s->graph;
+    if (n_inputs != g->n_inputs)
+        return kc_fail(KC_ERR_ARG, "the model takes %d input(s), %d given", g->n_inputs,
+                       n_inputs);
+    if (n_outputs != g->n_outputs)
+        return kc_fail(KC_ERR_ARG, "the model has %d output(s), %d requested", g->n_outputs,
+                       n_outputs);
+    for (int i = 0; i < n_inputs; i++) {
+        if (!inputs[i])
+            return kc_fail(KC_ERR_ARG, "input %d is null", i);
+        KC_TRY(kc_check_input(s, i, inputs[i]));
+    }
+    for (int i = 1; i < n_inputs; i++)
+        if (inputs[i]->shape.dims[0] != inputs[0]->shape.dims[0])
+            return kc_fail(KC_ERR_SHAPE, "inputs have different batch sizes (%lld and %lld)",
+                           (long long)inputs[0]->shape.dims[0],
+                           (long long)inputs[i]->shape.dims[0]);
+    KC_TRY(kc_prepare(s, inputs));
+    for (int i = 0; i < n_inputs; i++)
+        kc_to_f32(inputs[i], s->arena + s->plan.offset[g->inputs[i]]);
+    kc_status st = KC_OK;
+    for (int i = 0; st == KC_OK && i < g->n_nodes; i++)
+        st = kc_run_node(s, i);
+    for (int v = 0; v < g->n_values; v++) {
+        if (s->mask_owned[v])
+            free(s->mask[v]);
+        s->mask[v] = NULL;
+        s->mask_owned[v] = 0;
+    }
+    if (st != KC_OK)
+        return st;
+    for (int i = 0; i < n_outputs; i++)
+        outputs[i] = NULL;
+    for (int i = 0; i < n_outputs; i++) {
+        int v = g->outputs[i];
+        const kc_shape *shape = &s->plan.shape[v];
+        kc_status st = kc_tensor_new(KC_F32, shape->rank, shape->dims, &outputs[i]);
+        if (st != KC_OK) {
+            for (int j = 0; j < i; j++) {
+                kc_tensor_free(outputs[j]);
+                outputs[j] = NULL;
+            }
+            return st;
+        }
+        memcpy(outputs[i]->data, s->arena + s->plan.offset[v],
+               (size_t)kc_count(shape) * sizeof(float));
+    }
+    return KC_OK;
+}
+
+size_t kc_session_arena_bytes(const kc_session *s)
+{
+    return s ? s->plan.arena_floats * sizeof(float) : 0;
+}

@@ -1,0 +1,143 @@
+/* The CPU session: input validation, any batch size, multiple outputs, and
+ * the activation arena reusing memory by liveness. Models are weightless
+ * JSON architectures written here, so the expected values are plain. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "kerasc.h"
+
+/* x -> relu -> (a) ; a + x -> (b); concat(a, b) -> out0, b -> out1 */
+static const char *kc_model_json =
+    "{\"class_name\":\"Model\",\"config\":{\"name\":\"m\",\"layers\":["
+    "{\"class_name\":\"InputLayer\",\"name\":\"x\",\"config\":{\"name\":\"x\",\"batch_input_shape\":[null,3]},\"inbound_nodes\":[]},"
+    "{\"class_name\":\"Activation\",\"name\":\"a\",\"config\":{\"name\":\"a\",\"activation\":\"relu\"},\"inbound_nodes\":[[[\"x\",0,0,{}]]]},"
+    "{\"class_name\":\"Add\",\"name\":\"b\",\"config\":{\"name\":\"b\"},\"inbound_nodes\":[[[\"a\",0,0,{}],[\"x\",0,0,{}]]]},"
+    "{\"class_name\":\"Concatenate\",\"name\":\"c\",\"config\":{\"name\":\"c\",\"axis\":-1},\"inbound_nodes\":[[[\"a\",0,0,{}],[\"b\",0,0,{}]]]}],"
+    "\"input_layers\":[[\"x\",0,0]],\"output_layers\":[[\"c\",0,0],[\"b\",0,0]]}}";
+
+static kc_model *load_json(const char *text)
+{
+    char path[1024];
+    mkdir(KC_TEST_TMP, 0777);
+    snprintf(path, sizeof path, "%s/runtime_model.json", KC_TEST_TMP);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(path, NULL, &m), KC_OK);
+    return m;
+}
+
+static kc_tensor *make_input(int64_t batch)
+{
+    kc_tensor *t = NULL;
+    int64_t dims[2] = {batch, 3};
+    assert_int_equal(kc_tensor_new(KC_F32, 2, dims, &t), KC_OK);
+    float *p = kc_tensor_data(t);
+    for (int64_t i = 0; i < batch * 3; i++)
+        p[i] = (float)(i % 5) - 2.0f; /* -2..2 */
+    return t;
+}
+
+static void test_run_values_and_batches(void **state)
+{
+    (void)state;
+    kc_model *m = load_json(kc_model_json);
+    kc_session *s = NULL;
+    assert_int_equal(kc_session_new(m, NULL, &s), KC_OK);
+    for (int64_t batch = 1; batch <= 4; batch += 3) {
+        kc_tensor *in = make_input(batch), *out[2] = {0};
+        assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&in, 1, out, 2), KC_OK);
+        assert_int_equal(kc_tensor_dim(out[0], 0), batch);
+        assert_int_equal(kc_tensor_dim(out[0], 1), 6);
+        const float *x = kc_tensor_cdata(in), *c = kc_tensor_cdata(out[0]),
+                    *b = kc_tensor_cdata(out[1]);
+        for (int64_t r = 0; r < batch; r++)
+            for (int j = 0; j < 3; j++) {
+                float v = x[r * 3 + j], relu = v > 0 ? v : 0;
+                assert_true(c[r * 6 + j] == relu);
+                assert_true(c[r * 6 + 3 + j] == relu + v);
+                assert_true(b[r * 3 + j] == relu + v);
+            }
+        kc_tensor_free(in);
+        kc_tensor_free(out[0]);
+        kc_tensor_free(out[1]);
+    }
+    kc_session_free(s);
+    kc_model_free(m);
+}
+
+static void test_bad_inputs(void **state)
+{
+    (void)state;
+    kc_model *m = load_json(kc_model_json);
+    kc_session *s = NULL;
+    assert_int_equal(kc_session_new(m, NULL, &s), KC_OK);
+    kc_tensor *out[2] = {0}, *wrong = NULL;
+    int64_t dims[2] = {2, 4};
+    assert_int_equal(kc_tensor_new(KC_F32, 2, dims, &wrong), KC_OK);
+    assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&wrong, 1, out, 2), KC_ERR_SHAPE);
+    assert_non_null(strstr(kc_last_error(), "input 0 'x' has shape (2, 4)"));
+    assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&wrong, 0, out, 2), KC_ERR_ARG);
+    kc_tensor *in = make_input(2);
+    assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&in, 1, out, 1), KC_ERR_ARG);
+    assert_null(out[0]);
+    kc_tensor_free(in);
+    kc_tensor_free(wrong);
+    kc_session_free(s);
+    kc_model_free(m);
+}
+
+/* A chain of 40 element-wise layers: liveness lets the arena hold the
+ * input, the output and one intermediate at a time, not forty copies. */
+static void test_long_chain(void **state)
+{
+    (void)state;
+    char *json = malloc(1 << 16);
+    assert_non_null(json);
+    size_t n = (size_t)sprintf(json, "{\"class_name\":\"Sequential\",\"config\":{\"name\":\"s\",\"layers\":["
+                                     "{\"class_name\":\"InputLayer\",\"config\":{\"batch_input_shape\":[null,1024]}}");
+    for (int i = 0; i < 40; i++)
+        n += (size_t)sprintf(json + n, ",{\"class_name\":\"Activation\",\"config\":{\"name\":\"act%d\",\"activation\":\"%s\"}}",
+                             i, i % 2 ? "relu" : "linear");
+    sprintf(json + n, "]}}");
+    kc_model *m = load_json(json);
+    free(json);
+    kc_session *s = NULL;
+    assert_int_equal(kc_session_new(m, NULL, &s), KC_OK);
+    kc_tensor *in = NULL, *out = NULL;
+    int64_t dims[2] = {4096, 1024};
+    assert_int_equal(kc_tensor_new(KC_F32, 2, dims, &in), KC_OK);
+    float *p = kc_tensor_data(in);
+    for (int64_t i = 0; i < 4096 * 1024; i++)
+        p[i] = (i % 2) ? 1.0f : -1.0f;
+    assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&in, 1, &out, 1), KC_OK);
+    const float *o = kc_tensor_cdata(out);
+    assert_true(o[0] == 0.0f && o[1] == 1.0f);
+    size_t one = (size_t)4096 * 1024 * sizeof(float);
+    assert_true(kc_session_arena_bytes(s) <= 3 * one + 4096);
+    kc_tensor_free(in);
+    kc_tensor_free(out);
+    kc_session_free(s);
+    kc_model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_run_values_and_batches),
+        cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_long_chain),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
