@@ -266,7 +266,7 @@ static kc_status kc_time_distributed(const kc_exec_ctx *ctx)
 
 const kc_kernel_entry kc_kernels_rnn[] = {
     {"LSTM", 0, kc_rnn_layer},      {"GRU", 0, kc_rnn_layer},
-    {"SimpleRNN", 0, kc_rnn_layer}, {"CuDNNLSTM", 0, kc_rnn_layer},
+    {"SimpleRNN", 0, kc_rnn_layer}, {"RNN", 0, kc_rnn_layer}, {"CuDNNLSTM", 0, kc_rnn_layer},
     {"CuDNNGRU", 0, kc_rnn_layer},  {"Bidirectional", 0, kc_bidirectional},
     {"TimeDistributed", 0, kc_time_distributed}, {NULL, 0, NULL},
 };
