@@ -136,6 +136,10 @@ kc_status kc_session_run(kc_session *session, const kc_tensor *const *inputs, in
 /* Bytes of the activation arena planned for the last run's input shapes
  * (values share space once their last reader has run). */
 size_t kc_session_arena_bytes(const kc_session *session);
+/* Nodes absorbed into their producer at session creation (BatchNormalization
+ * folded into a convolution/Dense, activations fused); KC_FUSE=0 in the
+ * environment disables the rewrites. */
+int kc_session_fused_nodes(const kc_session *session);
 
 #ifdef __cplusplus
 }

@@ -114,7 +114,14 @@ static void kc_free_block(kc_allocator *a, int value)
         }
 }
 
-static kc_status kc_plan_memory(const kc_graph *g, kc_plan *p)
+static int kc_root(const int *alias, int v)
+{
+    while (alias && alias[v] >= 0)
+        v = alias[v];
+    return v;
+}
+
+static kc_status kc_plan_memory(const kc_graph *g, const int *alias, kc_plan *p)
 {
     int *last_use = kc_calloc((size_t)g->n_values + 1, sizeof *last_use);
     kc_allocator a = {.live = kc_calloc((size_t)g->n_values + 1, sizeof(kc_block))};
@@ -130,24 +137,38 @@ static kc_status kc_plan_memory(const kc_graph *g, kc_plan *p)
             last_use[g->nodes[i].inputs[j]] = i;
     for (int i = 0; i < g->n_outputs; i++)
         last_use[g->outputs[i]] = g->n_nodes; /* model outputs live to the end */
+    /* An alias keeps its root alive as long as the alias is read. */
+    for (int v = 0; v < g->n_values; v++) {
+        int r = kc_root(alias, v);
+        if (r != v && last_use[v] > last_use[r])
+            last_use[r] = last_use[v];
+    }
     for (int i = 0; i < g->n_inputs; i++)
         p->offset[g->inputs[i]] = kc_alloc_block(&a, g->inputs[i],
                                                  kc_plan_size(&p->shape[g->inputs[i]]));
     for (int i = 0; i < g->n_nodes; i++) {
         const kc_node *node = &g->nodes[i];
         for (int j = 0; j < node->n_outputs; j++) {
-            int v = node->outputs[j];
+            int v = node->outputs[j], r = kc_root(alias, v);
+            if (r != v) {
+                p->offset[v] = p->offset[r];
+                continue;
+            }
             p->offset[v] = kc_alloc_block(&a, v, kc_plan_size(&p->shape[v]));
             if (last_use[v] < 0) /* computed but never read: free at once */
                 last_use[v] = i;
         }
         /* Inputs and dead outputs whose last reader is this node. */
-        for (int j = 0; j < node->n_inputs; j++)
-            if (last_use[node->inputs[j]] == i)
-                kc_free_block(&a, node->inputs[j]);
-        for (int j = 0; j < node->n_outputs; j++)
-            if (last_use[node->outputs[j]] == i)
-                kc_free_block(&a, node->outputs[j]);
+        for (int j = 0; j < node->n_inputs; j++) {
+            int r = kc_root(alias, node->inputs[j]);
+            if (last_use[r] == i)
+                kc_free_block(&a, r);
+        }
+        for (int j = 0; j < node->n_outputs; j++) {
+            int r = kc_root(alias, node->outputs[j]);
+            if (last_use[r] == i)
+                kc_free_block(&a, r);
+        }
     }
     p->arena_floats = a.peak ? a.peak : KC_ALIGN_FLOATS;
     free(last_use);
@@ -155,7 +176,8 @@ static kc_status kc_plan_memory(const kc_graph *g, kc_plan *p)
     return KC_OK;
 }
 
-kc_status kc_plan_build(const kc_model *m, const kc_shape *in_shapes, int n_in, kc_plan *p)
+kc_status kc_plan_build(const kc_model *m, const int *alias, const kc_shape *in_shapes, int n_in,
+                        kc_plan *p)
 {
     const kc_graph *g = m->graph;
     memset(p, 0, sizeof *p);
@@ -178,7 +200,7 @@ kc_status kc_plan_build(const kc_model *m, const kc_shape *in_shapes, int n_in, 
                             g->nodes[i].layer->class_name);
     }
     if (st == KC_OK)
-        st = kc_plan_memory(g, p);
+        st = kc_plan_memory(g, alias, p);
     if (st != KC_OK) {
         kc_plan_free(p);
         return st;

@@ -22,8 +22,10 @@ typedef struct kc_plan {
     int n_in;              /* 0: no plan yet */
 } kc_plan;
 
-kc_status kc_plan_build(const struct kc_model *model, const kc_shape *in_shapes, int n_in,
-                        kc_plan *out);
+/* alias (per value, or NULL): values that share their root value's slot
+ * (outputs of nodes absorbed by fusion). */
+kc_status kc_plan_build(const struct kc_model *model, const int *alias, const kc_shape *in_shapes,
+                        int n_in, kc_plan *out);
 int kc_plan_matches(const kc_plan *plan, const kc_shape *in_shapes, int n_in);
 void kc_plan_free(kc_plan *plan);
 

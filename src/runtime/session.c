@@ -15,6 +15,7 @@
 #include "base/mem.h"
 #include "kernels/kernel.h"
 #include "model/model_internal.h"
+#include "runtime/fuse.h"
 #include "runtime/mask.h"
 #include "runtime/plan.h"
 
@@ -23,6 +24,7 @@ struct kc_session {
     const kc_graph *graph;
     kc_kernel_fn *kernels;   /* per node */
     kc_plan plan;            /* shapes + arena offsets for the last input shapes */
+    kc_fused fused;          /* BN folding / activation fusion */
     float *arena;
     size_t arena_floats;
     unsigned char **mask;    /* per value during a run, or NULL */
@@ -67,6 +69,11 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
             return st;
         }
     }
+    kc_status fst = kc_fuse(g, &s->fused);
+    if (fst != KC_OK) {
+        kc_session_free(s);
+        return fst;
+    }
     if (s->threads > 0)
         openblas_set_num_threads(s->threads);
     *out = s;
@@ -78,6 +85,7 @@ void kc_session_free(kc_session *s)
     if (!s)
         return;
     kc_plan_free(&s->plan);
+    kc_fused_free(&s->fused, s->graph->n_nodes);
     free(s->arena);
     free(s->kernels);
     free(s->mask);
@@ -136,6 +144,11 @@ static kc_status kc_run_node(kc_session *s, int index)
 {
     const kc_graph *g = s->graph;
     const kc_node *node = &g->nodes[index];
+    if (s->fused.skip[index]) {
+        /* absorbed into its producer; the output aliases the input */
+        s->mask[node->outputs[0]] = s->mask[node->inputs[0]];
+        return KC_OK;
+    }
     const float *in[KC_MAX_NODE_IO];
     kc_shape in_shape[KC_MAX_NODE_IO];
     float *outp[KC_MAX_OUTPUTS];
@@ -152,7 +165,7 @@ static kc_status kc_run_node(kc_session *s, int index)
     }
     kc_exec_ctx ctx = {
         .node = node,
-        .layer = node->layer,
+        .layer = s->fused.shadow[index] ? s->fused.shadow[index] : node->layer,
         .in = in,
         .in_shape = in_shape,
         .n_in = node->n_inputs,
@@ -186,7 +199,7 @@ static kc_status kc_prepare(kc_session *s, const kc_tensor *const *inputs)
     if (kc_plan_matches(&s->plan, shapes, n))
         return KC_OK;
     kc_plan_free(&s->plan);
-    KC_TRY(kc_plan_build(s->model, shapes, n, &s->plan));
+    KC_TRY(kc_plan_build(s->model, s->fused.alias, shapes, n, &s->plan));
     if (s->plan.arena_floats > s->arena_floats) {
         free(s->arena);
         s->arena = kc_calloc(s->plan.arena_floats, sizeof *s->arena);
@@ -257,3 +270,5 @@ size_t kc_session_arena_bytes(const kc_session *s)
 {
     return s ? s->plan.arena_floats * sizeof(float) : 0;
 }
+
+int kc_session_fused_nodes(const kc_session *s) { return s ? s->fused.n_fused : 0; }

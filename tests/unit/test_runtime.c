@@ -132,12 +132,44 @@ static void test_long_chain(void **state)
     kc_model_free(m);
 }
 
+/* Folding BN into the convolution and fusing activations changes the
+ * arithmetic order only: outputs agree with the unfused run. */
+static void test_fusion_matches_unfused(void **state)
+{
+    (void)state;
+    const char *path = KC_TEST_DATA "/../zoo/batchnorm_conv/model.keras";
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(path, NULL, &m), KC_OK);
+    kc_tensor *in = NULL, *fused_out = NULL, *plain_out = NULL;
+    assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/../zoo/batchnorm_conv/input_0.npy", &in),
+                     KC_OK);
+    kc_session *fused = NULL, *plain = NULL;
+    assert_int_equal(kc_session_new(m, NULL, &fused), KC_OK);
+    assert_true(kc_session_fused_nodes(fused) > 0);
+    setenv("KC_FUSE", "0", 1);
+    assert_int_equal(kc_session_new(m, NULL, &plain), KC_OK);
+    unsetenv("KC_FUSE");
+    assert_int_equal(kc_session_fused_nodes(plain), 0);
+    assert_int_equal(kc_session_run(fused, (const kc_tensor *const *)&in, 1, &fused_out, 1), KC_OK);
+    assert_int_equal(kc_session_run(plain, (const kc_tensor *const *)&in, 1, &plain_out, 1), KC_OK);
+    const float *a = kc_tensor_cdata(fused_out), *b = kc_tensor_cdata(plain_out);
+    for (int64_t i = 0; i < kc_tensor_count(plain_out); i++)
+        assert_true(fabsf(a[i] - b[i]) <= 1e-5f * fmaxf(1.0f, fabsf(b[i])));
+    kc_tensor_free(in);
+    kc_tensor_free(fused_out);
+    kc_tensor_free(plain_out);
+    kc_session_free(fused);
+    kc_session_free(plain);
+    kc_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_values_and_batches),
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_long_chain),
+        cmocka_unit_test(test_fusion_matches_unfused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

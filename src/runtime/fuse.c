@@ -1,0 +1,241 @@
+/* Graph rewrites done once per session, on session-owned copies (the
+ * model and its weights are never modified):
+ *  - BatchNormalization after a convolution or Dense is folded into its
+ *    weights: W'[.., c] = W[.., c] * s[c], b'[c] = (b[c] - mean[c]) * s[c]
+ *    + beta[c] with s = gamma / sqrt(var + eps) — the same inference
+ *    arithmetic, reassociated;
+ *  - an Activation / ReLU layer after a convolution or Dense with a linear
+ *    activation becomes that layer's own activation.
+ * The absorbed node then produces nothing: its output is an alias of its
+ * input (plan.c gives both one arena slot). KC_FUSE=0 turns this off. */
+#include "runtime/fuse.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "ops/activation.h"
+#include "ops/conv.h"
+#include "ops/core.h"
+#include "ops/norm.h"
+
+/* The producing node of value v, or -1. */
+static int kc_producer(const kc_graph *g, int v) { return g->values[v].producer; }
+
+/* Number of nodes reading value v (through aliases already made). */
+static int kc_readers(const kc_graph *g, int v)
+{
+    int n = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i].n_inputs; j++)
+            n += g->nodes[i].inputs[j] == v;
+    for (int i = 0; i < g->n_outputs; i++)
+        n += g->outputs[i] == v; /* a model output must stay materialised */
+    return n;
+}
+
+typedef enum { KC_HOST_NONE, KC_HOST_CONV, KC_HOST_DENSE } kc_host_kind;
+
+static kc_host_kind kc_host_of(const kc_layer *layer, const char **activation)
+{
+    const char *c = layer->class_name;
+    if (!strcmp(c, "Dense")) {
+        *activation = ((const kc_dense_attrs *)layer->attrs)->activation;
+        return KC_HOST_DENSE;
+    }
+    if (!strcmp(c, "Conv1D") || !strcmp(c, "Conv2D") || !strcmp(c, "Conv3D") ||
+        !strcmp(c, "Convolution1D") || !strcmp(c, "Convolution2D") ||
+        !strcmp(c, "DepthwiseConv2D") || !strcmp(c, "DepthwiseConv1D")) {
+        *activation = ((const kc_conv_attrs *)layer->attrs)->activation;
+        return KC_HOST_CONV;
+    }
+    return KC_HOST_NONE;
+}
+
+/* A session-owned copy of a host layer whose attrs and weights may be
+ * rewritten. */
+static kc_layer *kc_fuse_own(kc_fused *f, int node, const kc_graph *g)
+{
+    if (f->shadow[node])
+        return f->shadow[node];
+    const kc_layer *src = g->nodes[node].layer;
+    kc_layer *l = kc_calloc(1, sizeof *l);
+    if (!l)
+        return NULL;
+    *l = *src;
+    size_t attrs_size = !strcmp(src->class_name, "Dense") ? sizeof(kc_dense_attrs)
+                                                          : sizeof(kc_conv_attrs);
+    l->attrs = kc_calloc(1, attrs_size);
+    l->weights = kc_calloc(KC_MAX_WEIGHT_SPECS, sizeof *l->weights);
+    if (!l->attrs || !l->weights) {
+        free(l->attrs);
+        free(l->weights);
+        free(l);
+        return NULL;
+    }
+    f->shadow[node] = l; /* owned from here on, freed by kc_fused_free */
+    memcpy(l->attrs, src->attrs, attrs_size);
+    for (int i = 0; i < src->n_weights; i++) {
+        l->weights[i] = src->weights[i];
+        int64_t n = kc_shape_count(&src->weights[i].shape);
+        l->weights[i].data = kc_calloc((size_t)(n ? n : 1), sizeof(float));
+        if (!l->weights[i].data)
+            return NULL;
+        memcpy(l->weights[i].data, src->weights[i].data, (size_t)n * sizeof(float));
+    }
+    return l;
+}
+
+static int *kc_host_use_bias(kc_layer *l)
+{
+    if (!strcmp(l->class_name, "Dense"))
+        return &((kc_dense_attrs *)l->attrs)->use_bias;
+    return &((kc_conv_attrs *)l->attrs)->use_bias;
+}
+
+static const char **kc_host_activation(kc_layer *l)
+{
+    if (!strcmp(l->class_name, "Dense"))
+        return &((kc_dense_attrs *)l->attrs)->activation;
+    return &((kc_conv_attrs *)l->attrs)->activation;
+}
+
+/* Fold BN (node bn) into host node h. */
+static kc_status kc_fold_bn(kc_fused *f, const kc_graph *g, int h, int bn)
+{
+    const kc_layer *b = g->nodes[bn].layer;
+    const kc_norm_attrs *na = b->attrs;
+    const kc_shape *out = &g->values[g->nodes[h].outputs[0]].shape;
+    if (na->n_axes != 1 || (na->axes[0] != -1 && na->axes[0] != out->rank - 1))
+        return KC_OK; /* only the channel (last) axis folds into the kernel */
+    kc_layer *l = kc_fuse_own(f, h, g);
+    if (!l)
+        return KC_ERR_NOMEM;
+    int w = 0;
+    const float *gamma = na->scale ? b->weights[w++].data : NULL;
+    const float *beta = na->center ? b->weights[w++].data : NULL;
+    const float *mean = b->weights[w++].data, *var = b->weights[w++].data;
+    int64_t c = out->dims[out->rank - 1];
+    kc_weight *kernel = &l->weights[0];
+    int64_t kn = kc_shape_count(&kernel->shape);
+    int *use_bias = kc_host_use_bias(l);
+    if (!*use_bias) {
+        /* The folded layer needs a bias: add a zero one. */
+        l->weights[1].data = kc_calloc((size_t)c, sizeof(float));
+        if (!l->weights[1].data)
+            return KC_ERR_NOMEM;
+        l->weights[1].shape = (kc_shape){.rank = 1, .dims = {c}};
+        l->n_weights = 2;
+        *use_bias = 1;
+    }
+    float *bias = l->weights[1].data;
+    for (int64_t j = 0; j < c; j++) {
+        double s = (gamma ? gamma[j] : 1.0) / sqrt((double)var[j] + na->epsilon);
+        for (int64_t i = j; i < kn; i += c)
+            kernel->data[i] = (float)(kernel->data[i] * s);
+        bias[j] = (float)((bias[j] - mean[j]) * s + (beta ? beta[j] : 0.0));
+    }
+    f->alias[g->nodes[bn].outputs[0]] = g->nodes[h].outputs[0];
+    f->skip[bn] = 1;
+    f->n_fused++;
+    return KC_OK;
+}
+
+/* The activation name an Activation/ReLU layer computes, or NULL. */
+static const char *kc_plain_activation(const kc_layer *l)
+{
+    if (!strcmp(l->class_name, "Activation")) {
+        const char *a = ((const kc_activation_attrs *)l->attrs)->activation;
+        /* softmax and friends need the last axis, which hosts have too */
+        return a;
+    }
+    if (!strcmp(l->class_name, "ReLU")) {
+        const kc_act_layer_attrs *a = l->attrs;
+        if (a->negative_slope != 0 || a->threshold != 0)
+            return NULL;
+        if (a->max_value < 0)
+            return "relu";
+        if (a->max_value == 6)
+            return "relu6";
+    }
+    return NULL;
+}
+
+static int kc_resolve(const kc_fused *f, int v)
+{
+    while (f->alias[v] >= 0)
+        v = f->alias[v];
+    return v;
+}
+
+kc_status kc_fuse(const kc_graph *g, kc_fused *f)
+{
+    memset(f, 0, sizeof *f);
+    f->alias = kc_calloc((size_t)g->n_values + 1, sizeof *f->alias);
+    f->skip = kc_calloc((size_t)g->n_nodes + 1, 1);
+    f->shadow = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->shadow);
+    if (!f->alias || !f->skip || !f->shadow)
+        return KC_ERR_NOMEM;
+    for (int v = 0; v < g->n_values; v++)
+        f->alias[v] = -1;
+    const char *env = getenv("KC_FUSE");
+    if (env && !strcmp(env, "0"))
+        return KC_OK;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kc_node *n = &g->nodes[i];
+        if (n->n_inputs != 1 || n->n_outputs != 1 || n->layer->n_calls != 1)
+            continue;
+        int in = kc_resolve(f, n->inputs[0]);
+        int h = kc_producer(g, in);
+        if (h < 0 || g->nodes[h].n_outputs != 1 || g->nodes[h].layer->n_calls != 1)
+            continue;
+        /* The host's output must feed only this node. */
+        if (kc_readers(g, g->nodes[h].outputs[0]) != 1 && !f->shadow[h])
+            continue;
+        if (f->shadow[h] && kc_readers(g, n->inputs[0]) != 1)
+            continue;
+        const char *host_act = NULL;
+        if (kc_host_of(g->nodes[h].layer, &host_act) == KC_HOST_NONE)
+            continue;
+        if (f->shadow[h])
+            host_act = *kc_host_activation(f->shadow[h]);
+        if (strcmp(host_act, "linear") != 0)
+            continue;
+        if (!strcmp(n->layer->class_name, "BatchNormalization") && !f->shadow[h]) {
+            KC_TRY(kc_fold_bn(f, g, h, i));
+            continue;
+        }
+        const char *act = kc_plain_activation(n->layer);
+        if (act) {
+            kc_layer *l = kc_fuse_own(f, h, g);
+            if (!l)
+                return KC_ERR_NOMEM;
+            *kc_host_activation(l) = act;
+            f->alias[n->outputs[0]] = in;
+            f->skip[i] = 1;
+            f->n_fused++;
+        }
+    }
+    return KC_OK;
+}
+
+void kc_fused_free(kc_fused *f, int n_nodes)
+{
+    if (f->shadow)
+        for (int i = 0; i < n_nodes; i++) {
+            kc_layer *l = f->shadow[i];
+            if (!l)
+                continue;
+            for (int w = 0; w < KC_MAX_WEIGHT_SPECS; w++)
+                free(l->weights[w].data);
+            free(l->weights);
+            free(l->attrs);
+            free(l);
+        }
+    free(f->shadow);
+    free(f->alias);
+    free(f->skip);
+    memset(f, 0, sizeof *f);
+}
