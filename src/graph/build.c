@@ -162,6 +162,7 @@ static kc_status kc_make_layer(kc_builder *b, kc_layer *parent, const cJSON *ent
         if (st != KC_OK)
             return kc_layer_context(st, layer);
     }
+    layer->channels_first = layer->def && cJSON_IsObject(cfg) && kc_cfg_is_channels_first(cfg);
     return KC_OK;
 }
 
@@ -204,8 +205,12 @@ static kc_status kc_call_leaf(kc_builder *b, kc_layer *layer, const int *in_vals
     ctx.call_kwargs = spec ? spec->kwargs : NULL;
     ctx.call_args = spec ? spec->args : NULL;
     ctx.first_call = !layer->specs_ready;
+    if (layer->channels_first && n_in > 0)
+        kc_shape_to_channels_last(&shapes[0]);
     if (st == KC_OK)
         st = layer->def->infer(&ctx);
+    for (int i = 0; st == KC_OK && layer->channels_first && i < ctx.n_out; i++)
+        kc_shape_to_channels_first(&ctx.out[i]);
     if (st == KC_OK && (ctx.n_out < 1 || ctx.n_out > KC_MAX_OUTPUTS))
         st = kc_fail(KC_ERR_FORMAT, "produced %d outputs", ctx.n_out);
     for (int i = 0; st == KC_OK && i < ctx.n_out; i++)

@@ -62,6 +62,8 @@ typedef struct kc_layer {
     int n_out_shapes;
     char *connected_to;           /* summary text */
     int depth;                    /* nesting depth (root = 0) */
+    int channels_first;           /* data_format channels_first: the op is
+                                     run on NHWC through transposes */
 } kc_layer;
 
 typedef struct kc_value {

@@ -304,11 +304,14 @@ kc_status kc_cfg_padding(const cJSON *cfg, int allow_causal, int *out)
 
 kc_status kc_cfg_channels_last(const cJSON *cfg)
 {
+    /* channels_first layers are accepted: the graph builder marks them
+     * (kc_layer.channels_first) and shape inference and execution see them
+     * through an NCHW <-> NHWC transpose, so every op is written once, for
+     * channels_last. */
     const char *fmt;
     KC_TRY(kc_cfg_str(cfg, "data_format", "channels_last", &fmt));
-    if (strcmp(fmt, "channels_last") != 0)
-        return kc_fail(KC_ERR_UNSUPPORTED, "data_format '%s' (only channels_last is supported)",
-                       fmt);
+    if (strcmp(fmt, "channels_last") != 0 && strcmp(fmt, "channels_first") != 0)
+        return kc_fail(KC_ERR_UNSUPPORTED, "data_format '%s'", fmt);
     const char *dim;
     KC_TRY(kc_cfg_str(cfg, "dim_ordering", "tf", &dim));
     if (strcmp(dim, "tf") != 0 && strcmp(dim, "default") != 0)
@@ -316,6 +319,32 @@ kc_status kc_cfg_channels_last(const cJSON *cfg)
                        "Keras 1 dim_ordering '%s' (Theano channels-first kernels) is not "
                        "supported; only 'tf'", dim);
     return KC_OK;
+}
+
+int kc_cfg_is_channels_first(const cJSON *cfg)
+{
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(cfg, "data_format");
+    return cJSON_IsString(fmt) && strcmp(fmt->valuestring, "channels_first") == 0;
+}
+
+void kc_shape_to_channels_last(kc_shape *s)
+{
+    if (s->rank < 3)
+        return;
+    int64_t c = s->dims[1];
+    for (int i = 1; i < s->rank - 1; i++)
+        s->dims[i] = s->dims[i + 1];
+    s->dims[s->rank - 1] = c;
+}
+
+void kc_shape_to_channels_first(kc_shape *s)
+{
+    if (s->rank < 3)
+        return;
+    int64_t c = s->dims[s->rank - 1];
+    for (int i = s->rank - 1; i > 1; i--)
+        s->dims[i] = s->dims[i - 1];
+    s->dims[1] = c;
 }
 
 int kc_op_input_by_role(const kc_op_ctx *ctx, const char *role)

@@ -120,7 +120,12 @@ kc_status kc_cfg_shape(const cJSON *cfg, const char *key, int max, int64_t *out,
 kc_status kc_cfg_activation(const cJSON *cfg, const char *key, const char **out);
 /* padding "valid"/"same"/"causal" -> 0/1/2; "full" etc are errors. */
 kc_status kc_cfg_padding(const cJSON *cfg, int allow_causal, int *out);
-/* data_format must be channels_last (or absent / Keras 1 dim_ordering tf). */
+/* data_format is channels_last or channels_first (the latter handled by a
+ * layout transpose around the op); Keras 1 dim_ordering 'th' is refused. */
 kc_status kc_cfg_channels_last(const cJSON *cfg);
+int kc_cfg_is_channels_first(const cJSON *cfg);
+/* Move the channel axis: NC... -> N...C and back (rank >= 3). */
+void kc_shape_to_channels_last(kc_shape *s);
+void kc_shape_to_channels_first(kc_shape *s);
 
 #endif

@@ -52,7 +52,11 @@ static kc_status kc_plan_node_shapes(const kc_model *m, const kc_node *node, kc_
     ctx.n_consts = node->n_consts;
     ctx.call_kwargs = node->call_kwargs;
     ctx.call_args = node->call_args;
+    if (node->layer->channels_first && node->n_inputs > 0)
+        kc_shape_to_channels_last(&in[0]);
     KC_TRY(node->layer->def->infer(&ctx));
+    for (int i = 0; node->layer->channels_first && i < ctx.n_out; i++)
+        kc_shape_to_channels_first(&ctx.out[i]);
     if (ctx.n_out != node->n_outputs)
         return kc_fail(KC_ERR_SHAPE, "produced %d outputs for these inputs, %d planned",
                        ctx.n_out, node->n_outputs);

@@ -140,6 +140,62 @@ static void kc_to_f32(const kc_tensor *t, float *dst)
 
 /* --------------------------------------------------------------- run */
 
+/* NC(spatial) <-> N(spatial)C for channels_first layers. */
+static void kc_relayout(const float *in, float *out, const kc_shape *s, int to_last)
+{
+    int64_t n = s->dims[0], c = s->rank >= 3 ? (to_last ? s->dims[1] : s->dims[s->rank - 1]) : 1;
+    int64_t per = n ? kc_count(s) / n : 0, sp = c ? per / c : 0;
+    if (s->rank < 3) {
+        memcpy(out, in, (size_t)kc_count(s) * sizeof *out);
+        return;
+    }
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t p = 0; p < sp; p++) {
+                if (to_last)
+                    out[b * per + p * c + ch] = in[b * per + ch * sp + p];
+                else
+                    out[b * per + ch * sp + p] = in[b * per + p * c + ch];
+            }
+}
+
+/* Run a channels_first layer's NHWC kernel between two transposes. */
+static kc_status kc_run_channels_first(kc_kernel_fn fn, kc_exec_ctx *ctx, float **in0,
+                                       float *const *outp)
+{
+    kc_shape in_shape[KC_MAX_NODE_IO], out_shape[KC_MAX_OUTPUTS];
+    float *tout[KC_MAX_OUTPUTS] = {0};
+    const float *in[KC_MAX_NODE_IO];
+    for (int i = 0; i < ctx->n_in; i++) {
+        in_shape[i] = ctx->in_shape[i];
+        in[i] = ctx->in[i];
+    }
+    kc_shape_to_channels_last(&in_shape[0]);
+    kc_status st = (*in0 = kc_scratch(kc_count(&ctx->in_shape[0]))) ? KC_OK : KC_ERR_NOMEM;
+    if (st == KC_OK) {
+        kc_relayout(ctx->in[0], *in0, &ctx->in_shape[0], 1);
+        in[0] = *in0;
+    }
+    for (int i = 0; st == KC_OK && i < ctx->n_out; i++) {
+        out_shape[i] = ctx->out_shape[i];
+        kc_shape_to_channels_last(&out_shape[i]);
+        if (!(tout[i] = kc_scratch(kc_count(&out_shape[i]))))
+            st = KC_ERR_NOMEM;
+    }
+    kc_exec_ctx sub = *ctx;
+    sub.in = in;
+    sub.in_shape = in_shape;
+    sub.out = tout;
+    sub.out_shape = out_shape;
+    if (st == KC_OK)
+        st = fn(&sub);
+    for (int i = 0; st == KC_OK && i < ctx->n_out; i++)
+        kc_relayout(tout[i], outp[i], &out_shape[i], 0);
+    for (int i = 0; i < ctx->n_out; i++)
+        free(tout[i]);
+    return st;
+}
+
 static kc_status kc_run_node(kc_session *s, int index)
 {
     const kc_graph *g = s->graph;
@@ -175,7 +231,14 @@ static kc_status kc_run_node(kc_session *s, int index)
         .keras_major = s->model->keras_major,
         .in_mask = node->n_inputs ? s->mask[node->inputs[0]] : NULL,
     };
-    kc_status st = s->kernels[index](&ctx);
+    kc_status st;
+    if (ctx.layer->channels_first && node->n_inputs > 0) {
+        float *tin = NULL;
+        st = kc_run_channels_first(s->kernels[index], &ctx, &tin, outp);
+        free(tin);
+    } else {
+        st = s->kernels[index](&ctx);
+    }
     if (st != KC_OK)
         return kc_layer_error(st, node->layer);
     if (node->n_inputs && node->n_outputs) {
