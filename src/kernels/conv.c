@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/dnnl_conv.h"
 #include "kernels/kernel.h"
 #include "ops/conv.h"
 
@@ -234,6 +235,14 @@ static kc_status kc_conv_transpose(const kc_exec_ctx *ctx, const kc_conv_attrs *
 static kc_status kc_conv(const kc_exec_ctx *ctx)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
+    int handled = 0;
+    KC_TRY(kc_dnnl_conv(ctx, &handled));
+    if (handled) {
+        int64_t n = kc_count(&ctx->out_shape[0]);
+        const kc_shape *os = &ctx->out_shape[0];
+        return kc_activation_apply(a->activation, ctx->keras_major, ctx->out[0], n,
+                                   os->dims[os->rank - 1]);
+    }
     switch (a->kind) {
     case KC_CONV_PLAIN: return kc_conv_plain(ctx, a);
     case KC_CONV_DEPTHWISE:

@@ -12,6 +12,12 @@
 #include "graph/graph.h"
 #include "ops/op.h"
 
+/* Per-node state a kernel keeps between runs (e.g. a oneDNN primitive);
+ * the session frees it through `free`. */
+typedef struct kc_kernel_state {
+    void (*free)(struct kc_kernel_state *state);
+} kc_kernel_state;
+
 typedef struct kc_exec_ctx {
     const kc_node *node;
     const kc_layer *layer;
@@ -23,6 +29,7 @@ typedef struct kc_exec_ctx {
     int n_out;
     int keras_major;          /* activation semantics (hard_sigmoid) */
     const unsigned char *in_mask; /* Keras mask of input 0, (batch, time), or NULL */
+    kc_kernel_state **state;  /* this node's state slot, or NULL */
 } kc_exec_ctx;
 
 typedef kc_status (*kc_kernel_fn)(const kc_exec_ctx *ctx);

@@ -27,6 +27,7 @@ struct kc_session {
     kc_fused fused;          /* BN folding / activation fusion */
     float *arena;
     size_t arena_floats;
+    kc_kernel_state **state; /* per node: kernel state (oneDNN primitives) */
     unsigned char **mask;    /* per value during a run, or NULL */
     unsigned char *mask_owned;
     int threads;
@@ -52,8 +53,10 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     s->threads = options && options->threads > 0 ? options->threads : 0;
     s->kernels = kc_calloc((size_t)g->n_nodes + 1, sizeof *s->kernels);
     s->mask = kc_calloc((size_t)g->n_values + 1, sizeof *s->mask);
+    s->state = kc_calloc((size_t)g->n_nodes + 1, sizeof *s->state);
     s->mask_owned = kc_calloc((size_t)g->n_values + 1, 1);
-    if (!s->kernels || !s->mask || !s->mask_owned) {
+    if (!s->kernels || !s->mask || !s->mask_owned || !s->state) {
+        free(s->state);
         free(s->mask);
         free(s->mask_owned);
         free(s);
@@ -86,6 +89,10 @@ void kc_session_free(kc_session *s)
         return;
     kc_plan_free(&s->plan);
     kc_fused_free(&s->fused, s->graph->n_nodes);
+    for (int i = 0; s->state && i < s->graph->n_nodes; i++)
+        if (s->state[i])
+            s->state[i]->free(s->state[i]);
+    free(s->state);
     free(s->arena);
     free(s->kernels);
     free(s->mask);
@@ -230,6 +237,7 @@ static kc_status kc_run_node(kc_session *s, int index)
         .n_out = node->n_outputs,
         .keras_major = s->model->keras_major,
         .in_mask = node->n_inputs ? s->mask[node->inputs[0]] : NULL,
+        .state = &s->state[index],
     };
     kc_status st;
     if (ctx.layer->channels_first && node->n_inputs > 0) {

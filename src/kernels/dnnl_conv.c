@@ -1,0 +1,190 @@
+/* Convolutions through oneDNN (the library TensorFlow itself uses on x86):
+ * plain, grouped and depthwise, 1-D to 3-D, NHWC activations, Keras's
+ * (k..., in/groups, filters) kernels read in place as hwio / hwigo.
+ * A primitive is created once per node and input shape and kept in the
+ * node's state; a shape change rebuilds it. */
+#include "kernels/dnnl_conv.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mem.h"
+#include "ops/conv.h"
+
+static dnnl_engine_t kc_dnnl_engine;
+static dnnl_stream_t kc_dnnl_stream;
+static int kc_dnnl_ok;
+static pthread_once_t kc_dnnl_once = PTHREAD_ONCE_INIT;
+
+static void kc_dnnl_init(void)
+{
+    kc_dnnl_ok = dnnl_engine_create(&kc_dnnl_engine, dnnl_cpu, 0) == dnnl_success &&
+                 dnnl_stream_create(&kc_dnnl_stream, kc_dnnl_engine,
+                                    dnnl_stream_default_flags) == dnnl_success;
+}
+
+typedef struct kc_dnnl_conv_state {
+    kc_kernel_state base;
+    kc_shape in_shape;      /* the shape the primitive was built for */
+    dnnl_primitive_t prim;
+    dnnl_memory_desc_t src_md, w_md, b_md, dst_md;
+    int has_bias;
+} kc_dnnl_conv_state;
+
+static void kc_dnnl_conv_free(kc_kernel_state *s)
+{
+    kc_dnnl_conv_state *c = (kc_dnnl_conv_state *)s;
+    if (c->prim)
+        dnnl_primitive_destroy(c->prim);
+    free(c);
+}
+
+/* Logical dims: activations (N, C, spatial...), weights (O, I, k...) or
+ * (G, O/G, I/G, k...). */
+static kc_status kc_dnnl_descs(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
+                               kc_dnnl_conv_state *st, int64_t groups)
+{
+    static const dnnl_format_tag_t act_tag[] = {dnnl_nwc, dnnl_nhwc, dnnl_ndhwc};
+    static const dnnl_format_tag_t w_tag[] = {dnnl_wio, dnnl_hwio, dnnl_dhwio};
+    static const dnnl_format_tag_t gw_tag[] = {dnnl_wigo, dnnl_hwigo, dnnl_dhwigo};
+    const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
+    int sp = a->spatial, nd = sp + 2;
+    dnnl_dims_t src = {in->dims[0], in->dims[in->rank - 1]};
+    dnnl_dims_t dst = {out->dims[0], out->dims[out->rank - 1]};
+    for (int i = 0; i < sp; i++) {
+        src[2 + i] = in->dims[1 + i];
+        dst[2 + i] = out->dims[1 + i];
+    }
+    int64_t cin = src[1], cout = dst[1];
+    dnnl_dims_t w;
+    int wnd;
+    if (groups == 1) {
+        w[0] = cout;
+        w[1] = cin;
+        for (int i = 0; i < sp; i++)
+            w[2 + i] = a->kernel[i];
+        wnd = nd;
+    } else {
+        w[0] = groups;
+        w[1] = cout / groups;
+        w[2] = cin / groups;
+        for (int i = 0; i < sp; i++)
+            w[3 + i] = a->kernel[i];
+        wnd = nd + 1;
+    }
+    dnnl_dims_t b = {cout};
+    if (dnnl_memory_desc_init_by_tag(&st->src_md, nd, src, dnnl_f32, act_tag[sp - 1]) ||
+        dnnl_memory_desc_init_by_tag(&st->dst_md, nd, dst, dnnl_f32, act_tag[sp - 1]) ||
+        dnnl_memory_desc_init_by_tag(&st->w_md, wnd, w, dnnl_f32,
+                                     groups == 1 ? w_tag[sp - 1] : gw_tag[sp - 1]) ||
+        dnnl_memory_desc_init_by_tag(&st->b_md, 1, b, dnnl_f32, dnnl_a))
+        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN rejected the convolution's memory layout");
+    return KC_OK;
+}
+
+static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
+                               kc_dnnl_conv_state *st, int64_t groups)
+{
+    KC_TRY(kc_dnnl_descs(ctx, a, st, groups));
+    const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
+    dnnl_dims_t strides, dilates, pad_l, pad_r;
+    for (int i = 0; i < a->spatial; i++) {
+        int64_t len = in->dims[1 + i], olen = out->dims[1 + i];
+        int64_t keff = (a->kernel[i] - 1) * a->dilation[i] + 1;
+        int64_t total = (olen - 1) * a->strides[i] + keff - len;
+        strides[i] = a->strides[i];
+        dilates[i] = a->dilation[i] - 1;
+        if (a->padding == 2) { /* causal: everything before */
+            pad_l[i] = keff - 1;
+            pad_r[i] = 0;
+        } else if (a->padding == 1 && total > 0) { /* TF same: extra after */
+            pad_l[i] = total / 2;
+            pad_r[i] = total - total / 2;
+        } else {
+            pad_l[i] = 0;
+            pad_r[i] = 0;
+        }
+    }
+    dnnl_convolution_desc_t desc;
+    dnnl_primitive_desc_t pd = NULL;
+    if (dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_inference,
+                                                   dnnl_convolution_direct, &st->src_md, &st->w_md,
+                                                   st->has_bias ? &st->b_md : NULL, &st->dst_md,
+                                                   strides, dilates, pad_l, pad_r) != dnnl_success ||
+        dnnl_primitive_desc_create(&pd, &desc, NULL, kc_dnnl_engine, NULL) != dnnl_success)
+        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN has no convolution for this configuration");
+    dnnl_status_t s = dnnl_primitive_create(&st->prim, pd);
+    dnnl_primitive_desc_destroy(pd);
+    if (s != dnnl_success)
+        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN could not create the convolution");
+    st->in_shape = *in;
+    return KC_OK;
+}
+
+static kc_status kc_dnnl_execute(kc_dnnl_conv_state *st, const float *src, const float *w,
+                                 const float *b, float *dst)
+{
+    dnnl_memory_t m[4] = {0};
+    const dnnl_memory_desc_t *md[4] = {&st->src_md, &st->w_md, &st->b_md, &st->dst_md};
+    void *ptr[4] = {(void *)src, (void *)w, (void *)b, dst};
+    static const int arg[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
+    dnnl_exec_arg_t args[4];
+    int n = 0;
+    kc_status status = KC_OK;
+    for (int i = 0; i < 4; i++) {
+        if (i == 2 && !st->has_bias)
+            continue;
+        if (dnnl_memory_create(&m[i], md[i], kc_dnnl_engine, ptr[i]) != dnnl_success) {
+            status = kc_fail(KC_ERR_NOMEM, "oneDNN memory creation failed");
+            break;
+        }
+        args[n].arg = arg[i];
+        args[n++].memory = m[i];
+    }
+    if (status == KC_OK && (dnnl_primitive_execute(st->prim, kc_dnnl_stream, n, args) ||
+                            dnnl_stream_wait(kc_dnnl_stream)))
+        status = kc_fail(KC_ERR_UNSUPPORTED, "oneDNN convolution failed to execute");
+    for (int i = 0; i < 4; i++)
+        if (m[i])
+            dnnl_memory_destroy(m[i]);
+    return status;
+}
+
+kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled)
+{
+    const kc_conv_attrs *a = ctx->layer->attrs;
+    *handled = 0;
+    if (getenv("KC_DNNL") && !strcmp(getenv("KC_DNNL"), "0"))
+        return KC_OK;
+    if (!ctx->state || (a->kind != KC_CONV_PLAIN && a->kind != KC_CONV_DEPTHWISE))
+        return KC_OK;
+    pthread_once(&kc_dnnl_once, kc_dnnl_init);
+    if (!kc_dnnl_ok)
+        return KC_OK;
+    int64_t cin = ctx->in_shape[0].dims[ctx->in_shape[0].rank - 1];
+    int64_t groups = a->kind == KC_CONV_DEPTHWISE ? cin : a->groups;
+    kc_dnnl_conv_state *st = (kc_dnnl_conv_state *)*ctx->state;
+    if (st && !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])) {
+        st->base.free(&st->base);
+        *ctx->state = NULL;
+        st = NULL;
+    }
+    if (!st) {
+        st = kc_calloc(1, sizeof *st);
+        if (!st)
+            return KC_ERR_NOMEM;
+        st->base.free = kc_dnnl_conv_free;
+        st->has_bias = a->use_bias;
+        if (kc_dnnl_build(ctx, a, st, groups) != KC_OK) {
+            kc_dnnl_conv_free(&st->base);
+            return KC_OK; /* not handled: the GEMM path runs instead */
+        }
+        *ctx->state = &st->base;
+    }
+    KC_TRY(kc_dnnl_execute(st, ctx->in[0], kc_w(ctx, 0), a->use_bias ? kc_w(ctx, 1) : NULL,
+                           ctx->out[0]));
+    *handled = 1;
+    return KC_OK;
+}
