@@ -63,9 +63,34 @@ static kc_status kc_pool_window(const kc_exec_ctx *ctx, const kc_pool_attrs *a)
     return KC_OK;
 }
 
+/* GlobalAveragePooling1D under a Keras mask averages the real timesteps
+ * only: sum(x * mask) / sum(mask). */
+static kc_status kc_pool_global_masked(const kc_exec_ctx *ctx)
+{
+    const kc_shape *is = &ctx->in_shape[0];
+    int64_t n = is->dims[0], t = is->dims[1], c = is->dims[2];
+    for (int64_t b = 0; b < n; b++) {
+        float *o = ctx->out[0] + b * c;
+        int64_t real = 0;
+        memset(o, 0, (size_t)c * sizeof *o);
+        for (int64_t i = 0; i < t; i++) {
+            if (!ctx->in_mask[b * t + i])
+                continue;
+            real++;
+            for (int64_t j = 0; j < c; j++)
+                o[j] += ctx->in[0][(b * t + i) * c + j];
+        }
+        for (int64_t j = 0; j < c && real; j++)
+            o[j] /= (float)real;
+    }
+    return KC_OK;
+}
+
 static kc_status kc_pool_global(const kc_exec_ctx *ctx, const kc_pool_attrs *a)
 {
     const kc_shape *is = &ctx->in_shape[0];
+    if (ctx->in_mask && a->kind == KC_POOL_AVG && a->spatial == 1 && !a->keepdims)
+        return kc_pool_global_masked(ctx);
     int64_t n = is->dims[0], c = is->dims[is->rank - 1];
     int64_t cells = n * c > 0 ? kc_count(is) / (n * c) : 0;
     for (int64_t b = 0; b < n; b++) {

@@ -176,6 +176,9 @@ KC_IDENTITY_DEF(kc_def_random_invert, "RandomInvert");
 KC_IDENTITY_DEF(kc_def_random_elastic, "RandomElasticTransform");
 KC_IDENTITY_DEF(kc_def_solarization, "Solarization");
 KC_IDENTITY_DEF(kc_def_random_color_degen, "RandomColorDegeneration");
+KC_IDENTITY_DEF(kc_def_random_height, "RandomHeight");
+KC_IDENTITY_DEF(kc_def_random_width, "RandomWidth");
+KC_IDENTITY_DEF(kc_def_identity, "Identity");
 
 const kc_op_def *const kc_ops_core[] = {
     &kc_def_input, &kc_def_dense, &kc_def_activation, &kc_def_embedding, &kc_def_masking,
@@ -187,4 +190,5 @@ const kc_op_def *const kc_ops_core[] = {
     &kc_def_random_grayscale, &kc_def_random_sharpness, &kc_def_random_shear,
     &kc_def_random_color_jitter, &kc_def_random_erasing, &kc_def_random_gaussian_blur,
     &kc_def_random_perspective, &kc_def_random_posterization, &kc_def_random_invert,
-    &kc_def_random_elastic, &kc_def_solarization, &kc_def_random_color_degen, NULL};
+    &kc_def_random_elastic, &kc_def_solarization, &kc_def_random_color_degen,
+    &kc_def_random_height, &kc_def_random_width, &kc_def_identity, NULL};
