@@ -9,7 +9,7 @@ FUZZ_SECONDS ?= 30
 DEMO_MODEL ?= tools/node_modules/nsfwjs/dist/models/mobilenet_v2/model.min.js
 DEMO_IMAGE ?= data/images/chelsea.jpg
 
-.PHONY: all deps build demo check check-asan fuzz fuzz-long clean
+.PHONY: all deps build demo check check-asan check-valgrind fuzz fuzz-long clean
 
 all: build
 
@@ -33,6 +33,11 @@ check-asan: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		ctest --output-on-failure -j $(JOBS)
+
+# The golden tests (every zoo, application and real model) under valgrind.
+check-valgrind: build
+	valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+		--suppressions=tests/valgrind.supp ./$(BUILD)/tests/test_zoo
 
 fuzz: deps
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DKC_FUZZ=ON -DKC_TESTS=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null

@@ -52,6 +52,28 @@ static int kc_attend(const kc_exec_ctx *ctx, const kc_attention_inputs *io, int 
     return 1;
 }
 
+/* Softmax the scores p[0..tv) (max mx already found), store them in
+ * scores_row if non-NULL, and accumulate o = sum_j p[j] * v_j where row j
+ * of the values starts at v + j * v_stride. */
+static void kc_attend_row(float *p, int64_t tv, float mx, float *scores_row, const float *v,
+                          int64_t v_stride, int64_t dv, float *o)
+{
+    double sum = 0;
+    for (int64_t j = 0; j < tv; j++) {
+        p[j] = expf(p[j] - mx);
+        sum += p[j];
+    }
+    memset(o, 0, (size_t)dv * sizeof *o);
+    for (int64_t j = 0; j < tv; j++) {
+        p[j] = (float)(p[j] / sum);
+        if (scores_row)
+            scores_row[j] = p[j];
+        const float *vj = v + j * v_stride;
+        for (int64_t d = 0; d < dv; d++)
+            o[d] += p[j] * vj[d];
+    }
+}
+
 static kc_status kc_mha(const kc_exec_ctx *ctx)
 {
     const kc_mha_attrs *a = ctx->layer->attrs;
@@ -102,21 +124,9 @@ static kc_status kc_mha(const kc_exec_ctx *ctx)
                         p[j] += KC_MASK_NEG;
                     mx = fmaxf(mx, p[j]);
                 }
-                double sum = 0;
-                for (int64_t j = 0; j < tv; j++) {
-                    p[j] = expf(p[j] - mx);
-                    sum += p[j];
-                }
-                float *o = ctxv + ((b * tq + i) * H + h) * dv;
-                memset(o, 0, (size_t)dv * sizeof *o);
-                for (int64_t j = 0; j < tv; j++) {
-                    p[j] = (float)(p[j] / sum);
-                    if (scores)
-                        scores[((b * H + h) * tq + i) * tv + j] = p[j];
-                    const float *vv = V + ((b * tv + j) * H + h) * dv;
-                    for (int64_t d = 0; d < dv; d++)
-                        o[d] += p[j] * vv[d];
-                }
+                kc_attend_row(p, tv, mx, scores ? scores + ((b * H + h) * tq + i) * tv : NULL,
+                              V + ((b * tv) * H + h) * dv, H * dv, dv,
+                              ctxv + ((b * tq + i) * H + h) * dv);
             }
     /* output: (B*Tq, H*dv) · Wo (H*dv, dout) + bo */
     kc_project(ctxv, B * tq, H * dv, wo, bo, dout, ctx->out[0]);
@@ -174,20 +184,9 @@ static kc_status kc_dot_attention(const kc_exec_ctx *ctx)
                     p[j] += KC_MASK_NEG;
                 mx = fmaxf(mx, p[j]);
             }
-            double sum = 0;
-            for (int64_t j = 0; j < tv; j++) {
-                p[j] = expf(p[j] - mx);
-                sum += p[j];
-            }
             float *o = ctx->out[0] + (b * tq + i) * dv;
-            memset(o, 0, (size_t)dv * sizeof *o);
-            for (int64_t j = 0; j < tv; j++) {
-                p[j] = (float)(p[j] / sum);
-                if (scores)
-                    scores[(b * tq + i) * tv + j] = p[j];
-                for (int64_t c = 0; c < dv; c++)
-                    o[c] += p[j] * v[(b * tv + j) * dv + c];
-            }
+            kc_attend_row(p, tv, mx, scores ? scores + (b * tq + i) * tv : NULL,
+                          v + b * tv * dv, dv, dv, o);
             if (query_mask >= 0 && ctx->in[query_mask][b * tq + i] == 0.0f)
                 memset(o, 0, (size_t)dv * sizeof *o);
         }
