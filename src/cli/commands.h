@@ -7,5 +7,6 @@ int kc_cmd_summary(int argc, char **argv);
 int kc_cmd_layers(int argc, char **argv);
 int kc_cmd_run(int argc, char **argv);
 int kc_cmd_predict(int argc, char **argv);
+int kc_cmd_bench(int argc, char **argv);
 
 #endif

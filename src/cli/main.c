@@ -22,6 +22,9 @@ static void kc_usage(FILE *out)
             "          [--top K] [--labels imagenet|nsfwjs|FILE]\n"
             "          [--interpolation bilinear|nearest|bilinear-align-corners]\n"
             "      classify JPEG/PNG images and print the top-K classes\n"
+            "  bench MODEL [--batch B] [--iters N] [--warmup W] [--threads T]\n"
+            "      time inference on random input: median ms per image, load time,\n"
+            "      peak RSS\n"
             "  layers            list the Keras classes kerasc understands\n"
             "  version           print the version\n"
             "  help              this text\n");
@@ -34,6 +37,7 @@ static const struct {
     {"summary", kc_cmd_summary},
     {"run", kc_cmd_run},
     {"predict", kc_cmd_predict},
+    {"bench", kc_cmd_bench},
     {"layers", kc_cmd_layers},
 };
 

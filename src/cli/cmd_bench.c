@@ -1,0 +1,145 @@
+/* `kerasc bench MODEL [--batch B] [--iters N] [--warmup W] [--threads T]`:
+ * load once, warm up, time N runs on seeded random input of the model's
+ * shape; print medians, load time and peak RSS as "key: value" lines. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "cli/commands.h"
+#include "kerasc.h"
+
+#define KC_BENCH_MAX_IO 64
+
+static double kc_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int kc_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int kc_bench_int(const char *arg, const char *name, long lo, long hi, long *out)
+{
+    char *end;
+    long v = strtol(arg, &end, 10);
+    if (*end || v < lo || v > hi) {
+        fprintf(stderr, "kerasc bench: %s takes a number from %ld to %ld\n", name, lo, hi);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Seeded uniform [0, 1) input (small integers for integer inputs). */
+static kc_status kc_bench_input(const kc_model *m, int i, long batch, kc_tensor **out)
+{
+    int64_t dims[KC_MAX_RANK];
+    int rank = kc_model_input_shape(m, i, dims);
+    dims[0] = batch;
+    for (int d = 1; d < rank; d++)
+        if (dims[d] < 0)
+            dims[d] = 16; /* a variable length: benchmark a fixed one */
+    kc_status st = kc_tensor_new(KC_F32, rank, dims, out);
+    if (st != KC_OK)
+        return st;
+    float *p = kc_tensor_data(*out);
+    uint64_t x = 0x9e3779b97f4a7c15ull + (uint64_t)i;
+    for (int64_t k = 0; k < kc_tensor_count(*out); k++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        p[k] = (float)((x >> 40) & 0xffff) / 65536.0f;
+    }
+    return KC_OK;
+}
+
+int kc_cmd_bench(int argc, char **argv)
+{
+    const char *path = NULL;
+    long batch = 1, iters = 20, warmup = 3, threads = 0;
+    for (int i = 0; i < argc; i++) {
+        int has = i + 1 < argc, rc = 0;
+        if (!strcmp(argv[i], "--batch") && has)
+            rc = kc_bench_int(argv[++i], "--batch", 1, 4096, &batch);
+        else if (!strcmp(argv[i], "--iters") && has)
+            rc = kc_bench_int(argv[++i], "--iters", 1, 100000, &iters);
+        else if (!strcmp(argv[i], "--warmup") && has)
+            rc = kc_bench_int(argv[++i], "--warmup", 0, 1000, &warmup);
+        else if (!strcmp(argv[i], "--threads") && has)
+            rc = kc_bench_int(argv[++i], "--threads", 1, 1024, &threads);
+        else if (argv[i][0] == '-' || path) {
+            fprintf(stderr, "kerasc bench: unexpected argument '%s' (usage: kerasc bench MODEL "
+                            "[--batch B] [--iters N] [--warmup W] [--threads T])\n", argv[i]);
+            return 2;
+        } else
+            path = argv[i];
+        if (rc)
+            return rc;
+    }
+    if (!path) {
+        fprintf(stderr, "kerasc bench: no model given\n");
+        return 2;
+    }
+    double t0 = kc_now_ms();
+    kc_model *m = NULL;
+    kc_session *s = NULL;
+    kc_session_options so = {.threads = (int)threads};
+    if (kc_model_load(path, NULL, &m) != KC_OK || kc_session_new(m, &so, &s) != KC_OK) {
+        fprintf(stderr, "kerasc: error: %s\n", kc_last_error());
+        kc_model_free(m);
+        return 1;
+    }
+    double load_ms = kc_now_ms() - t0;
+    int n_in = kc_model_num_inputs(m), n_out = kc_model_num_outputs(m), rc = 0;
+    kc_tensor *in[KC_BENCH_MAX_IO] = {0}, *out[KC_BENCH_MAX_IO] = {0};
+    double *times = calloc((size_t)iters, sizeof *times);
+    if (!times || n_in > KC_BENCH_MAX_IO || n_out > KC_BENCH_MAX_IO)
+        rc = 1;
+    for (int i = 0; !rc && i < n_in; i++)
+        if (kc_bench_input(m, i, batch, &in[i]) != KC_OK)
+            rc = 1;
+    double first_ms = 0;
+    for (long it = 0; !rc && it < warmup + iters; it++) {
+        double a = kc_now_ms();
+        if (kc_session_run(s, (const kc_tensor *const *)in, n_in, out, n_out) != KC_OK)
+            rc = 1;
+        double dt = kc_now_ms() - a;
+        if (it == 0)
+            first_ms = dt;
+        if (it >= warmup)
+            times[it - warmup] = dt;
+        for (int o = 0; o < n_out; o++) {
+            kc_tensor_free(out[o]);
+            out[o] = NULL;
+        }
+    }
+    if (rc) {
+        fprintf(stderr, "kerasc: error: %s\n", kc_last_error()[0] ? kc_last_error() : "out of memory");
+    } else {
+        qsort(times, (size_t)iters, sizeof *times, kc_cmp_double);
+        double median = iters % 2 ? times[iters / 2] : (times[iters / 2 - 1] + times[iters / 2]) / 2;
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        printf("model: %s\nbatch: %ld\niters: %ld\n", path, batch, iters);
+        if (threads)
+            printf("threads: %ld\n", threads);
+        else
+            printf("threads: all\n");
+        printf("load_ms: %.1f\nfirst_run_ms: %.2f\nmedian_ms: %.3f\nmedian_ms_per_image: %.3f\n"
+               "min_ms: %.3f\nmax_ms: %.3f\narena_bytes: %zu\npeak_rss_kb: %ld\n",
+               load_ms, first_ms, median, median / (double)batch, times[0], times[iters - 1],
+               kc_session_arena_bytes(s), ru.ru_maxrss);
+    }
+    for (int i = 0; i < n_in; i++)
+        kc_tensor_free(in[i]);
+    free(times);
+    kc_session_free(s);
+    kc_model_free(m);
+    return rc;
+}
