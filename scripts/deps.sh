@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEB_PACKAGES=(
-  build-essential cmake pkg-config clang
+  build-essential cmake pkg-config clang libclang-rt-dev
   libhdf5-dev libzip-dev libcjson-dev zlib1g-dev libcmocka-dev libopenblas-dev libdnnl-dev
   libjpeg62-turbo-dev libpng-dev
   nodejs npm python3 python3-numpy python3-h5py
