@@ -235,8 +235,10 @@ static kc_status kc_conv_transpose(const kc_exec_ctx *ctx, const kc_conv_attrs *
 static kc_status kc_conv(const kc_exec_ctx *ctx)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
-    int handled = 0;
-    KC_TRY(kc_dnnl_conv(ctx, &handled));
+    int handled = 0, act_done = 0;
+    KC_TRY(kc_dnnl_conv(ctx, &handled, &act_done));
+    if (handled && act_done)
+        return KC_OK;
     if (handled) {
         int64_t n = kc_count(&ctx->out_shape[0]);
         const kc_shape *os = &ctx->out_shape[0];

@@ -30,7 +30,10 @@ typedef struct kc_dnnl_conv_state {
     kc_shape in_shape;      /* the shape the primitive was built for */
     dnnl_primitive_t prim;
     dnnl_memory_desc_t src_md, w_md, b_md, dst_md;
+    dnnl_memory_desc_t w_prim_md; /* the layout the primitive wants */
+    float *w_packed;        /* weights reordered once into w_prim_md, or NULL */
     int has_bias;
+    int act_fused;          /* the activation runs as a oneDNN post-op */
 } kc_dnnl_conv_state;
 
 static void kc_dnnl_conv_free(kc_kernel_state *s)
@@ -38,7 +41,68 @@ static void kc_dnnl_conv_free(kc_kernel_state *s)
     kc_dnnl_conv_state *c = (kc_dnnl_conv_state *)s;
     if (c->prim)
         dnnl_primitive_destroy(c->prim);
+    free(c->w_packed);
     free(c);
+}
+
+/* relu / relu6 become an eltwise post-op of the convolution. */
+static dnnl_primitive_attr_t kc_dnnl_act_attr(const char *act, int *fused)
+{
+    *fused = 0;
+    int relu = act && !strcmp(act, "relu"), relu6 = act && !strcmp(act, "relu6");
+    if (!relu && !relu6)
+        return NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t ops = NULL;
+    if (dnnl_primitive_attr_create(&attr) || dnnl_post_ops_create(&ops) ||
+        dnnl_post_ops_append_eltwise(ops, 1.0f, relu ? dnnl_eltwise_relu : dnnl_eltwise_clip,
+                                     0.0f, relu ? 0.0f : 6.0f) ||
+        dnnl_primitive_attr_set_post_ops(attr, ops)) {
+        if (ops)
+            dnnl_post_ops_destroy(ops);
+        if (attr)
+            dnnl_primitive_attr_destroy(attr);
+        return NULL;
+    }
+    dnnl_post_ops_destroy(ops);
+    *fused = 1;
+    return attr;
+}
+
+/* Reorder the Keras-layout weights into the primitive's layout once. */
+static kc_status kc_dnnl_pack_weights(kc_dnnl_conv_state *st, const float *w)
+{
+    if (dnnl_memory_desc_equal(&st->w_prim_md, &st->w_md))
+        return KC_OK;
+    size_t bytes = dnnl_memory_desc_get_size(&st->w_prim_md);
+    st->w_packed = kc_calloc(bytes / sizeof(float) + 1, sizeof(float));
+    if (!st->w_packed)
+        return KC_ERR_NOMEM;
+    dnnl_primitive_desc_t rpd = NULL;
+    dnnl_primitive_t reorder = NULL;
+    dnnl_memory_t from = NULL, to = NULL;
+    kc_status status = KC_OK;
+    if (dnnl_memory_create(&from, &st->w_md, kc_dnnl_engine, (void *)w) ||
+        dnnl_memory_create(&to, &st->w_prim_md, kc_dnnl_engine, st->w_packed) ||
+        dnnl_reorder_primitive_desc_create(&rpd, &st->w_md, kc_dnnl_engine, &st->w_prim_md,
+                                           kc_dnnl_engine, NULL) ||
+        dnnl_primitive_create(&reorder, rpd)) {
+        status = kc_fail(KC_ERR_UNSUPPORTED, "oneDNN cannot reorder the convolution weights");
+    } else {
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+        if (dnnl_primitive_execute(reorder, kc_dnnl_stream, 2, args) ||
+            dnnl_stream_wait(kc_dnnl_stream))
+            status = kc_fail(KC_ERR_UNSUPPORTED, "oneDNN weight reorder failed");
+    }
+    if (reorder)
+        dnnl_primitive_destroy(reorder);
+    if (rpd)
+        dnnl_primitive_desc_destroy(rpd);
+    if (from)
+        dnnl_memory_destroy(from);
+    if (to)
+        dnnl_memory_destroy(to);
+    return status;
 }
 
 /* Logical dims: activations (N, C, spatial...), weights (O, I, k...) or
@@ -107,18 +171,30 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
             pad_r[i] = 0;
         }
     }
+    /* Weights in whatever blocked layout the fastest implementation
+     * wants ("any"), reordered once below; activations stay NHWC. */
+    dnnl_memory_desc_t w_any = st->w_md;
+    w_any.format_kind = dnnl_format_kind_any;
     dnnl_convolution_desc_t desc;
     dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_attr_t attr = kc_dnnl_act_attr(a->activation, &st->act_fused);
     if (dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_inference,
-                                                   dnnl_convolution_direct, &st->src_md, &st->w_md,
+                                                   dnnl_convolution_direct, &st->src_md, &w_any,
                                                    st->has_bias ? &st->b_md : NULL, &st->dst_md,
                                                    strides, dilates, pad_l, pad_r) != dnnl_success ||
-        dnnl_primitive_desc_create(&pd, &desc, NULL, kc_dnnl_engine, NULL) != dnnl_success)
+        dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine, NULL) != dnnl_success) {
+        if (attr)
+            dnnl_primitive_attr_destroy(attr);
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN has no convolution for this configuration");
+    }
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    st->w_prim_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     dnnl_status_t s = dnnl_primitive_create(&st->prim, pd);
     dnnl_primitive_desc_destroy(pd);
     if (s != dnnl_success)
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN could not create the convolution");
+    KC_TRY(kc_dnnl_pack_weights(st, kc_w(ctx, 0)));
     st->in_shape = *in;
     return KC_OK;
 }
@@ -127,8 +203,8 @@ static kc_status kc_dnnl_execute(kc_dnnl_conv_state *st, const float *src, const
                                  const float *b, float *dst)
 {
     dnnl_memory_t m[4] = {0};
-    const dnnl_memory_desc_t *md[4] = {&st->src_md, &st->w_md, &st->b_md, &st->dst_md};
-    void *ptr[4] = {(void *)src, (void *)w, (void *)b, dst};
+    const dnnl_memory_desc_t *md[4] = {&st->src_md, &st->w_prim_md, &st->b_md, &st->dst_md};
+    void *ptr[4] = {(void *)src, st->w_packed ? (void *)st->w_packed : (void *)w, (void *)b, dst};
     static const int arg[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
     dnnl_exec_arg_t args[4];
     int n = 0;
@@ -152,10 +228,11 @@ static kc_status kc_dnnl_execute(kc_dnnl_conv_state *st, const float *src, const
     return status;
 }
 
-kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled)
+kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
     *handled = 0;
+    *act_done = 0;
     if (getenv("KC_DNNL") && !strcmp(getenv("KC_DNNL"), "0"))
         return KC_OK;
     if (!ctx->state || (a->kind != KC_CONV_PLAIN && a->kind != KC_CONV_DEPTHWISE))
@@ -186,5 +263,6 @@ kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled)
     KC_TRY(kc_dnnl_execute(st, ctx->in[0], kc_w(ctx, 0), a->use_bias ? kc_w(ctx, 1) : NULL,
                            ctx->out[0]));
     *handled = 1;
+    *act_done = st->act_fused;
     return KC_OK;
 }
