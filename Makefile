@@ -36,7 +36,7 @@ check-asan: deps
 
 # The golden tests (every zoo, application and real model) under valgrind.
 check-valgrind: build
-	valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+	KC_SANDBOX_TIME_SCALE=100 valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
 		--suppressions=tests/valgrind.supp ./$(BUILD)/tests/test_zoo
 
 fuzz: deps

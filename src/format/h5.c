@@ -120,8 +120,16 @@ static kc_status kc_h5_map_snapshot(kc_h5 *h5, int fd)
 }
 
 /* CPU time granted to libhdf5: generous for real files (it reads at
- * hundreds of MB/s), finite for hostile ones. */
-static unsigned kc_h5_cpu_budget(uint64_t bytes) { return 30u + (unsigned)(bytes >> 24); }
+ * hundreds of MB/s and walks thousands of groups a second), finite for
+ * hostile ones. KC_SANDBOX_TIME_SCALE multiplies it for instrumented runs
+ * (valgrind runs the child ~50x slower). */
+static unsigned kc_h5_cpu_budget(uint64_t bytes)
+{
+    unsigned base = 60u + (unsigned)(bytes >> 23);
+    const char *scale = getenv("KC_SANDBOX_TIME_SCALE");
+    long k = scale ? strtol(scale, NULL, 10) : 1;
+    return base * (unsigned)(k >= 1 && k <= 1000 ? k : 1);
+}
 
 static kc_status kc_h5_open_source(const kc_h5_source *src, uint64_t bytes, kc_h5 **out)
 {
