@@ -8,6 +8,16 @@
 
 #include "kerasc.h"
 
+/* A hang inside the sandboxed libhdf5 child should cost seconds, not
+ * the minute a real file may take (and trip libFuzzer's -timeout). */
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    setenv("KC_SANDBOX_CPU_SECONDS", "5", 0);
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char path[] = "/tmp/kc_fuzz_model_XXXXXX";
