@@ -2,7 +2,7 @@
 # kerasc bench: the report lines the benchmark scripts parse, and usage
 # errors. (Speed itself is measured by benchmarks, never asserted here.)
 source "$(dirname "$0")/lib.bash"
-M=${KC_SHARED_MODELS:?}/hitsong_mlp_tf2140.keras
+M="$(dirname "$0")/../zoo/dense_relu/model.keras"
 out=$("$KERASC" bench "$M" --batch 4 --iters 3 --warmup 1 2>&1)
 if [[ $? -eq 0 ]] && grep -q '^median_ms_per_image: [0-9.]*$' <<<"$out" &&
    grep -q '^load_ms: [0-9.]*$' <<<"$out" && grep -q '^peak_rss_kb: [0-9]*$' <<<"$out" &&
