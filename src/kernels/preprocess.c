@@ -179,6 +179,7 @@ static kc_status kc_custom_scale(const kc_exec_ctx *ctx)
 const kc_kernel_entry kc_kernels_preprocess[] = {
     {"Rescaling", 0, kc_rescaling},      {"Normalization", 0, kc_normalization},
     {"Resizing", 0, kc_resizing},        {"CenterCrop", 0, kc_center_crop},
+    {"RandomCrop", 0, kc_resizing},
     {"LayerScale", 0, kc_layer_scale},   {"CustomScaleLayer", 0, kc_custom_scale},
     {NULL, 0, NULL},
 };

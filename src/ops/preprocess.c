@@ -117,6 +117,24 @@ static kc_status kc_resizing_parse(kc_layer *layer, const kc_parse_env *env)
     return KC_OK;
 }
 
+/* RandomCrop at inference: Keras resizes to (height, width) keeping the
+ * largest centred window of the target's aspect ratio — a bilinear
+ * Resizing with crop_to_aspect_ratio (the identity when sizes match). */
+static kc_status kc_random_crop_parse(kc_layer *layer, const kc_parse_env *env)
+{
+    (void)env;
+    kc_resizing_attrs *a = kc_calloc(1, sizeof *a);
+    if (!a)
+        return KC_ERR_NOMEM;
+    layer->attrs = a;
+    KC_TRY(kc_cfg_channels_last(layer->config));
+    KC_TRY(kc_pp_size(layer->config, "height", &a->height));
+    KC_TRY(kc_pp_size(layer->config, "width", &a->width));
+    a->interpolation = KC_INTERP_BILINEAR;
+    a->crop_to_aspect_ratio = 1;
+    return KC_OK;
+}
+
 static kc_status kc_center_crop_parse(kc_layer *layer, const kc_parse_env *env)
 {
     (void)env;
@@ -340,6 +358,8 @@ static kc_status kc_custom_scale_infer(kc_op_ctx *ctx)
 
 static const kc_op_def kc_def_rescaling = {"Rescaling", KC_OPF_LAYER, kc_rescaling_parse,
                                            kc_rescaling_infer};
+static const kc_op_def kc_def_random_crop = {"RandomCrop", KC_OPF_LAYER, kc_random_crop_parse,
+                                             kc_resizing_infer};
 static const kc_op_def kc_def_resizing = {"Resizing", KC_OPF_LAYER, kc_resizing_parse,
                                           kc_resizing_infer};
 static const kc_op_def kc_def_center_crop = {"CenterCrop", KC_OPF_LAYER, kc_center_crop_parse,
@@ -356,5 +376,5 @@ static const kc_op_def kc_def_custom_scale = {"CustomScaleLayer", KC_OPF_LAYER,
                                               kc_custom_scale_parse, kc_custom_scale_infer};
 
 const kc_op_def *const kc_ops_preprocess[] = {
-    &kc_def_rescaling,   &kc_def_resizing,         &kc_def_center_crop, &kc_def_normalization,
+    &kc_def_rescaling,   &kc_def_random_crop, &kc_def_resizing,         &kc_def_center_crop, &kc_def_normalization,
     &kc_def_layer_scale, &kc_def_stochastic_depth, &kc_def_custom_scale, NULL};
