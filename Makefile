@@ -9,7 +9,7 @@ FUZZ_SECONDS ?= 30
 DEMO_MODEL ?= tools/node_modules/nsfwjs/dist/models/mobilenet_v2/model.min.js
 DEMO_IMAGE ?= data/images/chelsea.jpg
 
-.PHONY: all deps build demo check check-asan check-valgrind fuzz fuzz-long clean
+.PHONY: all deps build demo check check-asan check-valgrind bench bench-quick fuzz fuzz-long clean
 
 all: build
 
@@ -41,6 +41,14 @@ check-asan: deps
 check-valgrind: build
 	KC_DNNL=0 KC_SANDBOX_TIME_SCALE=100 valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
 		--suppressions=tests/valgrind.supp ./$(BUILD)/tests/test_zoo
+
+# Side-by-side CPU benchmark against ONNX Runtime, torch and tfjs-wasm
+# (installs the peers; see bench/README.md). Not part of make check.
+bench: build
+	bash tools/bench/run_bench.sh
+
+bench-quick: build
+	bash tools/bench/run_bench.sh --quick
 
 fuzz: deps
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DKC_FUZZ=ON -DKC_TESTS=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null

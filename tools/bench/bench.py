@@ -1,0 +1,532 @@
+#!/usr/bin/env python3
+"""kerasc against ONNX Runtime, PyTorch and tfjs-wasm, side by side.
+
+    /usr/bin/python3 tools/bench/bench.py [--threads 2] [--rounds 3] [--batches 1,8]
+        [--models mobilenet_v2,nsfw_mobilenet_v2,...] [--runners kerasc,ort,torch,tfjs]
+        [--iters-scale 1.0] [--kerasc build/kerasc] [--out bench/results]
+    /usr/bin/python3 tools/bench/bench.py --quick [--threads 1] [--baseline bench/baseline.txt]
+        [--write-baseline]
+
+Usually run through tools/bench/run_bench.sh, which first installs the peers
+and generates the models (bench/README.md). For every (model, batch) row the
+runners are alternated, kerasc, ORT, torch, tfjs-wasm, kerasc, ORT, ... for
+--rounds rounds; each run is a fresh process that loads the model, warms up
+(excluded) and times N runs, printing `kerasc bench`'s `key: value` lines.
+A runner's figure is the median over rounds of its per-run median.
+
+Full mode writes OUT/latest.md (the tables, also printed), OUT/latest.json
+(every number), OUT/latest.png (gnuplot: ms/image per runner, grouped bars)
+and the raw runner outputs under OUT/raw/ (not committed).
+
+--quick: the CI smoke: MobileNetV2 (Keras definition) at batch 1, kerasc and
+ORT only, few iterations; prints the ratio kerasc/ORT and compares it with
+bench/baseline.txt (`kerasc_ort_ratio: R`), failing (exit 1) only when the
+ratio is more than 2x the baseline. Ratios only: absolute times on a shared
+machine mean little. --write-baseline stores the measured ratio instead.
+
+Every runner gets the same thread count: `--threads T` on its command line
+and OMP_NUM_THREADS=T in its environment (kerasc's oneDNN/OpenBLAS and
+torch use OpenMP; with the default OMP team on a loaded 2-core machine,
+spinning OpenMP threads multiply run times). tfjs-wasm cannot use threads
+under Node (its output says threads_used: 1).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+BENCH = os.path.join(ROOT, "bench")
+MODELS_DIR = os.path.join(BENCH, "models")
+NSFW = os.path.join(ROOT, "tools", "node_modules", "nsfwjs", "dist", "models")
+sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True
+import macs as macs_mod  # noqa: E402
+
+RUNNERS = ["kerasc", "ort", "torch", "tfjs"]
+RUNNER_TITLE = {"kerasc": "kerasc", "ort": "ORT", "torch": "torch", "tfjs": "tfjs-wasm"}
+
+# Rows. "arch": the torchvision architecture ORT and torch run. For the nsfwjs
+# rows (real pretrained Keras models with nsfwjs's own 5-class head), ORT and
+# torch are not run again: their figures are those of the Keras-definition
+# row of the same architecture ("peer_from"), whose backbone is the same
+# network (the heads differ by < 0.5% of the work).
+# iters/warmup per batch: sized so that one run of the slowest runner takes
+# tens of seconds on a 2-core machine; scaled by --iters-scale.
+ROWS = [
+    dict(key="mobilenet_v2", title="MobileNetV2 1.0 224 (Keras def.)",
+         keras="mobilenet_v2.keras", tfjs="mobilenet_v2_tfjs", arch="mobilenet_v2",
+         iters={1: (30, 5), 8: (8, 2)}),
+    dict(key="nsfw_mobilenet_v2", title="nsfwjs MobileNetV2 224",
+         keras_abs=os.path.join(NSFW, "mobilenet_v2", "model.min.js"),
+         tfjs_abs=os.path.join(NSFW, "mobilenet_v2", "model.min.js"), arch="mobilenet_v2",
+         peer_from="mobilenet_v2", iters={1: (30, 5), 8: (8, 2)}),
+    dict(key="inception_v3", title="InceptionV3 299 (Keras def.)",
+         keras="inception_v3.keras", tfjs="inception_v3_tfjs", arch="inception_v3",
+         iters={1: (10, 2), 8: (3, 1)}),
+    dict(key="nsfw_inception_v3", title="nsfwjs InceptionV3 299",
+         keras_abs=os.path.join(NSFW, "inception_v3", "model.min.js"),
+         tfjs_abs=os.path.join(NSFW, "inception_v3", "model.min.js"), arch="inception_v3",
+         peer_from="inception_v3", iters={1: (10, 2), 8: (3, 1)}),
+    dict(key="resnet50", title="ResNet50 224 (Keras def.)",
+         keras="resnet50.keras", tfjs="resnet50_tfjs", arch="resnet50",
+         iters={1: (10, 2), 8: (3, 1)}),
+]
+QUICK_ROW = "mobilenet_v2"
+NUM_KEYS = ("load_ms", "first_run_ms", "median_ms", "median_ms_per_image", "min_ms", "max_ms", "peak_rss_kb")
+
+
+def row_paths(row):
+    keras = row.get("keras_abs") or os.path.join(MODELS_DIR, row["keras"])
+    tfjs = row.get("tfjs_abs") or os.path.join(MODELS_DIR, row["tfjs"])
+    return keras, tfjs, os.path.join(MODELS_DIR, row["arch"] + ".onnx")
+
+
+def command(runner, row, batch, iters, warmup, threads, kerasc):
+    keras, tfjs, onnx = row_paths(row)
+    common = ["--batch", str(batch), "--iters", str(iters), "--warmup", str(warmup), "--threads", str(threads)]
+    if runner == "kerasc":
+        return [kerasc, "bench", keras] + common
+    if runner == "ort":
+        return ["node", os.path.join(HERE, "peer_ort.js"), onnx] + common
+    if runner == "torch":
+        return ["/usr/bin/python3", os.path.join(HERE, "peer_torch.py"), row["arch"]] + common
+    if runner == "tfjs":
+        return ["node", os.path.join(HERE, "peer_tfjs_wasm.js"), tfjs] + common
+    raise ValueError(runner)
+
+
+def parse(text):
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^([a-z_0-9]+):\s*(.*)$", line.strip())
+        if not m:
+            continue
+        k, v = m.group(1), m.group(2)
+        if k in NUM_KEYS:
+            try:
+                v = float(v)
+            except ValueError:
+                continue
+        out[k] = v
+    return out
+
+
+def run_one(cmd, env, timeout, raw_path):
+    t0 = time.time()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+        rc, so, se = r.returncode, r.stdout, r.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, so, se = 124, (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), \
+            f"timed out after {timeout}s"
+    with open(raw_path, "w") as fh:
+        fh.write("$ " + " ".join(cmd) + f"\n# rc {rc}, {time.time() - t0:.1f}s wall\n" + so + "\n# stderr\n" + se)
+    res = parse(so) if rc == 0 else {}
+    if rc != 0 or "median_ms_per_image" not in res:
+        msg = (se.strip().splitlines() or [f"exit {rc}"])[-1][:200]
+        return None, msg
+    return res, None
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def sgemm_peak(threads, raw_dir):
+    """Builds and runs tools/bench/sgemm_peak.c; returns a dict of results."""
+    src = os.path.join(HERE, "sgemm_peak.c")
+    binp = os.path.join(BENCH, "bin", "sgemm_peak")
+    os.makedirs(os.path.dirname(binp), exist_ok=True)
+    if not os.path.exists(binp) or os.path.getmtime(binp) < os.path.getmtime(src):
+        r = subprocess.run(["cc", "-O2", "-o", binp, src, "-lopenblas"], capture_output=True, text=True)
+        if r.returncode != 0:
+            return {"error": "cc: " + r.stderr.strip()[:200]}
+    res = {}
+    for tag, env in (("env", dict(os.environ)),
+                     ("native", {k: v for k, v in os.environ.items()
+                                 if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")})):
+        r = subprocess.run([binp, "--threads", str(threads), "--iters", "5"], capture_output=True, text=True,
+                           env=env, timeout=300)
+        with open(os.path.join(raw_dir, f"sgemm_{tag}.txt"), "w") as fh:
+            fh.write(r.stdout + r.stderr)
+        if r.returncode == 0:
+            p = parse(r.stdout)
+            for line in r.stdout.splitlines():
+                k, _, v = line.partition(":")
+                p[k.strip()] = v.strip()
+            res[tag] = {"core": p.get("openblas_core"), "gflops": float(p["sgemm_gflops"]),
+                        "gflops_median": float(p["sgemm_gflops_median"])}
+    if "native" in res and "env" in res and res["native"]["core"] == res["env"]["core"]:
+        del res["native"]
+    return res
+
+
+def machine_info():
+    info = {"cpu": platform.processor() or "", "cores": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return info
+
+
+def loadavg():
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def git_rev():
+    r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    d = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                       capture_output=True, text=True)
+    return (r.stdout.strip() or "?") + ("+dirty" if d.stdout.strip() else "")
+
+
+def fmt(x, nd=1):
+    if x is None:
+        return "—"
+    if x >= 100:
+        return f"{x:.0f}"
+    return f"{x:.{nd}f}" if x >= 10 else f"{x:.{max(nd, 2)}f}"
+
+
+def bench(a, rows, batches, runners, raw_dir, kerasc):
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    results = {}  # (row key, batch) -> runner -> list of parsed outputs
+    errors = {}
+    for row in rows:
+        for b in batches:
+            it, wu = row["iters"][b] if b in row["iters"] else row["iters"][max(row["iters"])]
+            it = max(1, int(round(it * a.iters_scale)))
+            wu = max(1, int(round(wu * a.iters_scale))) if wu else 0
+            rr = [r for r in runners if not (row.get("peer_from") and r in ("ort", "torch"))]
+            res = results.setdefault((row["key"], b), {r: [] for r in rr})
+            for k in range(a.rounds):
+                for r in rr:
+                    if errors.get((row["key"], b, r)):
+                        continue  # a runner that failed once is not retried on that row
+                    cmd = command(r, row, b, it, wu, a.threads, kerasc)
+                    raw = os.path.join(raw_dir, f"{row['key']}_b{b}_{r}_r{k + 1}.txt")
+                    out, err = run_one(cmd, env, a.timeout, raw)
+                    if err:
+                        errors[(row["key"], b, r)] = err
+                        print(f"bench: {row['key']} batch {b} {r}: FAILED: {err}", file=sys.stderr, flush=True)
+                    else:
+                        res[r].append(out)
+                        print(f"bench: {row['key']} b{b} round {k + 1}/{a.rounds} {r:6s} "
+                              f"{out['median_ms_per_image']:9.2f} ms/img", file=sys.stderr, flush=True)
+    return results, errors
+
+
+def summarize(rows, batches, runners, results, errors, macs):
+    table = []
+    for row in rows:
+        for b in batches:
+            src = results.get((row["key"], b), {})
+            peer = results.get((row.get("peer_from"), b), {}) if row.get("peer_from") else {}
+            entry = {"row": row["key"], "title": row["title"], "batch": b, "macs_per_image": macs.get(row["key"]),
+                     "peer_from": row.get("peer_from"), "runners": {}}
+            for r in runners:
+                outs = peer.get(r) if (row.get("peer_from") and r in ("ort", "torch")) else src.get(r)
+                if not outs:
+                    err = errors.get((row.get("peer_from") if row.get("peer_from") and r in ("ort", "torch")
+                                      else row["key"], b, r))
+                    entry["runners"][r] = {"error": err} if err else None
+                    continue
+                e = {k: med([o.get(k) for o in outs]) for k in NUM_KEYS}
+                e["peak_rss_kb"] = max(o.get("peak_rss_kb", 0) for o in outs)
+                e["load_to_first_ms"] = med([o.get("load_ms", 0) + o.get("first_run_ms", 0) for o in outs])
+                e["rounds"] = len(outs)
+                e["per_round_ms_per_image"] = [o["median_ms_per_image"] for o in outs]
+                for k in ("runtime", "threads_used", "iters"):
+                    if k in outs[0]:
+                        e[k] = outs[0][k]
+                entry["runners"][r] = e
+            k_ = entry["runners"].get("kerasc")
+            o_ = entry["runners"].get("ort")
+            if k_ and k_.get("median_ms_per_image") and entry["macs_per_image"]:
+                entry["kerasc_gflops"] = 2 * entry["macs_per_image"] / (k_["median_ms_per_image"] * 1e-3) / 1e9
+            if o_ and o_.get("median_ms_per_image") and entry["macs_per_image"]:
+                entry["ort_gflops"] = 2 * entry["macs_per_image"] / (o_["median_ms_per_image"] * 1e-3) / 1e9
+            if k_ and o_ and k_.get("median_ms_per_image") and o_.get("median_ms_per_image"):
+                entry["kerasc_over_ort"] = k_["median_ms_per_image"] / o_["median_ms_per_image"]
+            table.append(entry)
+    return table
+
+
+def markdown(table, runners, meta, sgemm):
+    L = []
+    L.append(f"# kerasc benchmark — {meta['date']}")
+    L.append("")
+    L.append(f"Machine: {meta['cpu']}, {meta['cores']} cores; threads = {meta['threads']} for every runner "
+             f"(tfjs-wasm: 1, no wasm threads under Node); {meta['rounds']} alternating rounds, medians; "
+             f"kerasc {meta['git']}; load average {meta['load_before']:.2f} before, "
+             f"{meta['load_after']:.2f} after.")
+    L.append("")
+    pk = []
+    for tag, v in sgemm.items():
+        if isinstance(v, dict):
+            pk.append(f"{v['gflops']:.1f} GFLOP/s best, {v['gflops_median']:.1f} median "
+                      f"(OpenBLAS {v['core']} kernels{', as this environment sets' if tag == 'env' else ''})")
+    L.append(f"**sgemm peak** (2048³, {meta['threads']} threads): " + ("; ".join(pk) if pk else
+                                                                       f"not measured ({sgemm.get('error')})"))
+    L.append("")
+    head = ["model", "batch"] + [f"{RUNNER_TITLE[r]} ms/img" if r == "kerasc" else RUNNER_TITLE[r] for r in runners]
+    head += ["kerasc GFLOP/s", "ORT GFLOP/s", "kerasc/ORT", "≤ 0.8"]
+    L.append("| " + " | ".join(head) + " |")
+    L.append("|" + "---|" * 2 + "---:|" * (len(head) - 2))
+    for e in table:
+        cells = [e["title"], str(e["batch"])]
+        for r in runners:
+            v = e["runners"].get(r)
+            if v and "median_ms_per_image" in v:
+                s = fmt(v["median_ms_per_image"])
+                if e.get("peer_from") and r in ("ort", "torch"):
+                    s += " †"
+                cells.append(s)
+            else:
+                cells.append("fail" if v and v.get("error") else "—")
+        cells.append(fmt(e.get("kerasc_gflops")))
+        cells.append(fmt(e.get("ort_gflops")))
+        rt = e.get("kerasc_over_ort")
+        cells.append(f"{rt:.2f}" if rt is not None else "—")
+        cells.append(("yes" if rt <= 0.8 else "no") if rt is not None else "—")
+        L.append("| " + " | ".join(cells) + " |")
+    L.append("")
+    L.append("Load to first inference (load_ms + first_run_ms, ms) and peak RSS (MB, whole process: "
+             "node ~45 MB and python+libtorch ~150 MB before any model):")
+    L.append("")
+    head2 = ["model", "batch"] + [f"{RUNNER_TITLE[r]} load+1st" for r in runners] + \
+        [f"{RUNNER_TITLE[r]} RSS" for r in runners]
+    L.append("| " + " | ".join(head2) + " |")
+    L.append("|" + "---|" * 2 + "---:|" * (len(head2) - 2))
+    for e in table:
+        cells = [e["title"], str(e["batch"])]
+        for key, scale in (("load_to_first_ms", 1.0), ("peak_rss_kb", 1 / 1024)):
+            for r in runners:
+                v = e["runners"].get(r)
+                if v and v.get(key) is not None:
+                    s = f"{v[key] * scale:.0f}"
+                    if e.get("peer_from") and r in ("ort", "torch"):
+                        s += " †"
+                    cells.append(s)
+                else:
+                    cells.append("—")
+        L.append("| " + " | ".join(cells) + " |")
+    L.append("")
+    L.append("ms/img: median over rounds of each run's median time per batch / batch (warm-up excluded). "
+             "GFLOP/s: 2 × multiply-accumulates per image (conv + dense, counted from the architecture: "
+             "tools/bench/macs.py) / time. kerasc/ORT: ratio of the two medians; the target is ≤ 0.8. "
+             "† nsfwjs rows: ORT and torch figures are those of the Keras-definition row of the same "
+             "architecture (torchvision export, 1000-class head; nsfwjs's head is 5 classes, < 0.5% of the "
+             "work). Weights are random for the architecture matches. Shared, noisy 2-core machine: "
+             "compare ratios, not absolute times.")
+    errs = [(e["title"], e["batch"], r, v["error"]) for e in table for r, v in e["runners"].items()
+            if v and v.get("error")]
+    if errs:
+        L.append("")
+        L.append("Failures: " + "; ".join(f"{t} b{b} {RUNNER_TITLE[r]}: {m}" for t, b, r, m in errs))
+    return "\n".join(L) + "\n"
+
+
+def gnuplot(table, runners, out_png, threads):
+    if not shutil.which("gnuplot"):
+        return "gnuplot not installed"
+    with tempfile.TemporaryDirectory(prefix="kbench_") as tmp:
+        dat = os.path.join(tmp, "data.dat")
+        with open(dat, "w") as fh:
+            for e in table:
+                label = e["title"].replace(" (Keras def.)", "").replace(" ", "\\n", 1) + f"\\nb{e['batch']}"
+                vals = []
+                for r in runners:
+                    v = e["runners"].get(r)
+                    vals.append(f"{v['median_ms_per_image']:.4f}" if v and v.get("median_ms_per_image") else "?")
+                fh.write(f"\"{label}\" " + " ".join(vals) + "\n")
+        cols = {"kerasc": "#1f77b4", "ort": "#d62728", "torch": "#ff7f0e", "tfjs": "#2ca02c"}
+        plots = ", ".join(
+            f"'{dat}' using {i + 2}:xtic(1) title '{RUNNER_TITLE[r]}' lc rgb '{cols[r]}'"
+            for i, r in enumerate(runners))
+        script = f"""
+set terminal pngcairo size 1400,640 font 'DejaVu Sans,10'
+set output '{out_png}'
+set title 'ms per image (lower is better), {threads} threads; log scale'
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.85 border -1
+set boxwidth 0.9
+set logscale y
+set grid ytics mytics
+set ylabel 'ms / image'
+set datafile missing '?'
+set key top left
+set xtics font ',8'
+set bmargin 5
+plot {plots}
+"""
+        sp = os.path.join(tmp, "plot.gp")
+        with open(sp, "w") as fh:
+            fh.write(script)
+        r = subprocess.run(["gnuplot", sp], capture_output=True, text=True)
+        if r.returncode != 0:
+            return "gnuplot: " + r.stderr.strip()[:300]
+    return None
+
+
+def read_baseline(path):
+    with open(path) as fh:
+        for line in fh:
+            m = re.match(r"^\s*kerasc_ort_ratio:\s*([0-9.]+)", line)
+            if m:
+                return float(m.group(1))
+    raise ValueError(f"{path}: no 'kerasc_ort_ratio: R' line")
+
+
+def quick(a, kerasc, raw_dir):
+    row = next(r for r in ROWS if r["key"] == QUICK_ROW)
+    row = dict(row, iters={1: (a.quick_iters, 3)})
+    a.rounds = a.quick_rounds
+    results, errors = bench(a, [row], [1], ["kerasc", "ort"], raw_dir, kerasc)
+    res = results[(row["key"], 1)]
+    if errors or not res["kerasc"] or not res["ort"]:
+        print(f"bench --quick: FAILED: {errors}", file=sys.stderr)
+        return 1
+    k = med([o["median_ms_per_image"] for o in res["kerasc"]])
+    o = med([o["median_ms_per_image"] for o in res["ort"]])
+    ratio = k / o
+    print(f"quick: {row['title']} batch 1, {a.threads} thread(s), {a.rounds} rounds x {a.quick_iters} iters")
+    print(f"kerasc_ms_per_image: {k:.3f}")
+    print(f"ort_ms_per_image: {o:.3f}")
+    print(f"kerasc_ort_ratio: {ratio:.3f}")
+    if a.write_baseline:
+        with open(a.baseline, "w") as fh:
+            fh.write("# kerasc/ORT time ratio of `tools/bench/run_bench.sh --quick` (MobileNetV2 Keras def., batch 1,\n"
+                     f"# {a.threads} thread(s)); the smoke fails when a run's ratio exceeds 2x this value.\n"
+                     f"# Written {datetime.date.today().isoformat()} on {machine_info()['cpu']} at kerasc "
+                     f"{git_rev()}.\n"
+                     f"kerasc_ort_ratio: {ratio:.3f}\n")
+        print(f"baseline written: {os.path.relpath(a.baseline, ROOT)}")
+        return 0
+    if not os.path.exists(a.baseline):
+        print(f"baseline: none ({os.path.relpath(a.baseline, ROOT)} missing): nothing to compare")
+        return 0
+    base = read_baseline(a.baseline)
+    limit = 2.0 * base
+    verdict = "ok" if ratio <= limit else "FAIL"
+    print(f"baseline_ratio: {base:.3f} (fails above {limit:.3f})")
+    print(f"quick: {verdict}: ratio {ratio:.3f} is {ratio / base:.2f}x the baseline")
+    return 0 if ratio <= limit else 1
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=None, help="threads for every runner (default 2; --quick 1)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--models", default=",".join(r["key"] for r in ROWS))
+    ap.add_argument("--runners", default=",".join(RUNNERS))
+    ap.add_argument("--iters-scale", type=float, default=1.0, help="multiply every row's iterations")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds for one runner process")
+    ap.add_argument("--kerasc", default=os.path.join(ROOT, "build", "kerasc"))
+    ap.add_argument("--out", default=os.path.join(BENCH, "results"))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick-iters", type=int, default=20)
+    ap.add_argument("--quick-rounds", type=int, default=5)
+    ap.add_argument("--baseline", default=os.path.join(BENCH, "baseline.txt"))
+    ap.add_argument("--write-baseline", action="store_true")
+    a = ap.parse_args(argv)
+    if a.threads is None:
+        a.threads = 1 if a.quick else 2
+    if a.threads < 1 or a.rounds < 1:
+        ap.error("--threads and --rounds must be >= 1")
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    raw_dir = os.path.join(a.out, "raw", ("quick-" if a.quick else "") + stamp)
+    os.makedirs(raw_dir, exist_ok=True)
+    if not os.access(a.kerasc, os.X_OK):
+        print(f"bench: {a.kerasc} missing: run `make build`", file=sys.stderr)
+        return 2
+    # Snapshot the binary: other work may rebuild build/kerasc during a long run.
+    kerasc = os.path.join(raw_dir, "kerasc")
+    shutil.copy2(a.kerasc, kerasc)
+    try:
+        return quick(a, kerasc, raw_dir) if a.quick else full(a, ap, kerasc, raw_dir)
+    finally:
+        os.unlink(kerasc)
+        prune(os.path.join(a.out, "raw"), keep=5)
+
+
+def prune(raw_root, keep):
+    """Keeps the raw outputs of the last `keep` runs of each kind."""
+    try:
+        names = sorted(os.listdir(raw_root))
+    except OSError:
+        return
+    for kind in ("quick-", ""):
+        runs = [n for n in names if n.startswith("quick-") == (kind == "quick-")]
+        for n in runs[:-keep]:
+            shutil.rmtree(os.path.join(raw_root, n), ignore_errors=True)
+
+
+def full(a, ap, kerasc, raw_dir):
+    keys = [k for k in a.models.split(",") if k]
+    known = {r["key"]: r for r in ROWS}
+    for k in keys:
+        if k not in known:
+            ap.error(f"unknown model {k} (known: {', '.join(known)})")
+    rows = [r for r in ROWS if r["key"] in keys]
+    # the architecture rows that nsfwjs rows borrow their ORT / torch figures from
+    for r in list(rows):
+        if r.get("peer_from") and r["peer_from"] not in keys:
+            rows.insert(rows.index(r), known[r["peer_from"]])
+            keys.append(r["peer_from"])
+    batches = [int(b) for b in a.batches.split(",") if b]
+    runners = [r for r in RUNNERS if r in a.runners.split(",")]
+
+    meta = dict(date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), threads=a.threads, rounds=a.rounds,
+                git=git_rev(), load_before=loadavg() or 0.0, **machine_info())
+    print(f"bench: {len(rows)} models x {len(batches)} batches, runners {', '.join(runners)}, "
+          f"{a.threads} threads, {a.rounds} rounds; raw outputs in {os.path.relpath(raw_dir, ROOT)}",
+          file=sys.stderr, flush=True)
+    sgemm = sgemm_peak(a.threads, raw_dir)
+    macs = {}
+    for r in rows:
+        try:
+            macs[r["key"]] = macs_mod.macs_of(row_paths(r)[0], kerasc)
+        except Exception as e:  # noqa: BLE001  (reported in the table as missing GFLOP/s)
+            print(f"bench: macs of {r['key']}: {e}", file=sys.stderr)
+    results, errors = bench(a, rows, batches, runners, raw_dir, kerasc)
+    meta["load_after"] = loadavg() or 0.0
+    table = summarize(rows, batches, runners, results, errors, macs)
+    md = markdown(table, runners, meta, sgemm)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "latest.md"), "w") as fh:
+        fh.write(md)
+    with open(os.path.join(a.out, "latest.json"), "w") as fh:
+        json.dump({"meta": meta, "sgemm": sgemm, "macs_per_image": macs, "rows": table}, fh, indent=1)
+        fh.write("\n")
+    perr = gnuplot(table, runners, os.path.join(a.out, "latest.png"), a.threads)
+    sys.stdout.write(md)
+    print(f"\nwritten: {os.path.relpath(os.path.join(a.out, 'latest.md'), ROOT)}, latest.json, "
+          + (f"latest.png" if not perr else f"no chart ({perr})"))
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

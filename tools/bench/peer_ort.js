@@ -1,0 +1,112 @@
+#!/usr/bin/env node
+'use strict';
+// ONNX Runtime peer of `kerasc bench` (see bench/README.md).
+//
+//   node tools/bench/peer_ort.js MODEL.onnx [--batch B] [--iters N] [--warmup W] [--threads T]
+//
+// Same protocol and output as `kerasc bench`: load (file read + session
+// creation with graph optimisations "all") timed as load_ms; W warm-up runs,
+// the first one timed as first_run_ms; N timed runs on a seeded uniform [0, 1)
+// input of the model's shape (NCHW here, batch B); the median; peak RSS of
+// the process (ru_maxrss: node itself, ~40-50 MB, included). Threads:
+// intraOpNumThreads = T, interOpNumThreads = 1, sequential execution.
+// onnxruntime-node comes from bench/node_modules (tools/bench/install_peers.sh).
+const path = require('path');
+
+const BENCH = path.resolve(__dirname, '..', '..', 'bench');
+const ort = require(path.join(BENCH, 'node_modules', 'onnxruntime-node'));
+const ortVersion = require(path.join(BENCH, 'node_modules', 'onnxruntime-node', 'package.json')).version;
+
+function parseArgs(argv) {
+  const a = {model: null, batch: 1, iters: 20, warmup: 3, threads: 0};
+  for (let i = 0; i < argv.length; i++) {
+    const k = argv[i];
+    const num = () => {
+      const v = Number(argv[++i]);
+      if (!Number.isInteger(v) || v < 0) throw new Error(`${k} takes a non-negative integer`);
+      return v;
+    };
+    if (k === '--batch') a.batch = num();
+    else if (k === '--iters') a.iters = num();
+    else if (k === '--warmup') a.warmup = num();
+    else if (k === '--threads') a.threads = num();
+    else if (k.startsWith('-') || a.model) throw new Error(`unexpected argument '${k}'`);
+    else a.model = k;
+  }
+  if (!a.model) throw new Error('usage: peer_ort.js MODEL.onnx [--batch B] [--iters N] [--warmup W] [--threads T]');
+  if (a.batch < 1 || a.iters < 1) throw new Error('--batch and --iters must be >= 1');
+  return a;
+}
+
+// xorshift32, seeded: uniform [0, 1) floats (values need not equal kerasc's;
+// the arithmetic does not depend on them).
+function seededUniform(n, seed) {
+  const out = new Float32Array(n);
+  let x = seed >>> 0 || 1;
+  for (let i = 0; i < n; i++) {
+    x ^= x << 13; x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5; x >>>= 0;
+    out[i] = (x >>> 8) / 16777216;
+  }
+  return out;
+}
+
+const now = () => Number(process.hrtime.bigint()) / 1e6;
+
+async function main() {
+  const a = parseArgs(process.argv.slice(2));
+  const opts = {
+    graphOptimizationLevel: 'all',
+    executionMode: 'sequential',
+    interOpNumThreads: 1,
+    executionProviders: ['cpu'],
+  };
+  if (a.threads) opts.intraOpNumThreads = a.threads;
+  const t0 = now();
+  const session = await ort.InferenceSession.create(a.model, opts);
+  const loadMs = now() - t0;
+  const feeds = {};
+  session.inputNames.forEach((name, idx) => {
+    const meta = session.inputMetadata ? session.inputMetadata[idx] : null;
+    let dims = meta && meta.shape ? meta.shape.slice() : null;
+    if (!dims) throw new Error(`${a.model}: input ${name} has no shape metadata`);
+    dims = dims.map((d, j) => (j === 0 ? a.batch : (typeof d === 'number' && d > 0 ? d : 16)));
+    const n = dims.reduce((p, d) => p * d, 1);
+    feeds[name] = new ort.Tensor('float32', seededUniform(n, 0x9e3779b9 + idx), dims);
+  });
+  const times = [];
+  let firstMs = 0;
+  for (let it = 0; it < a.warmup + a.iters; it++) {
+    const s = now();
+    const out = await session.run(feeds);
+    const dt = now() - s;
+    for (const k of Object.keys(out)) if (out[k].dispose) out[k].dispose();
+    if (it === 0) firstMs = dt;
+    if (it >= a.warmup) times.push(dt);
+  }
+  times.sort((x, y) => x - y);
+  const n = times.length;
+  const median = n % 2 ? times[(n - 1) / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  const lines = [
+    `model: ${a.model}`,
+    `runtime: onnxruntime-node ${ortVersion}`,
+    `batch: ${a.batch}`,
+    `iters: ${a.iters}`,
+    `threads: ${a.threads || 'all'}`,
+    `load_ms: ${loadMs.toFixed(1)}`,
+    `first_run_ms: ${firstMs.toFixed(2)}`,
+    `median_ms: ${median.toFixed(3)}`,
+    `median_ms_per_image: ${(median / a.batch).toFixed(3)}`,
+    `min_ms: ${times[0].toFixed(3)}`,
+    `max_ms: ${times[n - 1].toFixed(3)}`,
+    `peak_rss_kb: ${process.resourceUsage().maxRSS}`,
+  ];
+  process.stdout.write(lines.join('\n') + '\n');
+  if (session.release) await session.release();
+}
+
+main().catch((err) => {
+  process.stderr.write(`peer_ort: error: ${err && err.message ? err.message : err}\n`);
+  process.exit(1);
+});
