@@ -1271,10 +1271,8 @@ static herr_t kc_h5raw_attr_name_cb(hid_t obj, const char *name, const H5A_info_
 {
     (void)obj;
     (void)info;
-    kc_h5raw_strv *v = data;
-    if (v->n >= KC_H5_LIST_MAX)
-        return -1;
-    return kc_h5raw_strv_push(v, name, strlen(name)) == KC_OK ? 0 : -1;
+    /* kc_h5raw_strv_push enforces v->max_items */
+    return kc_h5raw_strv_push(data, name, strlen(name)) == KC_OK ? 0 : -1;
 }
 
 kc_status kc_h5raw_attr_names(kc_h5raw *h5, const char *path, char ***names, int *n)
@@ -1303,8 +1301,6 @@ static herr_t kc_h5raw_refused_cb(hid_t group, const char *name, const H5L_info_
     kc_h5raw_strv *v = data;
     if (info->type == H5L_TYPE_HARD)
         return 0;
-    if (v->n >= KC_H5_LIST_MAX)
-        return -1;
     return kc_h5raw_strv_push(v, name, strlen(name)) == KC_OK ? 0 : -1;
 }
 
