@@ -46,7 +46,7 @@ const float *kc_w(const kc_exec_ctx *ctx, int i)
 {
     if (i < 0 || i >= ctx->layer->n_weights)
         return NULL;
-    return ctx->layer->weights[i].data;
+    return ctx->w_ext ? ctx->w_ext[i] : ctx->layer->weights[i].data;
 }
 
 void kc_gemm(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,

@@ -34,6 +34,7 @@ typedef struct kc_dnnl_conv_state {
     float *w_packed;        /* weights reordered once into w_prim_md, or NULL */
     int has_bias;
     int act_fused;          /* the activation runs as a oneDNN post-op */
+    int w_plain;            /* weights read in Keras layout (ctx->w_ext) */
 } kc_dnnl_conv_state;
 
 static void kc_dnnl_conv_free(kc_kernel_state *s)
@@ -174,7 +175,10 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
     /* Weights in whatever blocked layout the fastest implementation
      * wants ("any"), reordered once below; activations stay NHWC. */
     dnnl_memory_desc_t w_any = st->w_md;
-    w_any.format_kind = dnnl_format_kind_any;
+    /* Streamed weights arrive fresh each run: read them in Keras layout
+     * rather than keep a packed copy outside the device budget. */
+    if (!st->w_plain)
+        w_any.format_kind = dnnl_format_kind_any;
     dnnl_convolution_desc_t desc;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_attr_t attr = kc_dnnl_act_attr(a->activation, &st->act_fused);
@@ -194,7 +198,8 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
     dnnl_primitive_desc_destroy(pd);
     if (s != dnnl_success)
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN could not create the convolution");
-    KC_TRY(kc_dnnl_pack_weights(st, kc_w(ctx, 0)));
+    if (!st->w_plain)
+        KC_TRY(kc_dnnl_pack_weights(st, kc_w(ctx, 0)));
     st->in_shape = *in;
     return KC_OK;
 }
@@ -243,7 +248,8 @@ kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     int64_t cin = ctx->in_shape[0].dims[ctx->in_shape[0].rank - 1];
     int64_t groups = a->kind == KC_CONV_DEPTHWISE ? cin : a->groups;
     kc_dnnl_conv_state *st = (kc_dnnl_conv_state *)*ctx->state;
-    if (st && !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])) {
+    if (st && (!kc_shape_equal(&st->in_shape, &ctx->in_shape[0]) ||
+               st->w_plain != (ctx->w_ext != NULL))) {
         st->base.free(&st->base);
         *ctx->state = NULL;
         st = NULL;
@@ -254,6 +260,7 @@ kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
             return KC_ERR_NOMEM;
         st->base.free = kc_dnnl_conv_free;
         st->has_bias = a->use_bias;
+        st->w_plain = ctx->w_ext != NULL;
         if (kc_dnnl_build(ctx, a, st, groups) != KC_OK) {
             kc_dnnl_conv_free(&st->base);
             return KC_OK; /* not handled: the GEMM path runs instead */

@@ -30,6 +30,11 @@ typedef struct kc_exec_ctx {
     int keras_major;          /* activation semantics (hard_sigmoid) */
     const unsigned char *in_mask; /* Keras mask of input 0, (batch, time), or NULL */
     kc_kernel_state **state;  /* this node's state slot, or NULL */
+    /* Weights supplied for this run only (streamed into a budgeted device
+     * buffer by the residency manager), or NULL: the layer's own. When set,
+     * a kernel reads them afresh each run and caches nothing derived from
+     * them (it may still cache shape-only state such as a primitive). */
+    const float *const *w_ext;
 } kc_exec_ctx;
 
 typedef kc_status (*kc_kernel_fn)(const kc_exec_ctx *ctx);

@@ -25,16 +25,18 @@ static int64_t kc_rnn_gates(const kc_rnn_attrs *a)
     }
 }
 
-static kc_rnn_weights kc_rnn_bind(const kc_rnn_attrs *a, const kc_weight *w)
+/* The layer's weights from index `first` on (kc_w: streamed or own). */
+static kc_rnn_weights kc_rnn_bind(const kc_rnn_attrs *a, const kc_exec_ctx *ctx, int first)
 {
-    kc_rnn_weights r = {w[0].data, w[1].data, NULL, NULL};
+    const float *w[3] = {kc_w(ctx, first), kc_w(ctx, first + 1), kc_w(ctx, first + 2)};
+    kc_rnn_weights r = {w[0], w[1], NULL, NULL};
     int64_t g = kc_rnn_gates(a) * a->units;
     if (a->kind == KC_RNN_CUDNN_LSTM || a->kind == KC_RNN_CUDNN_GRU ||
         (a->kind == KC_RNN_GRU && a->reset_after)) {
-        r.bias = a->use_bias ? w[2].data : NULL;
-        r.rec_bias = a->use_bias ? w[2].data + g : NULL;
+        r.bias = a->use_bias ? w[2] : NULL;
+        r.rec_bias = a->use_bias ? w[2] + g : NULL;
     } else if (a->use_bias) {
-        r.bias = w[2].data;
+        r.bias = w[2];
     }
     return r;
 }
@@ -151,7 +153,7 @@ static kc_status kc_rnn_layer(const kc_exec_ctx *ctx)
                        "mask input");
     const kc_shape *s = &ctx->in_shape[0];
     int64_t n = s->dims[0], t = s->dims[1], in = s->dims[2], u = a->units;
-    kc_rnn_weights w = kc_rnn_bind(a, ctx->layer->weights);
+    kc_rnn_weights w = kc_rnn_bind(a, ctx, 0);
     float *h = kc_scratch(n * u), *c = kc_scratch(n * u);
     if (!h || !c) {
         free(h);
@@ -187,8 +189,8 @@ static kc_status kc_bidirectional(const kc_exec_ctx *ctx)
     int64_t n = s->dims[0], t = s->dims[1], in = s->dims[2], u = fa->units;
     int seqs = fa->return_sequences;
     int64_t steps = seqs ? t : 1;
-    kc_rnn_weights fw = kc_rnn_bind(fa, ctx->layer->weights);
-    kc_rnn_weights bw = kc_rnn_bind(ba, ctx->layer->weights + a->n_forward_specs);
+    kc_rnn_weights fw = kc_rnn_bind(fa, ctx, 0);
+    kc_rnn_weights bw = kc_rnn_bind(ba, ctx, a->n_forward_specs);
     float *fseq = kc_scratch(n * t * u), *bseq = kc_scratch(n * t * u);
     float *fh = kc_scratch(n * u), *fc = kc_scratch(n * u);
     float *bh = kc_scratch(n * u), *bc = kc_scratch(n * u);
