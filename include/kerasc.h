@@ -31,7 +31,8 @@ typedef enum kc_status {
     KC_ERR_SHAPE,       /* shapes or sizes do not agree */
     KC_ERR_LIMIT,       /* a size, depth or count exceeds kerasc's safety limits */
     KC_ERR_NOMEM,       /* out of memory */
-    KC_ERR_ARG          /* bad argument from the caller */
+    KC_ERR_ARG,         /* bad argument from the caller */
+    KC_ERR_DEVICE       /* a device or its backend failed (CUDA error, lost worker) */
 } kc_status;
 
 typedef enum kc_dtype {
@@ -117,6 +118,25 @@ typedef struct kc_session kc_session;
 
 typedef struct kc_session_options {
     int threads; /* 0 = all cores */
+
+    /* Placement, in TensorFlow device strings ("/CPU:0", "/GPU:0",
+     * "/device:GPU:1"). All NULL/0: everything on the host CPU. */
+    const char *device;          /* default compute device ("/CPU:0") */
+    const char *const *place;    /* rules in graph order: "FIRST..LAST=/GPU:0",
+                                    "FIRST..=DEV", "..LAST=DEV", "LAYER=DEV";
+                                    later rules win */
+    int n_place;
+    const char *variables;       /* where every variable lives ("/CPU:0": host
+                                    memory, streamed to the compute device);
+                                    NULL: with the layer's compute device */
+    int strict_placement;        /* a missing device is an error instead of a
+                                    fallback to the CPU with one warning */
+    /* Device memory budget per compute device, counting activations,
+     * weights and workspace. On /CPU:0 a budget turns on the same
+     * residency manager with host memory standing in for device memory. */
+    size_t device_memory;        /* bytes; 0 = the GPU's free memory / none */
+    int prefetch_depth;          /* ring slots for streamed weights, 0 = auto (<= 3) */
+    const char *trace_path;      /* Chrome/Perfetto trace of each run, or NULL */
 } kc_session_options;
 
 /* A session executes a loaded model on the CPU. It borrows the model,
@@ -140,6 +160,19 @@ size_t kc_session_arena_bytes(const kc_session *session);
  * folded into a convolution/Dense, activations fused); KC_FUSE=0 in the
  * environment disables the rewrites. */
 int kc_session_fused_nodes(const kc_session *session);
+
+/* Per-layer compute and transfer times of the last run, achieved GB/s and
+ * the run's lower bound max(compute, streamed bytes / bandwidth); "" when
+ * the session has no device placement. Valid until the next run. */
+const char *kc_session_stats(const kc_session *session);
+/* Most device bytes held at once under the budget (activations + resident
+ * weights + streaming ring + workspace), over all managed devices; 0 when
+ * the session has no device placement. */
+size_t kc_session_device_peak_bytes(const kc_session *session);
+/* Print each layer's compute device, where its variables live (host,
+ * resident, streamed) and the bytes crossing each device boundary, for
+ * input batch `batch`. Plans without running. */
+kc_status kc_session_describe(kc_session *session, int64_t batch, FILE *out);
 
 #ifdef __cplusplus
 }

@@ -69,6 +69,7 @@ const char *kc_status_name(kc_status status)
     case KC_ERR_LIMIT: return "limit";
     case KC_ERR_NOMEM: return "nomem";
     case KC_ERR_ARG: return "argument";
+    case KC_ERR_DEVICE: return "device";
     }
     return "unknown";
 }

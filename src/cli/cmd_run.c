@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/placement_args.h"
 #include "kerasc.h"
 
 #define KC_RUN_MAX_IO 64
@@ -16,12 +17,14 @@ typedef struct kc_run_args {
     const char *outputs[KC_RUN_MAX_IO];
     int n_outputs;
     int threads;
+    kc_cli_placement placement;
 } kc_run_args;
 
 static int kc_run_usage(const char *why)
 {
     fprintf(stderr, "kerasc run: %s (usage: kerasc run MODEL --input X.npy [--input ...] "
-                    "--output Y.npy [--output ...] [--weights FILE] [--threads N])\n", why);
+                    "--output Y.npy [--output ...] [--weights FILE] [--threads N] "
+                    KC_CLI_PLACEMENT_USAGE ")\n", why);
     return 2;
 }
 
@@ -31,7 +34,12 @@ static int kc_run_parse(int argc, char **argv, kc_run_args *a)
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         int has_value = i + 1 < argc;
-        if (strcmp(arg, "--input") == 0 && has_value) {
+        int placed = kc_cli_placement_arg("run", argc, argv, &i, &a->placement);
+        if (placed < 0)
+            return 2;
+        if (placed) {
+            continue;
+        } else if (strcmp(arg, "--input") == 0 && has_value) {
             if (a->n_inputs == KC_RUN_MAX_IO)
                 return kc_run_usage("too many --input");
             a->inputs[a->n_inputs++] = argv[++i];
@@ -131,10 +139,13 @@ int kc_cmd_run(int argc, char **argv)
         if (kc_tensor_load_npy(files[i], &in[i]) != KC_OK)
             rc = kc_run_fail(NULL);
     kc_session_options so = {.threads = a.threads};
+    kc_cli_placement_apply(&a.placement, &so);
     if (!rc && kc_session_new(m, &so, &s) != KC_OK)
         rc = kc_run_fail(NULL);
     if (!rc && kc_session_run(s, (const kc_tensor *const *)in, a.n_inputs, out, n_out) != KC_OK)
         rc = kc_run_fail(a.model);
+    if (!rc && a.placement.stats)
+        fputs(kc_session_stats(s), stdout);
     for (int i = 0; !rc && i < n_out; i++)
         if (kc_tensor_save_npy(out[i], a.outputs[i]) != KC_OK)
             rc = kc_run_fail(NULL);

@@ -13,25 +13,15 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "backend/cpu_exec.h"
 #include "kernels/kernel.h"
 #include "model/model_internal.h"
 #include "runtime/fuse.h"
 #include "runtime/mask.h"
 #include "runtime/plan.h"
+#include "runtime/sched.h"
+#include "runtime/session_internal.h"
 
-struct kc_session {
-    const kc_model *model;
-    const kc_graph *graph;
-    kc_kernel_fn *kernels;   /* per node */
-    kc_plan plan;            /* shapes + arena offsets for the last input shapes */
-    kc_fused fused;          /* BN folding / activation fusion */
-    float *arena;
-    size_t arena_floats;
-    kc_kernel_state **state; /* per node: kernel state (oneDNN primitives) */
-    unsigned char **mask;    /* per value during a run, or NULL */
-    unsigned char *mask_owned;
-    int threads;
-};
 
 static kc_status kc_layer_error(kc_status st, const kc_layer *layer)
 {
@@ -77,6 +67,14 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
         kc_session_free(s);
         return fst;
     }
+    if (options && (options->device || options->n_place || options->variables ||
+                    options->device_memory || options->trace_path)) {
+        kc_status sst = kc_sched_new(s, options, &s->sched);
+        if (sst != KC_OK) {
+            kc_session_free(s);
+            return sst;
+        }
+    }
     if (s->threads > 0)
         openblas_set_num_threads(s->threads);
     *out = s;
@@ -87,6 +85,7 @@ void kc_session_free(kc_session *s)
 {
     if (!s)
         return;
+    kc_sched_free(s->sched);
     kc_plan_free(&s->plan);
     kc_fused_free(&s->fused, s->graph->n_nodes);
     for (int i = 0; s->state && i < s->graph->n_nodes; i++)
@@ -147,62 +146,6 @@ static void kc_to_f32(const kc_tensor *t, float *dst)
 
 /* --------------------------------------------------------------- run */
 
-/* NC(spatial) <-> N(spatial)C for channels_first layers. */
-static void kc_relayout(const float *in, float *out, const kc_shape *s, int to_last)
-{
-    int64_t n = s->dims[0], c = s->rank >= 3 ? (to_last ? s->dims[1] : s->dims[s->rank - 1]) : 1;
-    int64_t per = n ? kc_count(s) / n : 0, sp = c ? per / c : 0;
-    if (s->rank < 3) {
-        memcpy(out, in, (size_t)kc_count(s) * sizeof *out);
-        return;
-    }
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t ch = 0; ch < c; ch++)
-            for (int64_t p = 0; p < sp; p++) {
-                if (to_last)
-                    out[b * per + p * c + ch] = in[b * per + ch * sp + p];
-                else
-                    out[b * per + ch * sp + p] = in[b * per + p * c + ch];
-            }
-}
-
-/* Run a channels_first layer's NHWC kernel between two transposes. */
-static kc_status kc_run_channels_first(kc_kernel_fn fn, kc_exec_ctx *ctx, float **in0,
-                                       float *const *outp)
-{
-    kc_shape in_shape[KC_MAX_NODE_IO], out_shape[KC_MAX_OUTPUTS];
-    float *tout[KC_MAX_OUTPUTS] = {0};
-    const float *in[KC_MAX_NODE_IO];
-    for (int i = 0; i < ctx->n_in; i++) {
-        in_shape[i] = ctx->in_shape[i];
-        in[i] = ctx->in[i];
-    }
-    kc_shape_to_channels_last(&in_shape[0]);
-    kc_status st = (*in0 = kc_scratch(kc_count(&ctx->in_shape[0]))) ? KC_OK : KC_ERR_NOMEM;
-    if (st == KC_OK) {
-        kc_relayout(ctx->in[0], *in0, &ctx->in_shape[0], 1);
-        in[0] = *in0;
-    }
-    for (int i = 0; st == KC_OK && i < ctx->n_out; i++) {
-        out_shape[i] = ctx->out_shape[i];
-        kc_shape_to_channels_last(&out_shape[i]);
-        if (!(tout[i] = kc_scratch(kc_count(&out_shape[i]))))
-            st = KC_ERR_NOMEM;
-    }
-    kc_exec_ctx sub = *ctx;
-    sub.in = in;
-    sub.in_shape = in_shape;
-    sub.out = tout;
-    sub.out_shape = out_shape;
-    if (st == KC_OK)
-        st = fn(&sub);
-    for (int i = 0; st == KC_OK && i < ctx->n_out; i++)
-        kc_relayout(tout[i], outp[i], &out_shape[i], 0);
-    for (int i = 0; i < ctx->n_out; i++)
-        free(tout[i]);
-    return st;
-}
-
 static kc_status kc_run_node(kc_session *s, int index)
 {
     const kc_graph *g = s->graph;
@@ -226,37 +169,36 @@ static kc_status kc_run_node(kc_session *s, int index)
         outp[i] = s->arena + s->plan.offset[node->outputs[i]];
         out_shape[i] = s->plan.shape[node->outputs[i]];
     }
-    kc_exec_ctx ctx = {
+    kc_backend_call call = {
         .node = node,
         .layer = s->fused.shadow[index] ? s->fused.shadow[index] : node->layer,
+        .keras_major = s->model->keras_major,
         .in = in,
         .in_shape = in_shape,
         .n_in = node->n_inputs,
         .out = outp,
         .out_shape = out_shape,
         .n_out = node->n_outputs,
-        .keras_major = s->model->keras_major,
         .in_mask = node->n_inputs ? s->mask[node->inputs[0]] : NULL,
-        .state = &s->state[index],
     };
-    kc_status st;
-    if (ctx.layer->channels_first && node->n_inputs > 0) {
-        float *tin = NULL;
-        st = kc_run_channels_first(s->kernels[index], &ctx, &tin, outp);
-        free(tin);
-    } else {
-        st = s->kernels[index](&ctx);
-    }
+    kc_status st = kc_cpu_exec(s->kernels[index], &call, &s->state[index]);
     if (st != KC_OK)
         return kc_layer_error(st, node->layer);
+    kc_session_mask_after(s, index, node->n_inputs ? in[0] : NULL);
+    return KC_OK;
+}
+
+void kc_session_mask_after(kc_session *s, int index, const float *in0)
+{
+    const kc_node *node = &s->graph->nodes[index];
     if (node->n_inputs && node->n_outputs) {
         int owned = 0;
         int v = node->outputs[0];
-        s->mask[v] = kc_mask_after(node, in[0], &in_shape[0], &out_shape[0],
-                                   s->mask[node->inputs[0]], &owned);
+        s->mask[v] = kc_mask_after(node, in0, &s->plan.shape[node->inputs[0]],
+                                   &s->plan.shape[node->outputs[0]], s->mask[node->inputs[0]],
+                                   &owned);
         s->mask_owned[v] = (unsigned char)owned;
     }
-    return KC_OK;
 }
 
 static kc_status kc_prepare(kc_session *s, const kc_tensor *const *inputs)
@@ -277,6 +219,13 @@ static kc_status kc_prepare(kc_session *s, const kc_tensor *const *inputs)
         s->arena_floats = s->arena ? s->plan.arena_floats : 0;
         if (!s->arena)
             return KC_ERR_NOMEM;
+    }
+    if (s->sched) {
+        kc_status st = kc_sched_prepare(s->sched);
+        if (st != KC_OK) {
+            kc_plan_free(&s->plan); /* plan again next run */
+            return st;
+        }
     }
     return KC_OK;
 }
@@ -308,7 +257,9 @@ kc_status kc_session_run(kc_session *s, const kc_tensor *const *inputs, int n_in
     for (int i = 0; i < n_inputs; i++)
         kc_to_f32(inputs[i], s->arena + s->plan.offset[g->inputs[i]]);
     kc_status st = KC_OK;
-    for (int i = 0; st == KC_OK && i < g->n_nodes; i++)
+    if (s->sched)
+        st = kc_sched_run(s->sched);
+    for (int i = 0; !s->sched && st == KC_OK && i < g->n_nodes; i++)
         st = kc_run_node(s, i);
     for (int v = 0; v < g->n_values; v++) {
         if (s->mask_owned[v])
@@ -343,3 +294,41 @@ size_t kc_session_arena_bytes(const kc_session *s)
 }
 
 int kc_session_fused_nodes(const kc_session *s) { return s ? s->fused.n_fused : 0; }
+
+const char *kc_session_stats(const kc_session *s)
+{
+    return s && s->sched ? kc_sched_stats(s->sched) : "";
+}
+
+size_t kc_session_device_peak_bytes(const kc_session *s)
+{
+    return s && s->sched ? kc_sched_peak_bytes(s->sched) : 0;
+}
+
+kc_status kc_session_describe(kc_session *s, int64_t batch, FILE *out)
+{
+    kc_error_clear();
+    if (!s || !out || batch < 1)
+        return kc_fail(KC_ERR_ARG, "kc_session_describe: bad argument");
+    const kc_graph *g = s->graph;
+    if (g->n_inputs > KC_PLAN_MAX_INPUTS)
+        return kc_fail(KC_ERR_LIMIT, "more than %d model inputs", KC_PLAN_MAX_INPUTS);
+    kc_tensor fake[KC_PLAN_MAX_INPUTS];
+    const kc_tensor *inputs[KC_PLAN_MAX_INPUTS];
+    for (int i = 0; i < g->n_inputs; i++) {
+        memset(&fake[i], 0, sizeof fake[i]);
+        fake[i].shape = g->values[g->inputs[i]].shape;
+        fake[i].shape.dims[0] = batch;
+        for (int d = 1; d < fake[i].shape.rank; d++)
+            if (fake[i].shape.dims[d] < 0)
+                fake[i].shape.dims[d] = 1; /* a variable length: describe one step */
+        inputs[i] = &fake[i];
+    }
+    KC_TRY(kc_prepare(s, inputs));
+    if (!s->sched) {
+        fprintf(out, "every layer on /CPU:0 (host), variables in host memory\n");
+        return KC_OK;
+    }
+    kc_sched_describe(s->sched, out);
+    return KC_OK;
+}

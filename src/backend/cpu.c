@@ -1,0 +1,373 @@
+/* The CPU backend behind the backend interface (backend.h).
+ *
+ * Its "device memory" is host memory, so under the residency manager it
+ * stands in for a GPU: the scheduler gives it a budget, streams weights
+ * into its buffers and prefetches them on a real second queue. Compute is
+ * synchronous on the calling thread (the kernels are multi-threaded
+ * themselves); the copy stream is a worker thread draining a FIFO of
+ * copies, event records and event waits, so uploads genuinely overlap
+ * compute. KC_CPU_DEVICE_GBPS=<GB/s> makes the copy stream pace itself to
+ * that link bandwidth, to exercise overlap the way a PCIe link would. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "backend/cpu_exec.h"
+#include "base/mem.h"
+
+struct kc_backend_event {
+    pthread_mutex_t lock;
+    pthread_cond_t done_cond;
+    uint64_t recorded;     /* records issued */
+    uint64_t completed;    /* records reached by their stream */
+    double when;           /* seconds (CLOCK_MONOTONIC) at the last completion */
+};
+
+typedef enum { KC_COPY_OP_COPY, KC_COPY_OP_RECORD, KC_COPY_OP_WAIT } kc_copy_op_kind;
+
+typedef struct kc_copy_op {
+    kc_copy_op_kind kind;
+    void *dst;
+    const void *src;
+    size_t bytes;
+    kc_backend_event *event;
+    uint64_t target;       /* RECORD: the record number; WAIT: the one to wait for */
+} kc_copy_op;
+
+struct kc_backend {
+    pthread_t worker;
+    pthread_mutex_t lock;
+    pthread_cond_t wake, idle;
+    kc_copy_op *queue;     /* ring */
+    size_t cap, head, count;
+    int busy, stop;
+    double gbps;           /* pacing, 0 = as fast as memcpy */
+};
+
+static double kc_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void kc_event_complete(kc_backend_event *e, uint64_t target)
+{
+    pthread_mutex_lock(&e->lock);
+    if (target > e->completed)
+        e->completed = target;
+    e->when = kc_now();
+    pthread_cond_broadcast(&e->done_cond);
+    pthread_mutex_unlock(&e->lock);
+}
+
+static void kc_event_block(kc_backend_event *e, uint64_t target)
+{
+    pthread_mutex_lock(&e->lock);
+    while (e->completed < target)
+        pthread_cond_wait(&e->done_cond, &e->lock);
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* A paced copy: memcpy in 1 MiB pieces, sleeping to hold `gbps`. */
+static void kc_copy_paced(void *dst, const void *src, size_t bytes, double gbps)
+{
+    double start = kc_now();
+    const size_t piece = (size_t)1 << 20;
+    for (size_t off = 0; off < bytes; off += piece) {
+        size_t n = bytes - off < piece ? bytes - off : piece;
+        memcpy((char *)dst + off, (const char *)src + off, n);
+        if (gbps > 0) {
+            double due = start + (double)(off + n) / (gbps * 1e9), now = kc_now();
+            if (due > now) {
+                struct timespec ts = {(time_t)(due - now),
+                                      (long)((due - now - (double)(time_t)(due - now)) * 1e9)};
+                nanosleep(&ts, NULL);
+            }
+        }
+    }
+}
+
+static void *kc_copy_worker(void *arg)
+{
+    kc_backend *b = arg;
+    pthread_mutex_lock(&b->lock);
+    for (;;) {
+        while (!b->count && !b->stop)
+            pthread_cond_wait(&b->wake, &b->lock);
+        if (!b->count && b->stop)
+            break;
+        kc_copy_op op = b->queue[b->head];
+        b->busy = 1;
+        pthread_mutex_unlock(&b->lock);
+        if (op.kind == KC_COPY_OP_COPY)
+            kc_copy_paced(op.dst, op.src, op.bytes, b->gbps);
+        else if (op.kind == KC_COPY_OP_RECORD)
+            kc_event_complete(op.event, op.target);
+        else
+            kc_event_block(op.event, op.target);
+        pthread_mutex_lock(&b->lock);
+        b->head = (b->head + 1) % b->cap;
+        b->count--;
+        b->busy = 0;
+        if (!b->count)
+            pthread_cond_broadcast(&b->idle);
+    }
+    pthread_mutex_unlock(&b->lock);
+    return NULL;
+}
+
+static kc_status kc_copy_push(kc_backend *b, kc_copy_op op)
+{
+    pthread_mutex_lock(&b->lock);
+    if (b->count == b->cap) {
+        /* Grow the ring in place (plan time: the scheduler sizes runs so
+         * this happens while the queue is first filled, not per run). */
+        size_t cap = b->cap * 2;
+        kc_copy_op *q = kc_calloc(cap, sizeof *q);
+        if (!q) {
+            pthread_mutex_unlock(&b->lock);
+            return KC_ERR_NOMEM;
+        }
+        for (size_t i = 0; i < b->count; i++)
+            q[i] = b->queue[(b->head + i) % b->cap];
+        free(b->queue);
+        b->queue = q;
+        b->cap = cap;
+        b->head = 0;
+    }
+    b->queue[(b->head + b->count) % b->cap] = op;
+    b->count++;
+    pthread_cond_signal(&b->wake);
+    pthread_mutex_unlock(&b->lock);
+    return KC_OK;
+}
+
+static int kc_cpu_device_count(void) { return 1; }
+
+static kc_status kc_cpu_open(int index, const kc_backend_host *host, kc_backend **out)
+{
+    (void)host;
+    *out = NULL;
+    if (index != 0)
+        return kc_fail(KC_ERR_ARG, "/CPU:%d: this machine has one CPU device, /CPU:0", index);
+    kc_backend *b = kc_calloc(1, sizeof *b);
+    if (!b)
+        return KC_ERR_NOMEM;
+    b->cap = 1024;
+    b->queue = kc_calloc(b->cap, sizeof *b->queue);
+    const char *gbps = getenv("KC_CPU_DEVICE_GBPS");
+    b->gbps = gbps ? strtod(gbps, NULL) : 0;
+    if (b->gbps < 0 || b->gbps > 1e4)
+        b->gbps = 0;
+    pthread_mutex_init(&b->lock, NULL);
+    pthread_cond_init(&b->wake, NULL);
+    pthread_cond_init(&b->idle, NULL);
+    if (!b->queue || pthread_create(&b->worker, NULL, kc_copy_worker, b)) {
+        free(b->queue);
+        free(b);
+        return kc_fail(KC_ERR_NOMEM, "/CPU:0: cannot start the copy stream");
+    }
+    *out = b;
+    return KC_OK;
+}
+
+static void kc_cpu_close(kc_backend *b)
+{
+    if (!b)
+        return;
+    pthread_mutex_lock(&b->lock);
+    b->stop = 1;
+    pthread_cond_signal(&b->wake);
+    pthread_mutex_unlock(&b->lock);
+    pthread_join(b->worker, NULL);
+    pthread_mutex_destroy(&b->lock);
+    pthread_cond_destroy(&b->wake);
+    pthread_cond_destroy(&b->idle);
+    free(b->queue);
+    free(b);
+}
+
+static kc_status kc_cpu_info(kc_backend *b, kc_backend_info *out)
+{
+    (void)b;
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "host CPU");
+    return KC_OK;
+}
+
+static int kc_cpu_supports(kc_backend *b, const kc_layer *layer, const kc_node *node)
+{
+    (void)b;
+    (void)node;
+    return kc_kernel_lookup(layer->def) != NULL;
+}
+
+static size_t kc_cpu_workspace(kc_backend *b, const kc_backend_call *call)
+{
+    (void)b;
+    (void)call;
+    return 0;
+}
+
+static kc_status kc_cpu_alloc(kc_backend *b, size_t bytes, void **ptr)
+{
+    (void)b;
+    *ptr = NULL;
+    if (posix_memalign(ptr, 64, bytes ? bytes : 64))
+        return kc_fail(KC_ERR_NOMEM, "/CPU:0: cannot allocate %zu bytes", bytes);
+    return KC_OK;
+}
+
+static void kc_cpu_free(kc_backend *b, void *ptr)
+{
+    (void)b;
+    free(ptr);
+}
+
+static kc_status kc_cpu_upload_async(kc_backend *b, void *dst, const void *src, size_t bytes)
+{
+    return kc_copy_push(b, (kc_copy_op){KC_COPY_OP_COPY, dst, src, bytes, NULL, 0});
+}
+
+static kc_status kc_cpu_copy_sync(kc_backend *b, void *dst, const void *src, size_t bytes)
+{
+    (void)b;
+    memcpy(dst, src, bytes);
+    return KC_OK;
+}
+
+static kc_status kc_cpu_event_new(kc_backend *b, kc_backend_event **out)
+{
+    (void)b;
+    kc_backend_event *e = kc_calloc(1, sizeof *e);
+    if (!e)
+        return KC_ERR_NOMEM;
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->done_cond, NULL);
+    *out = e;
+    return KC_OK;
+}
+
+static void kc_cpu_event_free(kc_backend *b, kc_backend_event *e)
+{
+    (void)b;
+    if (!e)
+        return;
+    pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->done_cond);
+    free(e);
+}
+
+static kc_status kc_cpu_record(kc_backend *b, kc_stream_id stream, kc_backend_event *e)
+{
+    pthread_mutex_lock(&e->lock);
+    uint64_t target = ++e->recorded;
+    pthread_mutex_unlock(&e->lock);
+    if (stream == KC_STREAM_COMPUTE) {
+        kc_event_complete(e, target); /* compute is synchronous */
+        return KC_OK;
+    }
+    return kc_copy_push(b, (kc_copy_op){KC_COPY_OP_RECORD, NULL, NULL, 0, e, target});
+}
+
+static kc_status kc_cpu_wait(kc_backend *b, kc_stream_id stream, kc_backend_event *e)
+{
+    pthread_mutex_lock(&e->lock);
+    uint64_t target = e->recorded;
+    pthread_mutex_unlock(&e->lock);
+    if (stream == KC_STREAM_COMPUTE) {
+        kc_event_block(e, target);
+        return KC_OK;
+    }
+    return kc_copy_push(b, (kc_copy_op){KC_COPY_OP_WAIT, NULL, NULL, 0, e, target});
+}
+
+static kc_status kc_cpu_event_sync(kc_backend *b, kc_backend_event *e)
+{
+    return kc_cpu_wait(b, KC_STREAM_COMPUTE, e);
+}
+
+static double kc_cpu_elapsed(kc_backend *b, kc_backend_event *from, kc_backend_event *to)
+{
+    (void)b;
+    pthread_mutex_lock(&from->lock);
+    double t0 = from->when;
+    pthread_mutex_unlock(&from->lock);
+    pthread_mutex_lock(&to->lock);
+    double t1 = to->when;
+    pthread_mutex_unlock(&to->lock);
+    return t0 > 0 && t1 > 0 ? t1 - t0 : -1;
+}
+
+/* The CPU backend's per-node state: the kernel and its own state. */
+typedef struct kc_cpu_node {
+    kc_kernel_fn fn;
+    kc_kernel_state *kernel_state;
+} kc_cpu_node;
+
+static kc_status kc_cpu_run(kc_backend *b, const kc_backend_call *call)
+{
+    (void)b;
+    kc_cpu_node *n = *call->state;
+    if (!n) {
+        n = kc_calloc(1, sizeof *n);
+        if (!n)
+            return KC_ERR_NOMEM;
+        n->fn = kc_kernel_lookup(call->layer->def);
+        *call->state = n;
+        if (!n->fn)
+            return kc_fail(KC_ERR_UNSUPPORTED, "no CPU kernel");
+    }
+    return kc_cpu_exec(n->fn, call, &n->kernel_state);
+}
+
+static void kc_cpu_state_free(kc_backend *b, void *state)
+{
+    (void)b;
+    kc_cpu_node *n = state;
+    if (!n)
+        return;
+    if (n->kernel_state)
+        n->kernel_state->free(n->kernel_state);
+    free(n);
+}
+
+static kc_status kc_cpu_synchronize(kc_backend *b)
+{
+    pthread_mutex_lock(&b->lock);
+    while (b->count)
+        pthread_cond_wait(&b->idle, &b->lock);
+    pthread_mutex_unlock(&b->lock);
+    return KC_OK;
+}
+
+static const kc_backend_iface kc_cpu_iface = {
+    .abi = KC_BACKEND_ABI,
+    .name = "cpu",
+    .type = KC_DEVICE_CPU,
+    .device_count = kc_cpu_device_count,
+    .open = kc_cpu_open,
+    .close = kc_cpu_close,
+    .info = kc_cpu_info,
+    .supports = kc_cpu_supports,
+    .workspace_bytes = kc_cpu_workspace,
+    .alloc = kc_cpu_alloc,
+    .free = kc_cpu_free,
+    .upload_async = kc_cpu_upload_async,
+    .upload = kc_cpu_copy_sync,
+    .download = kc_cpu_copy_sync,
+    .event_new = kc_cpu_event_new,
+    .event_free = kc_cpu_event_free,
+    .record = kc_cpu_record,
+    .wait = kc_cpu_wait,
+    .event_sync = kc_cpu_event_sync,
+    .elapsed = kc_cpu_elapsed,
+    .run = kc_cpu_run,
+    .state_free = kc_cpu_state_free,
+    .synchronize = kc_cpu_synchronize,
+};
+
+const kc_backend_iface *kc_backend_cpu_iface(void) { return &kc_cpu_iface; }

@@ -1,0 +1,38 @@
+/* The placement options shared by `kerasc run`, `bench` and `summary`:
+ *   --device DEV           default compute device (/CPU:0, /GPU:0, ...)
+ *   --place RANGE=DEV      a layer range on a device (repeatable)
+ *   --variables DEV        where variables live (/CPU:0: host memory, streamed)
+ *   --strict-placement     a missing device is an error, not a CPU fallback
+ *   --device-memory SIZE   budget per compute device (e.g. 2GiB, 512MiB)
+ *   --prefetch-depth N     ring slots for streamed weights (1-8)
+ *   --trace FILE           Chrome/Perfetto trace of the run
+ *   --stats                per-layer compute/transfer times and the bound */
+#ifndef KC_CLI_PLACEMENT_ARGS_H
+#define KC_CLI_PLACEMENT_ARGS_H
+
+#include <stddef.h>
+
+#include "kerasc.h"
+
+#define KC_CLI_MAX_PLACE 64
+
+typedef struct kc_cli_placement {
+    const char *place[KC_CLI_MAX_PLACE];
+    int n_place;
+    const char *device, *variables, *trace;
+    size_t device_memory;
+    int strict, depth, stats;
+} kc_cli_placement;
+
+#define KC_CLI_PLACEMENT_USAGE                                                              \
+    "[--device DEV] [--place FIRST..LAST=DEV ...] [--variables DEV] [--strict-placement] " \
+    "[--device-memory SIZE] [--prefetch-depth N] [--trace FILE] [--stats]"
+
+/* 1: argv[*i] (and its value) consumed, *i advanced past the value;
+ * 0: not a placement option; -1: bad value (message printed). */
+int kc_cli_placement_arg(const char *cmd, int argc, char **argv, int *i, kc_cli_placement *p);
+void kc_cli_placement_apply(const kc_cli_placement *p, kc_session_options *o);
+/* "2GiB", "512MiB", "64KiB", "1.5GB", "1000000" -> bytes; 0 if malformed. */
+int kc_parse_bytes(const char *text, size_t *out);
+
+#endif

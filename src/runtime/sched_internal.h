@@ -1,0 +1,71 @@
+/* The scheduler's state, shared by sched.c (placement, residency, runs)
+ * and sched_report.c (stats, trace, placement description). */
+#ifndef KC_SCHED_INTERNAL_H
+#define KC_SCHED_INTERNAL_H
+
+#include "backend/backend.h"
+#include "device/placement.h"
+#include "runtime/residency.h"
+#include "runtime/sched.h"
+
+#define KC_SCHED_MAX_DEVICES 8
+#define KC_SCHED_HOST (-1)
+
+enum { KC_BLOCK_ARENA, KC_BLOCK_RESIDENT, KC_BLOCK_RING, KC_BLOCK_WORKSPACE, KC_SDEV_BLOCKS };
+
+/* One managed device: its backend and the blocks inside its budget. */
+typedef struct kc_sdev {
+    kc_devspec spec;
+    char label[96];                /* "/GPU:0" */
+    char name[128];                /* "NVIDIA H200", "host CPU" */
+    const kc_backend_iface *io;
+    kc_backend *b;
+    size_t budget;                 /* 0 = unlimited */
+    double link_bps;               /* measured upload bandwidth */
+    double flops_per_s;            /* nominal, for the cost model */
+    char *block[KC_SDEV_BLOCKS];
+    size_t block_bytes[KC_SDEV_BLOCKS];
+    size_t allocated, peak;        /* bytes held from the backend */
+    kc_res_plan res;
+    int *stream_nodes;             /* node index per streamed sequence number */
+    kc_backend_event *ev_base;     /* recorded at each run's start */
+    double base_offset;            /* host seconds from run start to ev_base */
+} kc_sdev;
+
+typedef struct kc_snode {
+    int dev;                       /* placed device, KC_SCHED_HOST for the host */
+    int fallback;                  /* the device lacks the op: runs on the host */
+    int ran_on;                    /* where the last run computed it */
+    int item;                      /* has weights on its device (>= 0) */
+    kc_wmode wmode;
+    size_t w_offset, w_bytes;
+    int seq;                       /* streamed: order on its device */
+    void *state;                   /* the device backend's per-node state */
+    kc_backend_event *ev_start, *ev_end, *ev_up_start, *ev_up_end;
+    double t_start, t_end;         /* host-run nodes */
+    double start_s, compute_s;     /* last run, seconds from run start */
+    double up_at, up_s;            /* its upload (streamed), or -1 */
+} kc_snode;
+
+struct kc_sched {
+    kc_session *s;
+    kc_placement pl;
+    kc_sdev dev[KC_SCHED_MAX_DEVICES];
+    int n_dev;
+    kc_snode *nodes;
+    unsigned *where;               /* per root value: bit 0 host, bit d+1 device d */
+    int variables_on_host;
+    int strict, max_depth, n_fallback;
+    int warned[2];
+    size_t device_memory;
+    char *trace_path;
+    char *stats;
+    double run_t0, run_s;
+    size_t boundary_bytes;         /* activation bytes copied between devices */
+};
+
+const kc_layer *kc_sched_layer(const kc_sched *sc, int i);
+kc_status kc_sched_build_stats(kc_sched *sc);
+kc_status kc_sched_write_trace(const kc_sched *sc, const char *path);
+
+#endif

@@ -1,0 +1,30 @@
+/* The session's internals, shared by session.c (the plain CPU loop) and
+ * sched.c (placement across backends under the residency manager). */
+#ifndef KC_SESSION_INTERNAL_H
+#define KC_SESSION_INTERNAL_H
+
+#include "kernels/kernel.h"
+#include "runtime/fuse.h"
+#include "runtime/plan.h"
+
+struct kc_sched;
+
+struct kc_session {
+    const kc_model *model;
+    const kc_graph *graph;
+    kc_kernel_fn *kernels;   /* per node */
+    kc_plan plan;            /* shapes + arena offsets for the last input shapes */
+    kc_fused fused;          /* BN folding / activation fusion */
+    float *arena;
+    size_t arena_floats;
+    kc_kernel_state **state; /* per node: kernel state (oneDNN primitives) */
+    unsigned char **mask;    /* per value during a run, or NULL */
+    unsigned char *mask_owned;
+    int threads;
+    struct kc_sched *sched;  /* placement / residency, or NULL: all on the host */
+};
+
+/* After node `index` ran with input 0 at `in0`: derive its output mask. */
+void kc_session_mask_after(kc_session *s, int index, const float *in0);
+
+#endif

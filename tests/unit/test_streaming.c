@@ -1,0 +1,258 @@
+/* The residency manager on the CPU backend, host memory standing in for
+ * device memory (issue "Devices and placement", §4): streamed runs are
+ * bit-identical to the fully resident run, stay inside the budget, overlap
+ * uploads with compute (read back from the trace), and impossible budgets
+ * or placements fail cleanly. The model is the reduced ResNet50 of
+ * tests/apps (convolutions, BatchNormalization folded, Dense head). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "kerasc.h"
+
+#define MODEL KC_TEST_DATA "/../apps/resnet50/model.keras"
+#define INPUT KC_TEST_DATA "/../apps/resnet50/input_0.npy"
+
+typedef struct fixture {
+    kc_model *model;
+    kc_tensor *input;
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    if (!f || kc_model_load(MODEL, NULL, &f->model) != KC_OK ||
+        kc_tensor_load_npy(INPUT, &f->input) != KC_OK) {
+        fprintf(stderr, "setup: %s\n", kc_last_error());
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    kc_tensor_free(f->input);
+    kc_model_free(f->model);
+    free(f);
+    return 0;
+}
+
+/* Run once with the options; returns the output (caller frees). */
+static kc_tensor *run_with(fixture *f, const kc_session_options *o, size_t *peak, char *stats,
+                           size_t stats_size)
+{
+    kc_session *s = NULL;
+    if (kc_session_new(f->model, o, &s) != KC_OK)
+        fail_msg("session: %s", kc_last_error());
+    kc_tensor *out = NULL;
+    for (int rep = 0; rep < 2; rep++) { /* the second run reuses every buffer */
+        kc_tensor_free(out);
+        out = NULL;
+        if (kc_session_run(s, (const kc_tensor *const *)&f->input, 1, &out, 1) != KC_OK)
+            fail_msg("run: %s", kc_last_error());
+    }
+    if (peak)
+        *peak = kc_session_device_peak_bytes(s);
+    if (stats)
+        snprintf(stats, stats_size, "%s", kc_session_stats(s));
+    kc_session_free(s);
+    return out;
+}
+
+static size_t out_bytes(const kc_tensor *t)
+{
+    size_t n = 1;
+    for (int d = 0; d < kc_tensor_rank(t); d++)
+        n *= (size_t)kc_tensor_dim(t, d);
+    return n * sizeof(float);
+}
+
+static void assert_close(const kc_tensor *a, const kc_tensor *b, double tol)
+{
+    const float *x = kc_tensor_data((kc_tensor *)a), *y = kc_tensor_data((kc_tensor *)b);
+    for (size_t i = 0; i < out_bytes(a) / sizeof(float); i++)
+        if (fabs((double)x[i] - (double)y[i]) > tol)
+            fail_msg("output %zu: %g vs %g", i, (double)x[i], (double)y[i]);
+}
+
+/* Budget = everything resident, and budgets that force streaming with
+ * every ring depth: all bit-identical, all within budget. */
+static void test_streamed_equals_resident(void **state)
+{
+    fixture *f = *state;
+    kc_session_options o = {.variables = "/CPU:0", .device_memory = (size_t)64 << 20};
+    char stats[65536];
+    size_t peak = 0;
+    kc_tensor *resident = run_with(f, &o, &peak, stats, sizeof stats);
+    assert_non_null(strstr(stats, "ring 0 x"));
+    assert_true(peak <= o.device_memory);
+    kc_tensor *plain = run_with(f, &(kc_session_options){0}, NULL, NULL, 0);
+    assert_close(resident, plain, 1e-4);
+    static const size_t budgets[] = {300 << 10, 360 << 10, 480 << 10};
+    for (int b = 0; b < 3; b++)
+        for (int depth = 1; depth <= 3; depth++) {
+            o.device_memory = budgets[b];
+            o.prefetch_depth = depth;
+            kc_tensor *streamed = run_with(f, &o, &peak, stats, sizeof stats);
+            if (!strstr(stats, "streamed"))
+                fail_msg("budget %zu: nothing streamed:\n%s", budgets[b], stats);
+            if (peak > budgets[b])
+                fail_msg("peak %zu above budget %zu", peak, budgets[b]);
+            assert_int_equal(out_bytes(streamed), out_bytes(resident));
+            if (memcmp(kc_tensor_data(streamed), kc_tensor_data(resident), out_bytes(resident)))
+                fail_msg("budget %zu depth %d: not bit-identical to the resident run",
+                         budgets[b], depth);
+            kc_tensor_free(streamed);
+        }
+    kc_tensor_free(resident);
+    kc_tensor_free(plain);
+}
+
+/* With a paced link, uploads take long enough to see: some upload on the
+ * copy lane must run while another layer computes. */
+static void test_prefetch_overlaps_compute(void **state)
+{
+    fixture *f = *state;
+    char trace[1024];
+    snprintf(trace, sizeof trace, "%s/streaming_trace.json", KC_TEST_TMP);
+    setenv("KC_CPU_DEVICE_GBPS", "0.2", 1);
+    kc_session_options o = {.variables = "/CPU:0", .device_memory = 400 << 10,
+                            .prefetch_depth = 3, .trace_path = trace};
+    kc_tensor *out = run_with(f, &o, NULL, NULL, 0);
+    unsetenv("KC_CPU_DEVICE_GBPS");
+    kc_tensor_free(out);
+    FILE *fp = fopen(trace, "r");
+    assert_non_null(fp);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, fp);
+    fclose(fp);
+    text[n] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    cJSON *events = cJSON_GetObjectItem(root, "traceEvents");
+    /* Time each upload spends while another layer computes (compute
+     * intervals on one lane never overlap each other). */
+    int copies = 0;
+    double copy_time = 0, overlapped = 0, compute_time = 0;
+    cJSON *c, *k;
+    cJSON_ArrayForEach(k, events)
+    {
+        const cJSON *kcat = cJSON_GetObjectItem(k, "cat");
+        if (kcat && !strcmp(kcat->valuestring, "compute"))
+            compute_time += cJSON_GetObjectItem(k, "dur")->valuedouble;
+    }
+    cJSON_ArrayForEach(c, events)
+    {
+        const cJSON *cat = cJSON_GetObjectItem(c, "cat");
+        if (!cat || strcmp(cat->valuestring, "copy"))
+            continue;
+        copies++;
+        double c0 = cJSON_GetObjectItem(c, "ts")->valuedouble;
+        double c1 = c0 + cJSON_GetObjectItem(c, "dur")->valuedouble;
+        copy_time += c1 - c0;
+        const char *uploaded = cJSON_GetObjectItem(c, "name")->valuestring + strlen("upload ");
+        cJSON_ArrayForEach(k, events)
+        {
+            const cJSON *kcat = cJSON_GetObjectItem(k, "cat");
+            if (!kcat || strcmp(kcat->valuestring, "compute") ||
+                !strcmp(cJSON_GetObjectItem(k, "name")->valuestring, uploaded))
+                continue;
+            double k0 = cJSON_GetObjectItem(k, "ts")->valuedouble;
+            double k1 = k0 + cJSON_GetObjectItem(k, "dur")->valuedouble;
+            double lo = c0 > k0 ? c0 : k0, hi = c1 < k1 ? c1 : k1;
+            if (hi > lo)
+                overlapped += hi - lo;
+        }
+    }
+    /* Whichever lane is shorter must be mostly hidden behind the other. */
+    double shorter = copy_time < compute_time ? copy_time : compute_time;
+    printf("%d uploads, %.3f ms; compute %.3f ms; overlapped %.3f ms\n", copies,
+           copy_time / 1e3, compute_time / 1e3, overlapped / 1e3);
+    if (copies < 3 || overlapped < 0.5 * shorter)
+        fail_msg("%d uploads: %.3f ms overlapped compute (copy %.3f ms, compute %.3f ms)",
+                 copies, overlapped / 1e3, copy_time / 1e3, compute_time / 1e3);
+    cJSON_Delete(root);
+    if (copies < 3 || overlapped * 2 < copies)
+        fail_msg("%d uploads, %d overlapped another layer's compute", copies, overlapped);
+}
+
+static void test_impossible_budget(void **state)
+{
+    fixture *f = *state;
+    kc_session *s = NULL;
+    kc_session_options o = {.variables = "/CPU:0", .device_memory = 64 << 10};
+    assert_int_equal(kc_session_new(f->model, &o, &s), KC_OK);
+    kc_tensor *out = NULL;
+    assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&f->input, 1, &out, 1),
+                     KC_ERR_NOMEM);
+    assert_null(out);
+    assert_non_null(strstr(kc_last_error(), "below the minimum"));
+    assert_non_null(strstr(kc_last_error(), "largest layer"));
+    kc_session_free(s);
+    /* variables on the device: all must fit, and the message says how to stream */
+    o.variables = NULL;
+    o.device_memory = 300 << 10;
+    assert_int_equal(kc_session_new(f->model, &o, &s), KC_OK);
+    assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&f->input, 1, &out, 1),
+                     KC_ERR_NOMEM);
+    assert_non_null(strstr(kc_last_error(), "variables on /CPU:0"));
+    kc_session_free(s);
+}
+
+/* Half the model on the budgeted device, half on the host: boundary copies,
+ * same numbers. A GPU that is absent falls back to the CPU (soft) or fails
+ * (strict). */
+static void test_mixed_and_soft_placement(void **state)
+{
+    fixture *f = *state;
+    kc_tensor *plain = run_with(f, &(kc_session_options){0}, NULL, NULL, 0);
+    const char *rules[] = {"conv1_pad..conv3_block1_out=/CPU:0"};
+    char stats[65536];
+    kc_session_options o = {.place = rules, .n_place = 1, .device = "/CPU:0",
+                            .device_memory = 16 << 20};
+    kc_tensor *mixed = run_with(f, &o, NULL, stats, sizeof stats);
+    assert_close(mixed, plain, 1e-4);
+    kc_tensor_free(mixed);
+
+    const char *gpu_rules[] = {"conv2_block1_0_conv..=/GPU:7"};
+    o = (kc_session_options){.place = gpu_rules, .n_place = 1};
+    kc_tensor *soft = run_with(f, &o, NULL, NULL, 0);
+    assert_close(soft, plain, 1e-4);
+    kc_tensor_free(soft);
+    o.strict_placement = 1;
+    kc_session *s = NULL;
+    assert_int_not_equal(kc_session_new(f->model, &o, &s), KC_OK);
+    assert_non_null(strstr(kc_last_error(), "/GPU:7"));
+    assert_null(s);
+
+    const char *bad[] = {"no_such_layer..=/CPU:0"};
+    o = (kc_session_options){.place = bad, .n_place = 1};
+    assert_int_equal(kc_session_new(f->model, &o, &s), KC_ERR_ARG);
+    assert_non_null(strstr(kc_last_error(), "no_such_layer"));
+    const char *remote[] = {"predictions=/job:worker/task:1/GPU:0"};
+    o = (kc_session_options){.place = remote, .n_place = 1};
+    assert_int_equal(kc_session_new(f->model, &o, &s), KC_ERR_ARG);
+    assert_non_null(strstr(kc_last_error(), "cluster"));
+    kc_tensor_free(plain);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_streamed_equals_resident),
+        cmocka_unit_test(test_prefetch_overlaps_compute),
+        cmocka_unit_test(test_impossible_budget),
+        cmocka_unit_test(test_mixed_and_soft_placement),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
