@@ -137,6 +137,11 @@ typedef struct kc_session_options {
     size_t device_memory;        /* bytes; 0 = the GPU's free memory / none */
     int prefetch_depth;          /* ring slots for streamed weights, 0 = auto (<= 3) */
     const char *trace_path;      /* Chrome/Perfetto trace of each run, or NULL */
+    /* Throughput mode: a larger batch runs as micro-batches of this many
+     * samples through one plan sized for the micro-batch (the last one
+     * zero-padded), so the activations of a batch of any size fit the
+     * budget. 0 = the whole batch at once. */
+    int64_t microbatch;
 } kc_session_options;
 
 /* A session executes a loaded model on the CPU. It borrows the model,

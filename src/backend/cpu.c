@@ -9,6 +9,7 @@
  * compute. KC_CPU_DEVICE_GBPS=<GB/s> makes the copy stream pace itself to
  * that link bandwidth, to exercise overlap the way a PCIe link would. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -371,3 +372,45 @@ static const kc_backend_iface kc_cpu_iface = {
 };
 
 const kc_backend_iface *kc_backend_cpu_iface(void) { return &kc_cpu_iface; }
+
+/* KC_FAKE_GPUS=N: the CPU backend also poses as N GPUs, so multi-device
+ * placement (host CPU + budgeted "GPUs", boundary copies, soft placement)
+ * is testable on machines without one. */
+static int kc_fake_gpu_count(void)
+{
+    const char *n = getenv("KC_FAKE_GPUS");
+    int count = n ? atoi(n) : 0;
+    return count > 0 && count <= 8 ? count : 0;
+}
+
+static kc_status kc_fake_gpu_open(int index, const kc_backend_host *host, kc_backend **out)
+{
+    if (index >= kc_fake_gpu_count())
+        return kc_fail(KC_ERR_ARG, "/GPU:%d: KC_FAKE_GPUS provides %d", index,
+                       kc_fake_gpu_count());
+    return kc_cpu_open(0, host, out);
+}
+
+static kc_status kc_fake_gpu_info(kc_backend *b, kc_backend_info *out)
+{
+    (void)b;
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "host CPU standing in for a GPU (KC_FAKE_GPUS)");
+    return KC_OK;
+}
+
+const kc_backend_iface *kc_backend_fake_gpu_iface(void)
+{
+    static kc_backend_iface iface;
+    static int ready;
+    if (!ready) { /* first use is single-threaded (session creation) */
+        iface = kc_cpu_iface;
+        iface.name = "cpu-as-gpu";
+        iface.type = KC_DEVICE_GPU;
+        iface.device_count = kc_fake_gpu_count;
+        iface.open = kc_fake_gpu_open;
+        iface.info = kc_fake_gpu_info;
+        ready = 1;
+    }
+    return kc_fake_gpu_count() ? &iface : NULL;
+}

@@ -84,6 +84,8 @@ const kc_backend_iface *kc_backend_find(kc_device_type type, char *why, size_t w
 {
     if (type == KC_DEVICE_CPU)
         return kc_backend_cpu_iface();
+    if (kc_backend_fake_gpu_iface())
+        return kc_backend_fake_gpu_iface();
     pthread_once(&kc_cuda_once, kc_cuda_load);
     if (!kc_cuda_iface && why)
         snprintf(why, why_size, "%s", kc_cuda_why);

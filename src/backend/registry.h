@@ -7,6 +7,8 @@
 #include "backend/backend.h"
 
 const kc_backend_iface *kc_backend_cpu_iface(void);
+/* The CPU backend posing as KC_FAKE_GPUS GPUs (tests), or NULL. */
+const kc_backend_iface *kc_backend_fake_gpu_iface(void);
 
 /* The interface for a device type, or NULL with `why` saying what is
  * missing (plugin not found, ABI mismatch, no device). */

@@ -50,7 +50,8 @@ int kc_cli_placement_arg(const char *cmd, int argc, char **argv, int *i, kc_cli_
         return 1;
     }
     static const char *const valued[] = {"--device", "--place", "--variables", "--trace",
-                                         "--device-memory", "--prefetch-depth", NULL};
+                                         "--device-memory", "--prefetch-depth", "--microbatch",
+                                         NULL};
     int k = 0;
     while (valued[k] && strcmp(arg, valued[k]))
         k++;
@@ -72,6 +73,14 @@ int kc_cli_placement_arg(const char *cmd, int argc, char **argv, int *i, kc_cli_
         if (!kc_parse_bytes(value, &p->device_memory))
             return kc_bad(cmd, "--device-memory takes a size such as 2GiB, 512MiB or 1000000");
         break;
+    case 6: {
+        char *end;
+        long m = strtol(value, &end, 10);
+        if (*end || m < 1 || m > 1000000)
+            return kc_bad(cmd, "--microbatch takes a number from 1 to 1000000");
+        p->microbatch = m;
+        break;
+    }
     default: {
         char *end;
         long d = strtol(value, &end, 10);
@@ -93,4 +102,5 @@ void kc_cli_placement_apply(const kc_cli_placement *p, kc_session_options *o)
     o->device_memory = p->device_memory;
     o->prefetch_depth = p->depth;
     o->trace_path = p->trace;
+    o->microbatch = p->microbatch;
 }

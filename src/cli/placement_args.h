@@ -6,7 +6,8 @@
  *   --device-memory SIZE   budget per compute device (e.g. 2GiB, 512MiB)
  *   --prefetch-depth N     ring slots for streamed weights (1-8)
  *   --trace FILE           Chrome/Perfetto trace of the run
- *   --stats                per-layer compute/transfer times and the bound */
+ *   --stats                per-layer compute/transfer times and the bound
+ *   --microbatch N         run a larger batch as micro-batches of N */
 #ifndef KC_CLI_PLACEMENT_ARGS_H
 #define KC_CLI_PLACEMENT_ARGS_H
 
@@ -22,11 +23,12 @@ typedef struct kc_cli_placement {
     const char *device, *variables, *trace;
     size_t device_memory;
     int strict, depth, stats;
+    long microbatch;
 } kc_cli_placement;
 
 #define KC_CLI_PLACEMENT_USAGE                                                              \
     "[--device DEV] [--place FIRST..LAST=DEV ...] [--variables DEV] [--strict-placement] " \
-    "[--device-memory SIZE] [--prefetch-depth N] [--trace FILE] [--stats]"
+    "[--device-memory SIZE] [--prefetch-depth N] [--microbatch N] [--trace FILE] [--stats]"
 
 /* 1: argv[*i] (and its value) consumed, *i advanced past the value;
  * 0: not a placement option; -1: bad value (message printed). */

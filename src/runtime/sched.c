@@ -149,8 +149,8 @@ static int kc_device_exists(kc_device_type type, int index, char *why, size_t wh
     return 1;
 }
 
-/* Map node i's requested device to a scheduler device (-1 = host). */
-static kc_status kc_assign_node(kc_sched *sc, int i, int *dev_out)
+/* Node i's device after soft placement: a missing one becomes /CPU:0. */
+static kc_status kc_resolve_node(kc_sched *sc, int i, kc_device_type *type, int *index)
 {
     const kc_devspec *spec = &sc->pl.compute[i];
     char text[160];
@@ -160,26 +160,54 @@ static kc_status kc_assign_node(kc_sched *sc, int i, int *dev_out)
                        "layer '%s' is placed on %s, a cluster task: run it with --cluster "
                        "(kerasc serve on that task)",
                        sc->s->graph->nodes[i].layer->name, text);
-    kc_device_type type = spec->type;
-    int index = spec->index;
+    *type = spec->type;
+    *index = spec->index;
     char why[1024] = "";
-    if (!kc_device_exists(type, index, why, sizeof why)) {
+    if (!kc_device_exists(*type, *index, why, sizeof why)) {
         if (sc->strict)
             return kc_fail(KC_ERR_UNSUPPORTED, "%s is not available (%s) and placement is strict",
                            text, why);
-        if (!sc->warned[type]) {
+        if (!sc->warned[*type]) {
             fprintf(stderr, "kerasc: warning: %s is not available (%s); its layers run on "
                             "/CPU:0 instead\n", text, why);
-            sc->warned[type] = 1;
+            sc->warned[*type] = 1;
         }
-        type = KC_DEVICE_CPU;
-        index = 0;
+        *type = KC_DEVICE_CPU;
+        *index = 0;
     }
-    if (type == KC_DEVICE_CPU && !sc->device_memory) {
-        *dev_out = KC_SCHED_HOST;
-        return KC_OK;
+    return KC_OK;
+}
+
+/* Map every node to a scheduler device (-1 = host). The budget applies to
+ * the GPUs when any is used; with none, host memory stands in for device
+ * memory on /CPU:0 (the same manager, testable without a GPU). */
+static kc_status kc_assign_nodes(kc_sched *sc)
+{
+    const kc_graph *g = sc->s->graph;
+    int any_gpu = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        kc_device_type type;
+        int index;
+        KC_TRY(kc_resolve_node(sc, i, &type, &index));
+        sc->nodes[i].dev = type == KC_DEVICE_GPU ? index : KC_SCHED_HOST;
+        any_gpu |= type == KC_DEVICE_GPU;
     }
-    return kc_open_device(sc, type, index, dev_out);
+    for (int i = 0; i < g->n_nodes; i++) {
+        kc_snode *n = &sc->nodes[i];
+        n->item = -1;
+        if (n->dev != KC_SCHED_HOST)
+            KC_TRY(kc_open_device(sc, KC_DEVICE_GPU, n->dev, &n->dev));
+        else if (!any_gpu && sc->device_memory)
+            KC_TRY(kc_open_device(sc, KC_DEVICE_CPU, 0, &n->dev));
+        if (n->dev == KC_SCHED_HOST)
+            continue;
+        kc_sdev *d = &sc->dev[n->dev];
+        if (!d->io->supports(d->b, kc_sched_layer(sc, i), &g->nodes[i])) {
+            n->fallback = 1; /* runs on the host, copies at its edges */
+            sc->n_fallback++;
+        }
+    }
+    return KC_OK;
 }
 
 kc_status kc_sched_new(kc_session *s, const kc_session_options *o, kc_sched **out)
@@ -203,18 +231,8 @@ kc_status kc_sched_new(kc_session *s, const kc_session_options *o, kc_sched **ou
     if (st == KC_OK && sc->pl.variables_set && !kc_devspec_is_local(&sc->pl.variables))
         st = kc_fail(KC_ERR_ARG, "variables placed on a cluster task: run with --cluster");
     sc->variables_on_host = sc->pl.variables_set && sc->pl.variables.type == KC_DEVICE_CPU;
-    for (int i = 0; st == KC_OK && i < g->n_nodes; i++) {
-        kc_snode *n = &sc->nodes[i];
-        n->item = -1;
-        st = kc_assign_node(sc, i, &n->dev);
-        if (st == KC_OK && n->dev != KC_SCHED_HOST) {
-            kc_sdev *d = &sc->dev[n->dev];
-            if (!d->io->supports(d->b, kc_sched_layer(sc, i), &g->nodes[i])) {
-                n->fallback = 1; /* runs on the host, copies at its edges */
-                sc->n_fallback++;
-            }
-        }
-    }
+    if (st == KC_OK)
+        st = kc_assign_nodes(sc);
     if (st != KC_OK) {
         kc_sched_free(sc);
         return st;

@@ -41,6 +41,7 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     s->model = model;
     s->graph = g;
     s->threads = options && options->threads > 0 ? options->threads : 0;
+    s->microbatch = options && options->microbatch > 0 ? options->microbatch : 0;
     s->kernels = kc_calloc((size_t)g->n_nodes + 1, sizeof *s->kernels);
     s->mask = kc_calloc((size_t)g->n_values + 1, sizeof *s->mask);
     s->state = kc_calloc((size_t)g->n_nodes + 1, sizeof *s->state);
@@ -66,6 +67,11 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     if (fst != KC_OK) {
         kc_session_free(s);
         return fst;
+    }
+    if (options && options->microbatch < 0) {
+        kc_session_free(s);
+        return kc_fail(KC_ERR_ARG, "micro-batch size %lld is negative",
+                       (long long)options->microbatch);
     }
     if (options && (options->device || options->n_place || options->variables ||
                     options->device_memory || options->trace_path)) {
@@ -234,6 +240,15 @@ kc_status kc_session_run(kc_session *s, const kc_tensor *const *inputs, int n_in
                          kc_tensor **outputs, int n_outputs)
 {
     kc_error_clear();
+    if (s && s->microbatch > 0 && inputs && n_inputs > 0 && inputs[0] &&
+        inputs[0]->shape.rank > 0 && inputs[0]->shape.dims[0] > s->microbatch)
+        return kc_session_run_microbatched(s, inputs, n_inputs, outputs, n_outputs);
+    return kc_session_run_whole(s, inputs, n_inputs, outputs, n_outputs);
+}
+
+kc_status kc_session_run_whole(kc_session *s, const kc_tensor *const *inputs, int n_inputs,
+                               kc_tensor **outputs, int n_outputs)
+{
     if (!s || (!inputs && n_inputs) || (!outputs && n_outputs))
         return kc_fail(KC_ERR_ARG, "kc_session_run: null argument");
     const kc_graph *g = s->graph;

@@ -22,9 +22,18 @@ struct kc_session {
     unsigned char *mask_owned;
     int threads;
     struct kc_sched *sched;  /* placement / residency, or NULL: all on the host */
+    int64_t microbatch;      /* throughput mode, 0 = off */
 };
 
 /* After node `index` ran with input 0 at `in0`: derive its output mask. */
 void kc_session_mask_after(kc_session *s, int index, const float *in0);
+
+/* One run over the whole batch (what kc_session_run does without
+ * micro-batches). */
+kc_status kc_session_run_whole(kc_session *s, const kc_tensor *const *inputs, int n_inputs,
+                               kc_tensor **outputs, int n_outputs);
+/* Split the batch into s->microbatch-sized runs (microbatch.c). */
+kc_status kc_session_run_microbatched(kc_session *s, const kc_tensor *const *inputs,
+                                      int n_inputs, kc_tensor **outputs, int n_outputs);
 
 #endif

@@ -125,9 +125,10 @@ static void test_prefetch_overlaps_compute(void **state)
     fixture *f = *state;
     char trace[1024];
     snprintf(trace, sizeof trace, "%s/streaming_trace.json", KC_TEST_TMP);
-    setenv("KC_CPU_DEVICE_GBPS", "0.2", 1);
+    const char *depth = getenv("KC_TEST_PREFETCH_DEPTH"); /* 1: shows the test can fail */
+    setenv("KC_CPU_DEVICE_GBPS", "0.05", 1);
     kc_session_options o = {.variables = "/CPU:0", .device_memory = 400 << 10,
-                            .prefetch_depth = 3, .trace_path = trace};
+                            .prefetch_depth = depth ? atoi(depth) : 3, .trace_path = trace};
     kc_tensor *out = run_with(f, &o, NULL, NULL, 0);
     unsetenv("KC_CPU_DEVICE_GBPS");
     kc_tensor_free(out);
@@ -174,11 +175,13 @@ static void test_prefetch_overlaps_compute(void **state)
                 overlapped += hi - lo;
         }
     }
-    /* Whichever lane is shorter must be mostly hidden behind the other. */
+    /* A good part of the shorter lane must be hidden behind the other
+     * (without prefetching, a single ring slot, the overlap is zero by
+     * construction; the margin absorbs a loaded machine's wake-ups). */
     double shorter = copy_time < compute_time ? copy_time : compute_time;
     printf("%d uploads, %.3f ms; compute %.3f ms; overlapped %.3f ms\n", copies,
            copy_time / 1e3, compute_time / 1e3, overlapped / 1e3);
-    if (copies < 3 || overlapped < 0.5 * shorter)
+    if (copies < 3 || overlapped < 0.25 * shorter)
         fail_msg("%d uploads: %.3f ms overlapped compute (copy %.3f ms, compute %.3f ms)",
                  copies, overlapped / 1e3, copy_time / 1e3, compute_time / 1e3);
     cJSON_Delete(root);
@@ -216,13 +219,20 @@ static void test_mixed_and_soft_placement(void **state)
 {
     fixture *f = *state;
     kc_tensor *plain = run_with(f, &(kc_session_options){0}, NULL, NULL, 0);
-    const char *rules[] = {"conv1_pad..conv3_block1_out=/CPU:0"};
+    /* the CPU backend posing as one GPU: a budgeted device beside the host */
+    setenv("KC_FAKE_GPUS", "1", 1);
+    const char *rules[] = {"conv1_pad..conv3_block1_out=/GPU:0"};
     char stats[65536];
-    kc_session_options o = {.place = rules, .n_place = 1, .device = "/CPU:0",
-                            .device_memory = 16 << 20};
+    kc_session_options o = {.place = rules, .n_place = 1, .variables = "/CPU:0",
+                            .device_memory = 300 << 10};
     kc_tensor *mixed = run_with(f, &o, NULL, stats, sizeof stats);
+    unsetenv("KC_FAKE_GPUS");
     assert_close(mixed, plain, 1e-4);
     kc_tensor_free(mixed);
+    if (!strstr(stats, "conv2_block1_1_conv              /GPU:0") ||
+        !strstr(stats, "conv4_block1_1_conv              /CPU:0 ") ||
+        !strstr(stats, "device /GPU:0"))
+        fail_msg("placement not followed:\n%s", stats);
 
     const char *gpu_rules[] = {"conv2_block1_0_conv..=/GPU:7"};
     o = (kc_session_options){.place = gpu_rules, .n_place = 1};
@@ -246,6 +256,47 @@ static void test_mixed_and_soft_placement(void **state)
     kc_tensor_free(plain);
 }
 
+/* Throughput mode: a batch of 5 in micro-batches of 2 (the last padded)
+ * equals the whole-batch run, and fits a budget the whole batch does not. */
+static void test_microbatches(void **state)
+{
+    fixture *f = *state;
+    kc_tensor *batch5 = NULL;
+    int64_t dims[4];
+    int rank = kc_tensor_rank(f->input);
+    for (int d = 0; d < rank; d++)
+        dims[d] = kc_tensor_dim(f->input, d);
+    size_t sample = out_bytes(f->input) / (size_t)dims[0];
+    dims[0] = 5;
+    assert_int_equal(kc_tensor_new(KC_F32, rank, dims, &batch5), KC_OK);
+    for (int b = 0; b < 5; b++) {
+        float *dst = (float *)((char *)kc_tensor_data(batch5) + (size_t)b * sample);
+        memcpy(dst, kc_tensor_data(f->input), sample);
+        dst[b] += 0.5f * (float)b; /* make the samples differ */
+    }
+    kc_session *s = NULL;
+    kc_tensor *whole = NULL, *split = NULL;
+    assert_int_equal(kc_session_new(f->model, NULL, &s), KC_OK);
+    assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&batch5, 1, &whole, 1), KC_OK);
+    kc_session_free(s);
+    kc_session_options o = {.variables = "/CPU:0", .device_memory = 400 << 10, .microbatch = 2};
+    assert_int_equal(kc_session_new(f->model, &o, &s), KC_OK);
+    if (kc_session_run(s, (const kc_tensor *const *)&batch5, 1, &split, 1) != KC_OK)
+        fail_msg("micro-batched run: %s", kc_last_error());
+    assert_int_equal(kc_tensor_dim(split, 0), 5);
+    assert_close(split, whole, 1e-4);
+    kc_tensor_free(split);
+    split = NULL;
+    kc_session_free(s);
+    o.microbatch = 0; /* the whole batch's activations exceed the budget */
+    assert_int_equal(kc_session_new(f->model, &o, &s), KC_OK);
+    assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&batch5, 1, &split, 1),
+                     KC_ERR_NOMEM);
+    kc_session_free(s);
+    kc_tensor_free(whole);
+    kc_tensor_free(batch5);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -253,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_prefetch_overlaps_compute),
         cmocka_unit_test(test_impossible_budget),
         cmocka_unit_test(test_mixed_and_soft_placement),
+        cmocka_unit_test(test_microbatches),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Placement on the command line: summary --placement, run with a budget,
+# streamed weights, a trace and stats; bad device strings, budgets and
+# rules give one-line errors.
+source "$(dirname "$0")/lib.bash"
+D="$(dirname "$0")/../apps/resnet50"
+M="$D/model.keras"
+T=${KC_TEST_TMP:-/tmp}/placement_e2e
+mkdir -p "$T"
+
+# KC_FAKE_GPUS=1: the CPU backend poses as /GPU:0 (a budgeted device)
+out=$(KC_FAKE_GPUS=1 "$KERASC" summary "$M" --placement --place 'conv1_pad..conv3_block1_out=/GPU:0' \
+      --device-memory 16MiB 2>&1)
+if [[ $? -eq 0 ]] && grep -q '^conv1_conv .*/GPU:0 *resident' <<<"$out" &&
+   grep -q '^predictions .*/CPU:0 *host' <<<"$out" && grep -q 'device boundaries' <<<"$out" &&
+   grep -Eq '/GPU:0 -> /CPU:0: [0-9]+' <<<"$out" && grep -Eq '/CPU:0 -> /GPU:0: 49152' <<<"$out"; then
+  pass "summary --placement shows devices, variables and boundary bytes"
+else
+  fail "summary --placement: $out"
+fi
+
+out=$("$KERASC" summary "$M" --placement --variables /CPU:0 --device-memory 400KiB 2>&1)
+grep -q 'streamed' <<<"$out" && pass "summary --placement plans streamed layers under a budget" ||
+  fail "summary streamed: $out"
+
+"$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/plain.npy" || fail "plain run"
+out=$("$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/streamed.npy" --variables /CPU:0 \
+      --device-memory 400KiB --trace "$T/trace.json" --stats 2>&1)
+if [[ $? -eq 0 ]] && grep -q '^bound: max(compute' <<<"$out" && grep -q 'achieved/bound' <<<"$out" &&
+   grep -q '"cat":"copy"' "$T/trace.json" && grep -q '"cat":"compute"' "$T/trace.json" &&
+   grep -q '"name":"copy"' "$T/trace.json"; then
+  pass "run --variables /CPU:0 --device-memory streams, traces and prints stats"
+else
+  fail "streamed run: $out"
+fi
+if /usr/bin/python3 - "$T/plain.npy" "$T/streamed.npy" <<'PY'
+import sys, numpy as np
+a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+sys.exit(0 if a.shape == b.shape and np.abs(a - b).max() <= 1e-4 * max(1, np.abs(a).max()) else 1)
+PY
+then pass "streamed output equals the plain run"; else fail "streamed output differs"; fi
+
+# expect_run_error REGEX ARGS...: rc 1 or 2, one line on stderr, no output file
+expect_run_error() {
+  local regex=$1; shift
+  rm -f "$T/err.npy"
+  local err rc
+  err=$("$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/err.npy" "$@" 2>&1 >/dev/null); rc=$?
+  local lines; lines=$(printf '%s\n' "$err" | grep -c .)
+  if [[ ($rc -eq 1 || $rc -eq 2) && $lines -eq 1 && ! -e "$T/err.npy" ]] && grep -Eq "$regex" <<<"$err"; then
+    pass "refused ($*): $err"
+  else
+    fail "($*): rc=$rc lines=$lines err='$err' (want /$regex/)"
+  fi
+}
+expect_run_error "device '/TPU:0'.*unknown device type" --device /TPU:0
+expect_run_error "no layer 'nope'" --place 'nope..=/CPU:0'
+expect_run_error "below the minimum .*largest layer" --variables /CPU:0 --device-memory 64KiB
+expect_run_error "device-memory takes a size" --device-memory lots
+expect_run_error "/GPU:3 is not available.*strict" --device /GPU:3 --strict-placement
+expect_run_error "cluster" --place 'predictions=/job:worker/task:1/GPU:0'
+expect_run_error "microbatch takes a number" --microbatch 0
+
+# soft placement: one warning, then the run completes
+err=$("$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/soft.npy" --device /GPU:3 2>&1 >/dev/null); rc=$?
+if [[ $rc -eq 0 && $(grep -c 'warning: /GPU:3 is not available' <<<"$err") -eq 1 && -s "$T/soft.npy" ]]; then
+  pass "a missing GPU falls back to /CPU:0 with one warning"
+else
+  fail "soft placement: rc=$rc err=$err"
+fi
+finish
