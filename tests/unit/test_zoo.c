@@ -82,6 +82,24 @@ static int kc_compare(const char *what, int index, const kc_tensor *got, const k
     return 1;
 }
 
+/* Placement for every session, from the environment: KC_ZOO_DEVICE
+ * (e.g. /GPU:0, strict), KC_ZOO_VARIABLES (/CPU:0: streamed from host
+ * memory), KC_ZOO_DEVICE_MEMORY (bytes). Unset: the plain host session.
+ * With KC_FAKE_GPUS=1 this runs the whole zoo through the scheduler. */
+static const kc_session_options *kc_zoo_options(void)
+{
+    static kc_session_options o;
+    const char *device = getenv("KC_ZOO_DEVICE");
+    if (!device || !*device)
+        return NULL;
+    o.device = device;
+    o.strict_placement = 1;
+    o.variables = getenv("KC_ZOO_VARIABLES");
+    const char *budget = getenv("KC_ZOO_DEVICE_MEMORY");
+    o.device_memory = budget ? (size_t)strtoull(budget, NULL, 10) : 0;
+    return &o;
+}
+
 /* Run one model file on the inputs in dir and compare with expected_*. */
 static int kc_check_model(const char *model_path, const char *dir)
 {
@@ -94,7 +112,7 @@ static int kc_check_model(const char *model_path, const char *dir)
     if (n_in <= 0 || n_out <= 0) {
         print_error("%s: no inputs/expected outputs\n", dir);
     } else if (kc_model_load(model_path, NULL, &m) != KC_OK ||
-               kc_session_new(m, NULL, &s) != KC_OK ||
+               kc_session_new(m, kc_zoo_options(), &s) != KC_OK ||
                kc_session_run(s, (const kc_tensor *const *)in, n_in, got, n_out) != KC_OK) {
         print_error("%s: %s\n", model_path, kc_last_error());
     } else {
