@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "cli/commands.h"
+#include "cli/placement_args.h"
 #include "kerasc.h"
 
 #define KC_BENCH_MAX_IO 64
@@ -63,8 +64,14 @@ int kc_cmd_bench(int argc, char **argv)
 {
     const char *path = NULL;
     long batch = 1, iters = 20, warmup = 3, threads = 0;
+    kc_cli_placement placement = {0};
     for (int i = 0; i < argc; i++) {
         int has = i + 1 < argc, rc = 0;
+        int placed = kc_cli_placement_arg("bench", argc, argv, &i, &placement);
+        if (placed < 0)
+            return 2;
+        if (placed)
+            continue;
         if (!strcmp(argv[i], "--batch") && has)
             rc = kc_bench_int(argv[++i], "--batch", 1, 4096, &batch);
         else if (!strcmp(argv[i], "--iters") && has)
@@ -75,7 +82,8 @@ int kc_cmd_bench(int argc, char **argv)
             rc = kc_bench_int(argv[++i], "--threads", 1, 1024, &threads);
         else if (argv[i][0] == '-' || path) {
             fprintf(stderr, "kerasc bench: unexpected argument '%s' (usage: kerasc bench MODEL "
-                            "[--batch B] [--iters N] [--warmup W] [--threads T])\n", argv[i]);
+                            "[--batch B] [--iters N] [--warmup W] [--threads T] "
+                            KC_CLI_PLACEMENT_USAGE ")\n", argv[i]);
             return 2;
         } else
             path = argv[i];
@@ -90,6 +98,7 @@ int kc_cmd_bench(int argc, char **argv)
     kc_model *m = NULL;
     kc_session *s = NULL;
     kc_session_options so = {.threads = (int)threads};
+    kc_cli_placement_apply(&placement, &so);
     if (kc_model_load(path, NULL, &m) != KC_OK || kc_session_new(m, &so, &s) != KC_OK) {
         fprintf(stderr, "kerasc: error: %s\n", kc_last_error());
         kc_model_free(m);
@@ -135,6 +144,10 @@ int kc_cmd_bench(int argc, char **argv)
                "min_ms: %.3f\nmax_ms: %.3f\narena_bytes: %zu\npeak_rss_kb: %ld\n",
                load_ms, first_ms, median, median / (double)batch, times[0], times[iters - 1],
                kc_session_arena_bytes(s), ru.ru_maxrss);
+        if (kc_session_device_peak_bytes(s))
+            printf("device_peak_bytes: %zu\n", kc_session_device_peak_bytes(s));
+        if (placement.stats) /* the last timed run */
+            fputs(kc_session_stats(s), stdout);
     }
     for (int i = 0; i < n_in; i++)
         kc_tensor_free(in[i]);
