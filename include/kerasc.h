@@ -79,6 +79,13 @@ typedef struct kc_load_options {
     /* Weights file paired with a JSON architecture (Keras 3 .weights.h5 or
      * legacy weights-only .h5). NULL when the model file holds its weights. */
     const char *weights_path;
+    /* The disk tier: keep the weights in a disk file, mapped read-only,
+     * instead of in memory, so a model larger than RAM still loads; pages
+     * are read when a layer runs and dropped after use. For HDF5-based
+     * files (.keras, .h5, .weights.h5). The weights are converted once into
+     * an unlinked file in `spill_dir` (NULL: $TMPDIR, else /var/tmp). */
+    int disk_weights;
+    const char *spill_dir;
 } kc_load_options;
 
 /* Load any supported Keras file; the format is detected from its bytes. */
@@ -142,6 +149,10 @@ typedef struct kc_session_options {
      * zero-padded), so the activations of a batch of any size fit the
      * budget. 0 = the whole batch at once. */
     int64_t microbatch;
+    /* Disk-backed weights (kc_load_options.disk_weights): at most this many
+     * bytes of weights are paged in ahead of use; 0 = no bound. A layer
+     * larger than it is an error that names the minimum. */
+    size_t host_memory;
 } kc_session_options;
 
 /* A session executes a loaded model on the CPU. It borrows the model,

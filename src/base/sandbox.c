@@ -1,4 +1,5 @@
 #include "base/sandbox.h"
+#include "base/spill.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +28,9 @@ static int kc_sandbox_disabled(void)
 
 static int kc_sandbox_memfd(void)
 {
+    /* The disk tier: the result goes to a disk file that is mapped later. */
+    if (kc_spill_dir())
+        return kc_spill_tmpfile(kc_spill_dir());
     int fd = memfd_create("kerasc-sandbox", MFD_CLOEXEC);
     if (fd >= 0)
         return fd;

@@ -99,7 +99,9 @@ int kc_cmd_bench(int argc, char **argv)
     kc_session *s = NULL;
     kc_session_options so = {.threads = (int)threads};
     kc_cli_placement_apply(&placement, &so);
-    if (kc_model_load(path, NULL, &m) != KC_OK || kc_session_new(m, &so, &s) != KC_OK) {
+    kc_load_options lo = {0};
+    kc_cli_placement_load(&placement, &lo);
+    if (kc_model_load(path, &lo, &m) != KC_OK || kc_session_new(m, &so, &s) != KC_OK) {
         fprintf(stderr, "kerasc: error: %s\n", kc_last_error());
         kc_model_free(m);
         return 1;

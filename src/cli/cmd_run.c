@@ -122,6 +122,7 @@ int kc_cmd_run(int argc, char **argv)
     if (rc)
         return rc;
     kc_load_options opts = {.weights_path = a.weights};
+    kc_cli_placement_load(&a.placement, &opts);
     kc_model *m = NULL;
     if (kc_model_load(a.model, &opts, &m) != KC_OK)
         return kc_run_fail(NULL);

@@ -49,6 +49,7 @@ int kc_cmd_summary(int argc, char **argv)
                         "[--weights FILE] [--json] [--placement [--batch N] " KC_CLI_PLACEMENT_USAGE "])\n");
         return 2;
     }
+    kc_cli_placement_load(&pl, &options);
     kc_model *model = NULL;
     kc_status st = kc_model_load(path, &options, &model);
     if (st != KC_OK) {

@@ -51,7 +51,7 @@ int kc_cli_placement_arg(const char *cmd, int argc, char **argv, int *i, kc_cli_
     }
     static const char *const valued[] = {"--device", "--place", "--variables", "--trace",
                                          "--device-memory", "--prefetch-depth", "--microbatch",
-                                         NULL};
+                                         "--host-memory", "--spill-dir", NULL};
     int k = 0;
     while (valued[k] && strcmp(arg, valued[k]))
         k++;
@@ -81,6 +81,15 @@ int kc_cli_placement_arg(const char *cmd, int argc, char **argv, int *i, kc_cli_
         p->microbatch = m;
         break;
     }
+    case 7:
+        if (!kc_parse_bytes(value, &p->host_memory))
+            return kc_bad(cmd, "--host-memory takes a size such as 512MiB or 1000000");
+        p->disk = 1;
+        break;
+    case 8:
+        p->spill_dir = value;
+        p->disk = 1;
+        break;
     default: {
         char *end;
         long d = strtol(value, &end, 10);
@@ -103,4 +112,11 @@ void kc_cli_placement_apply(const kc_cli_placement *p, kc_session_options *o)
     o->prefetch_depth = p->depth;
     o->trace_path = p->trace;
     o->microbatch = p->microbatch;
+    o->host_memory = p->host_memory;
+}
+
+void kc_cli_placement_load(const kc_cli_placement *p, kc_load_options *o)
+{
+    o->disk_weights = p->disk;
+    o->spill_dir = p->spill_dir;
 }

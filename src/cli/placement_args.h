@@ -7,7 +7,9 @@
  *   --prefetch-depth N     ring slots for streamed weights (1-8)
  *   --trace FILE           Chrome/Perfetto trace of the run
  *   --stats                per-layer compute/transfer times and the bound
- *   --microbatch N         run a larger batch as micro-batches of N */
+ *   --microbatch N         run a larger batch as micro-batches of N
+ *   --host-memory SIZE     disk tier: weights stay in a disk file, at most SIZE paged in ahead
+ *   --spill-dir DIR        where the disk tier's weight file goes ($TMPDIR, /var/tmp) */
 #ifndef KC_CLI_PLACEMENT_ARGS_H
 #define KC_CLI_PLACEMENT_ARGS_H
 
@@ -24,16 +26,22 @@ typedef struct kc_cli_placement {
     size_t device_memory;
     int strict, depth, stats;
     long microbatch;
+    size_t host_memory;
+    int disk;
+    const char *spill_dir;
 } kc_cli_placement;
 
 #define KC_CLI_PLACEMENT_USAGE                                                              \
     "[--device DEV] [--place FIRST..LAST=DEV ...] [--variables DEV] [--strict-placement] " \
-    "[--device-memory SIZE] [--prefetch-depth N] [--microbatch N] [--trace FILE] [--stats]"
+    "[--device-memory SIZE] [--prefetch-depth N] [--microbatch N] [--host-memory SIZE] "    \
+    "[--spill-dir DIR] [--trace FILE] [--stats]"
 
 /* 1: argv[*i] (and its value) consumed, *i advanced past the value;
  * 0: not a placement option; -1: bad value (message printed). */
 int kc_cli_placement_arg(const char *cmd, int argc, char **argv, int *i, kc_cli_placement *p);
 void kc_cli_placement_apply(const kc_cli_placement *p, kc_session_options *o);
+/* The load options the placement implies (the disk tier). */
+void kc_cli_placement_load(const kc_cli_placement *p, kc_load_options *o);
 /* "2GiB", "512MiB", "64KiB", "1.5GB", "1000000" -> bytes; 0 if malformed. */
 int kc_parse_bytes(const char *text, size_t *out);
 

@@ -1,3 +1,4 @@
+#include "base/spill.h"
 #include "format/arrays.h"
 
 #include <stdlib.h>
@@ -8,7 +9,7 @@ void kc_array_list_free(kc_array_list *list)
         return;
     for (int i = 0; i < list->n; i++) {
         free(list->items[i].name);
-        free(list->items[i].data);
+        kc_wfree(list->items[i].data);
     }
     free(list->items);
     list->items = NULL;

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/spill.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "format/bind.h"
@@ -57,27 +58,27 @@ kc_status kc_bind_one(kc_layer *layer, int spec_index, const kc_shape *shape, fl
         char got[128], want[128];
         kc_shape_format(shape, got, sizeof got);
         kc_shape_format(&spec->shape, want, sizeof want);
-        free(data);
+        kc_wfree(data);
         return kc_fail(KC_ERR_SHAPE, "layer '%s' (%s): weight %s has shape %s, the config "
                        "implies %s", layer->name, layer->class_name, spec->name, got, want);
     }
     if (!layer->weights) {
         layer->weights = kc_calloc((size_t)layer->n_specs, sizeof *layer->weights);
         if (!layer->weights) {
-            free(data);
+            kc_wfree(data);
             return KC_ERR_NOMEM;
         }
         layer->n_weights = layer->n_specs;
     }
     kc_weight *w = &layer->weights[spec_index];
     if (w->data) {
-        free(data);
+        kc_wfree(data);
         return kc_fail(KC_ERR_FORMAT, "layer '%s': weight %s bound twice", layer->name,
                        spec->name);
     }
     w->name = kc_strdup(spec->name);
     if (!w->name) {
-        free(data);
+        kc_wfree(data);
         return KC_ERR_NOMEM;
     }
     w->shape = *shape;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/spill.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "format/bind.h"
@@ -60,7 +61,12 @@ static kc_status kc_k3_read(kc_k3 *k, kc_layer *layer, int spec_index, const cha
         return KC_ERR_LIMIT;
     if (!kc_shape_equal(&shape, &layer->specs[spec_index].shape))
         return kc_bind_one(layer, spec_index, &shape, NULL, dtype);
-    float *data = kc_calloc((size_t)(count ? count : 1), sizeof *data);
+    float *data = NULL;
+    if (kc_spill_dir() && count > 0) { /* the disk tier: a view of the mapping */
+        KC_TRY(kc_h5_borrow_f32(k->h5, dataset, count, &data));
+        return kc_bind_one(layer, spec_index, &shape, data, dtype);
+    }
+    data = kc_calloc((size_t)(count ? count : 1), sizeof *data);
     if (!data)
         return KC_ERR_NOMEM;
     kc_status st = kc_h5_read_f32(k->h5, dataset, data, count);

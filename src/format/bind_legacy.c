@@ -13,6 +13,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "base/spill.h"
 #include "format/bind.h"
 
 #define KC_MAX_LEAVES 100000
@@ -98,7 +99,7 @@ static kc_status kc_fuse_keras1_rnn(const kc_layer *leaf, kc_named_array **array
         fused[k].name = (char *)leaf->specs[k].name;
     }
     for (int i = 0; i < *n; i++) {
-        free(arrays[i]->data);
+        kc_wfree(arrays[i]->data);
         arrays[i]->data = NULL;
     }
     for (int k = 0; k < 3; k++)
@@ -119,14 +120,14 @@ static kc_status kc_assign_leaf(kc_layer *leaf, kc_named_array **arrays, int n)
         for (int k = 0; k < 3; k++)
             free(fused[k].data);
         for (int i = 0; i < n; i++) {
-            free(arrays[i]->data);
+            kc_wfree(arrays[i]->data);
             arrays[i]->data = NULL;
         }
         return fst;
     }
     if (n != leaf->n_specs) {
         for (int i = 0; i < n; i++) {
-            free(arrays[i]->data);
+            kc_wfree(arrays[i]->data);
             arrays[i]->data = NULL;
         }
         return kc_fail(KC_ERR_FORMAT, "layer '%s' (%s): the file holds %d weights, the config "
@@ -156,7 +157,7 @@ static kc_status kc_assign_leaf(kc_layer *leaf, kc_named_array **arrays, int n)
         if (st == KC_OK)
             st = kc_bind_one(leaf, s, &a->shape, data, a->stored_dtype);
         else
-            free(data);
+            kc_wfree(data);
     }
     return st;
 }
@@ -221,10 +222,14 @@ static kc_status kc_legacy_read_group(kc_h5 *h5, const char *group, kc_array_lis
         int64_t count = st == KC_OK ? kc_shape_count(&a.shape) : 0;
         if (st == KC_OK && count < 0)
             st = KC_ERR_LIMIT;
-        if (st == KC_OK && !(a.data = kc_calloc((size_t)(count ? count : 1), sizeof(float))))
-            st = KC_ERR_NOMEM;
-        if (st == KC_OK)
-            st = kc_h5_read_f32(h5, path, a.data, count);
+        if (st == KC_OK && kc_spill_dir() && count > 0) {
+            st = kc_h5_borrow_f32(h5, path, count, &a.data);
+        } else {
+            if (st == KC_OK && !(a.data = kc_calloc((size_t)(count ? count : 1), sizeof(float))))
+                st = KC_ERR_NOMEM;
+            if (st == KC_OK)
+                st = kc_h5_read_f32(h5, path, a.data, count);
+        }
         if (st == KC_OK && !(a.name = kc_strdup(names[i])))
             st = KC_ERR_NOMEM;
         a.stored_dtype = dtype;
@@ -233,7 +238,7 @@ static kc_status kc_legacy_read_group(kc_h5 *h5, const char *group, kc_array_lis
             st = kc_grow((void **)&list->items, &list->cap, (size_t)list->n + 1,
                          sizeof *list->items);
         if (st != KC_OK) {
-            free(a.data);
+            kc_wfree(a.data);
             free(a.name);
             break;
         }

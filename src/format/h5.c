@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "base/sandbox.h"
+#include "base/spill.h"
 #include "format/h5.h"
 #include "format/h5_snapshot.h"
 
@@ -35,6 +36,7 @@ struct kc_h5 {
     cJSON *index;
     kc_h5_obj *objs;
     int n_objs;
+    int borrowed;       /* weights point into map (disk tier): keep it mapped */
 };
 
 const char *kc_h5_label(const kc_h5 *h5) { return h5 ? h5->label : ""; }
@@ -178,7 +180,16 @@ void kc_h5_close(kc_h5 *h5)
 {
     if (!h5)
         return;
-    if (h5->map)
+    /* Borrowed weights live on in the model: the spill session adopts the
+     * mapping (or, should that fail, it stays mapped: a leak, never a
+     * dangling weight). */
+    if (h5->map && h5->borrowed) {
+        /* Everything was read from it once (the index is parsed): drop the
+         * pages; weights come back from the file when a layer runs. */
+        madvise(h5->map, h5->map_len, MADV_DONTNEED);
+        (void)kc_spill_adopt(h5->map, h5->map_len);
+    }
+    else if (h5->map)
         munmap(h5->map, h5->map_len);
     cJSON_Delete(h5->index);
     free(h5->objs);
@@ -453,6 +464,21 @@ kc_status kc_h5_dataset_info(kc_h5 *h5, const char *path, kc_shape *shape, kc_dt
 {
     uint64_t offset;
     return kc_h5_dataset(h5, path, shape, dtype, &offset);
+}
+
+kc_status kc_h5_borrow_f32(kc_h5 *h5, const char *path, int64_t count, float **out)
+{
+    kc_shape shape;
+    kc_dtype dtype;
+    uint64_t offset;
+    *out = NULL;
+    KC_TRY(kc_h5_dataset(h5, path, &shape, &dtype, &offset));
+    if (kc_shape_count(&shape) != count)
+        return kc_fail(KC_ERR_SHAPE, "%s: HDF5 dataset %s has %lld elements, %lld requested",
+                       h5->label, path, (long long)kc_shape_count(&shape), (long long)count);
+    h5->borrowed = 1;
+    *out = (float *)(h5->blob + offset); /* read-only mapping: kernels only read weights */
+    return KC_OK;
 }
 
 kc_status kc_h5_read_f32(kc_h5 *h5, const char *path, float *dst, int64_t count)

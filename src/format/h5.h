@@ -52,6 +52,10 @@ kc_status kc_h5_dataset_info(kc_h5 *h5, const char *path, kc_shape *shape, kc_dt
 /* Read a whole dataset converted to float32 into dst (count elements,
  * which must equal the dataset's element count). */
 kc_status kc_h5_read_f32(kc_h5 *h5, const char *path, float *dst, int64_t count);
+/* The disk tier: a pointer to the dataset's float32 values inside the
+ * (file-backed, read-only) snapshot mapping, which then outlives the
+ * kc_h5 (adopted by the spill session, see base/spill.h). */
+kc_status kc_h5_borrow_f32(kc_h5 *h5, const char *path, int64_t count, float **out);
 
 void kc_strv_free(char **strings, int n);
 

@@ -7,10 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zip.h>
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "base/spill.h"
 #include "format/fileio.h"
 
 #define KC_MAX_CONFIG_BYTES ((zip_uint64_t)256 << 20)
@@ -61,6 +63,52 @@ static kc_status kc_zip_read_member(zip_t *zip, const char *path, const char *me
     return KC_OK;
 }
 
+/* The disk tier: copy the weights member to an unlinked spill file in
+ * 1 MiB pieces (never the whole member in memory); returns its fd. */
+static kc_status kc_zip_member_to_spill(zip_t *zip, const char *path, const char *member, int *fd,
+                                        char *spill_path, size_t spill_path_size)
+{
+    *fd = -1;
+    zip_int64_t index = zip_name_locate(zip, member, 0);
+    if (index < 0)
+        return kc_fail(KC_ERR_FORMAT, "%s: zip has no %s", path, member);
+    zip_stat_t st;
+    zip_stat_init(&st);
+    if (zip_stat_index(zip, (zip_uint64_t)index, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE) ||
+        st.size > KC_MAX_WEIGHTS_BYTES)
+        return kc_fail(KC_ERR_FORMAT, "%s: zip member %s: bad or oversized header", path, member);
+    int out = kc_spill_named_tmpfile(kc_spill_dir(), spill_path, spill_path_size);
+    if (out < 0)
+        return kc_fail(KC_ERR_IO, "%s: cannot create a spill file in %s", path, kc_spill_dir());
+    zip_file_t *zf = zip_fopen_index(zip, (zip_uint64_t)index, 0);
+    char *buf = kc_calloc(1, 1 << 20);
+    zip_uint64_t got = 0;
+    kc_status status = zf && buf ? KC_OK : kc_fail(KC_ERR_NOMEM, "%s: %s", path, member);
+    while (status == KC_OK) {
+        zip_int64_t n = zip_fread(zf, buf, 1 << 20);
+        if (n < 0)
+            status = kc_fail(KC_ERR_FORMAT, "%s: zip member %s is corrupt", path, member);
+        if (n <= 0)
+            break;
+        got += (zip_uint64_t)n;
+        if (got > st.size || write(out, buf, (size_t)n) != n)
+            status = kc_fail(KC_ERR_IO, "%s: zip member %s: size mismatch or spill write failed",
+                             path, member);
+    }
+    if (zf && zip_fclose(zf) != 0 && status == KC_OK)
+        status = kc_fail(KC_ERR_FORMAT, "%s: zip member %s is corrupt", path, member);
+    if (status == KC_OK && got != st.size)
+        status = kc_fail(KC_ERR_FORMAT, "%s: zip member %s is truncated", path, member);
+    free(buf);
+    if (status != KC_OK) {
+        close(out);
+        unlink(spill_path);
+        return status;
+    }
+    *fd = out;
+    return KC_OK;
+}
+
 static kc_status kc_keras3_open_zip(const char *path, kc_keras3_archive *a)
 {
     int err = 0;
@@ -87,6 +135,20 @@ static kc_status kc_keras3_open_zip(const char *path, kc_keras3_archive *a)
                                 &a->metadata_json, &a->metadata_len);
     char *weights = NULL;
     size_t wlen = 0;
+    if (st == KC_OK && kc_spill_dir()) {
+        int fd = -1;
+        char member[4096];
+        st = kc_zip_member_to_spill(zip, path, "model.weights.h5", &fd, member, sizeof member);
+        zip_discard(zip);
+        if (st != KC_OK)
+            return st;
+        st = kc_h5_open_file(member, &a->weights); /* libhdf5 opens by name */
+        unlink(member);
+        close(fd);
+        if (st != KC_OK) /* name the archive, not the spill file */
+            return kc_fail_context(st, "%s", path);
+        return KC_OK;
+    }
     if (st == KC_OK)
         st = kc_zip_read_member(zip, path, "model.weights.h5", KC_MAX_WEIGHTS_BYTES, &weights,
                                 &wlen);

@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "base/spill.h"
 #include "ops/op.h"
 
 kc_graph *kc_graph_new(void) { return kc_calloc(1, sizeof(kc_graph)); }
@@ -23,7 +24,7 @@ static void kc_layer_free(kc_layer *layer)
         free(layer->attrs);
     for (int i = 0; i < layer->n_weights; i++) {
         free(layer->weights[i].name);
-        free(layer->weights[i].data);
+        kc_wfree(layer->weights[i].data);
     }
     free(layer->weights);
     free(layer);

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "base/spill.h"
 #include "format/bind.h"
 #include "format/detect.h"
 #include "format/fileio.h"
@@ -283,7 +284,21 @@ kc_status kc_model_load(const char *path, const kc_load_options *options, kc_mod
         free(m);
         return KC_ERR_NOMEM;
     }
+    const char *spill = NULL;
+    if (options && options->disk_weights) {
+        spill = options->spill_dir ? options->spill_dir : getenv("TMPDIR");
+        if (!spill || !*spill)
+            spill = "/var/tmp";
+        m->disk_weights = 1;
+    }
+    kc_spill_begin(spill);
     kc_status st = kc_model_load_any(m, options);
+    kc_spill_end(&m->spill_maps, &m->spill_lens, &m->n_spill_maps);
+    if (st == KC_OK && m->disk_weights && strcmp(m->format, "keras3-zip") &&
+        strcmp(m->format, "keras3-dir") && strcmp(m->format, "h5-legacy") &&
+        strcmp(m->format, "json+weights"))
+        st = kc_fail(KC_ERR_UNSUPPORTED, "disk-backed weights need an HDF5-based file (.keras, "
+                     ".h5, .weights.h5), not %s", m->format);
     if (st == KC_OK && options && options->weights_path)
         st = kc_bind_check_complete(m->graph);
     else if (st == KC_OK && strcmp(m->format, "json+weights") != 0)
@@ -303,6 +318,10 @@ void kc_model_free(kc_model *m)
     if (!m)
         return;
     kc_graph_free(m->graph);
+    for (int i = 0; i < m->n_spill_maps; i++) /* after the graph: weights point here */
+        kc_spill_unmap(m->spill_maps[i], m->spill_lens[i]);
+    free(m->spill_maps);
+    free(m->spill_lens);
     cJSON_Delete(m->doc);
     free(m->keras_version);
     free(m->path);

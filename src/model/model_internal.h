@@ -16,6 +16,11 @@ struct kc_model {
     kc_graph *graph;
     kc_param_counts params;
     int64_t stored_bytes;  /* weight bytes as stored (tfjs quantized) */
+    /* The disk tier: file-backed mappings holding the weights (spill.h). */
+    void **spill_maps;
+    size_t *spill_lens;
+    int n_spill_maps;
+    int disk_weights;
 };
 
 #endif

@@ -170,7 +170,7 @@ static int kc_resolve(const kc_fused *f, int v)
     return v;
 }
 
-kc_status kc_fuse(const kc_graph *g, kc_fused *f)
+kc_status kc_fuse(const kc_graph *g, int allowed, kc_fused *f)
 {
     memset(f, 0, sizeof *f);
     f->alias = kc_calloc((size_t)g->n_values + 1, sizeof *f->alias);
@@ -181,7 +181,7 @@ kc_status kc_fuse(const kc_graph *g, kc_fused *f)
     for (int v = 0; v < g->n_values; v++)
         f->alias[v] = -1;
     const char *env = getenv("KC_FUSE");
-    if (env && !strcmp(env, "0"))
+    if (!allowed || (env && !strcmp(env, "0")))
         return KC_OK;
     for (int i = 0; i < g->n_nodes; i++) {
         const kc_node *n = &g->nodes[i];

@@ -12,7 +12,9 @@ typedef struct kc_fused {
     int n_fused;
 } kc_fused;
 
-kc_status kc_fuse(const kc_graph *graph, kc_fused *out);
+/* allowed = 0: no rewrites (disk-backed weights: a rewritten layer would
+ * copy its weights into memory). */
+kc_status kc_fuse(const kc_graph *graph, int allowed, kc_fused *out);
 void kc_fused_free(kc_fused *fused, int n_nodes);
 
 #endif

@@ -14,11 +14,14 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/cpu_exec.h"
 #include "backend/registry.h"
 #include "base/mem.h"
+#include "base/spill.h"
 #include "device/placement.h"
 #include "model/model_internal.h"
 #include "runtime/residency.h"
@@ -47,6 +50,24 @@ static size_t kc_layer_weight_bytes(const kc_layer *l)
     for (int i = 0; i < l->n_weights; i++)
         n += kc_align64((size_t)kc_shape_count(&l->weights[i].shape) * sizeof(float));
     return n;
+}
+
+/* The disk tier: page a layer's weights in ahead of use (WILLNEED) or
+ * drop them from this process once they are on the device or have been
+ * used (DONTNEED: the file-backed pages are re-read on the next access). */
+static void kc_advise_weights(const kc_sched *sc, const kc_layer *l, int advice)
+{
+    if (!sc->disk)
+        return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < l->n_weights; i++) {
+        if (!kc_spill_owns(l->weights[i].data))
+            continue;
+        uintptr_t a = (uintptr_t)l->weights[i].data;
+        uintptr_t b = a + (uintptr_t)kc_shape_count(&l->weights[i].shape) * sizeof(float);
+        a &= ~(page - 1);
+        madvise((void *)a, b - a, advice);
+    }
 }
 
 static int kc_root(const kc_sched *sc, int v)
@@ -220,6 +241,8 @@ kc_status kc_sched_new(kc_session *s, const kc_session_options *o, kc_sched **ou
     sc->s = s;
     sc->strict = o->strict_placement;
     sc->device_memory = o->device_memory;
+    sc->host_memory = o->host_memory;
+    sc->disk = s->model->disk_weights;
     sc->max_depth = o->prefetch_depth;
     sc->nodes = kc_calloc((size_t)g->n_nodes + 1, sizeof *sc->nodes);
     sc->where = kc_calloc((size_t)g->n_values + 1, sizeof *sc->where);
@@ -365,6 +388,7 @@ static kc_status kc_prepare_device(kc_sched *sc, int d)
             continue;
         kc_backend_call call;
         kc_shape_call(sc, i, &call, in_shape, out_shape);
+        call.state = &sc->nodes[i].state; /* the plan the backend keeps for `run` */
         size_t ws = dv->io->workspace_bytes(dv->b, &call);
         workspace = ws > workspace ? ws : workspace;
         if (kc_layer_weight_bytes(kc_sched_layer(sc, i)))
@@ -445,12 +469,37 @@ static kc_status kc_prepare_device(kc_sched *sc, int d)
             st = dv->io->upload(dv->b, base, l->weights[w].data, bytes);
             base += kc_align64(bytes);
         }
+        kc_advise_weights(sc, l, MADV_DONTNEED); /* on the device now */
     }
     return st;
 }
 
+/* The disk tier's host budget must hold the largest layer's weights. */
+static kc_status kc_check_host_memory(const kc_sched *sc)
+{
+    if (!sc->disk || !sc->host_memory)
+        return KC_OK;
+    const kc_graph *g = sc->s->graph;
+    int largest = -1;
+    size_t most = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        size_t bytes = kc_layer_weight_bytes(kc_sched_layer(sc, i));
+        if (bytes > most) {
+            most = bytes;
+            largest = i;
+        }
+    }
+    if (most > sc->host_memory)
+        return kc_fail(KC_ERR_NOMEM,
+                       "host memory budget %zu bytes is below the minimum %zu: the largest "
+                       "layer '%s' alone has that many bytes of weights",
+                       sc->host_memory, most, g->nodes[largest].layer->name);
+    return KC_OK;
+}
+
 kc_status kc_sched_prepare(kc_sched *sc)
 {
+    KC_TRY(kc_check_host_memory(sc));
     for (int d = 0; d < sc->n_dev; d++)
         KC_TRY(kc_prepare_device(sc, d));
     return KC_OK;
@@ -523,6 +572,18 @@ static kc_status kc_enqueue_upload(kc_sched *sc, int d, int k)
                             sc->nodes[dv->stream_nodes[k - dv->res.depth]].ev_end));
     KC_TRY(dv->io->record(dv->b, KC_STREAM_COPY, n->ev_up_start));
     const kc_layer *l = kc_sched_layer(sc, dv->stream_nodes[k]);
+    /* Disk tier: read the following layers from disk while this one copies,
+     * as far ahead as the host budget allows. */
+    size_t ahead = 0;
+    for (int j = k + 1; sc->disk && j < dv->res.n_streamed; j++) {
+        const kc_snode *next = &sc->nodes[dv->stream_nodes[j]];
+        if (sc->host_memory && ahead + next->w_bytes > sc->host_memory)
+            break;
+        ahead += next->w_bytes;
+        kc_advise_weights(sc, kc_sched_layer(sc, dv->stream_nodes[j]), MADV_WILLNEED);
+        if (!sc->host_memory && j >= k + dv->res.depth)
+            break;
+    }
     char *slot = dv->block[KC_BLOCK_RING] + (size_t)(k % dv->res.depth) * dv->res.slot_bytes;
     for (int w = 0; w < l->n_weights; w++) {
         size_t bytes = (size_t)kc_shape_count(&l->weights[w].shape) * sizeof(float);
@@ -566,8 +627,13 @@ static kc_status kc_run_on_device(kc_sched *sc, int i, kc_backend_call *call)
     KC_TRY(dv->io->record(dv->b, KC_STREAM_COMPUTE, n->ev_start));
     KC_TRY(dv->io->run(dv->b, call));
     KC_TRY(dv->io->record(dv->b, KC_STREAM_COMPUTE, n->ev_end));
-    if (n->item >= 0 && n->wmode == KC_WMODE_STREAMED)
+    if (n->item >= 0 && n->wmode == KC_WMODE_STREAMED) {
+        if (sc->disk) { /* its upload is done: drop the host pages */
+            KC_TRY(dv->io->event_sync(dv->b, n->ev_up_end));
+            kc_advise_weights(sc, call->layer, MADV_DONTNEED);
+        }
         KC_TRY(kc_enqueue_upload(sc, n->dev, n->seq + dv->res.depth));
+    }
     return KC_OK;
 }
 
@@ -601,10 +667,20 @@ static kc_status kc_run_one(kc_sched *sc, int i)
     call.out = outp;
     call.in_mask = in_mask;
     kc_status st;
+    const float *host_w[KC_MAX_WEIGHT_SPECS];
+    if (dev == KC_SCHED_HOST && sc->disk) {
+        /* Disk-backed weights are read in place each run: no kernel may
+         * keep a packed copy of them in memory (w_ext semantics). */
+        for (int k = 0; k < call.layer->n_weights && k < KC_MAX_WEIGHT_SPECS; k++)
+            host_w[k] = call.layer->weights[k].data;
+        call.w = host_w;
+        call.n_w = call.layer->n_weights;
+    }
     if (dev == KC_SCHED_HOST) {
         n->t_start = kc_clock() - sc->run_t0;
         st = kc_cpu_exec(s->kernels[i], &call, &s->state[i]);
         n->t_end = kc_clock() - sc->run_t0;
+        kc_advise_weights(sc, call.layer, MADV_DONTNEED);
     } else {
         st = kc_run_on_device(sc, i, &call);
     }
@@ -676,6 +752,11 @@ kc_status kc_sched_run(kc_sched *sc)
             st = sync;
     }
     sc->run_s = kc_clock() - sc->run_t0;
+    /* Disk tier: the kernel maps neighbouring file pages on a fault
+     * ("fault-around"), which the per-layer drops miss; release all. */
+    const kc_model *m = s->model;
+    for (int k = 0; sc->disk && k < m->n_spill_maps; k++)
+        madvise(m->spill_maps[k], m->spill_lens[k], MADV_DONTNEED);
     if (st != KC_OK)
         return st;
     kc_collect_times(sc);

@@ -58,6 +58,8 @@ struct kc_sched {
     int strict, max_depth, n_fallback;
     int warned[2];
     size_t device_memory;
+    size_t host_memory;            /* disk tier: bytes of weights paged in ahead */
+    int disk;                      /* the model's weights are file-backed */
     char *trace_path;
     char *stats;
     double run_t0, run_s;

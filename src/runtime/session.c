@@ -63,7 +63,7 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
             return st;
         }
     }
-    kc_status fst = kc_fuse(g, &s->fused);
+    kc_status fst = kc_fuse(g, !model->disk_weights, &s->fused);
     if (fst != KC_OK) {
         kc_session_free(s);
         return fst;
@@ -73,9 +73,13 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
         return kc_fail(KC_ERR_ARG, "micro-batch size %lld is negative",
                        (long long)options->microbatch);
     }
-    if (options && (options->device || options->n_place || options->variables ||
-                    options->device_memory || options->trace_path)) {
-        kc_status sst = kc_sched_new(s, options, &s->sched);
+    static const kc_session_options no_options;
+    const kc_session_options *o = options ? options : &no_options;
+    /* The scheduler runs whenever placement, a budget, a trace or
+     * disk-backed weights (which it pages in and out) are involved. */
+    if (o->device || o->n_place || o->variables || o->device_memory || o->trace_path ||
+        o->host_memory || model->disk_weights) {
+        kc_status sst = kc_sched_new(s, o, &s->sched);
         if (sst != KC_OK) {
             kc_session_free(s);
             return sst;

@@ -40,6 +40,19 @@ sys.exit(0 if a.shape == b.shape and np.abs(a - b).max() <= 1e-4 * max(1, np.abs
 PY
 then pass "streamed output equals the plain run"; else fail "streamed output differs"; fi
 
+# the disk tier: weights stay in a spill file, paged in per layer
+out=$("$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/disk.npy" --host-memory 128KiB \
+      --spill-dir "$T" --variables /CPU:0 --device-memory 400KiB 2>&1)
+if [[ $? -eq 0 ]] && /usr/bin/python3 -c "
+import sys, numpy as np
+a, b = np.load('$T/plain.npy'), np.load('$T/disk.npy')
+sys.exit(0 if np.abs(a - b).max() <= 1e-4 * max(1, np.abs(a).max()) else 1)"; then
+  pass "run --host-memory (disk tier) streams from the spill file, same output"
+else
+  fail "disk tier run: $out"
+fi
+ls "$T"/kerasc-spill-* >/dev/null 2>&1 && fail "a spill file was left behind" || pass "no spill file left behind"
+
 # expect_run_error REGEX ARGS...: rc 1 or 2, one line on stderr, no output file
 expect_run_error() {
   local regex=$1; shift
@@ -60,6 +73,8 @@ expect_run_error "device-memory takes a size" --device-memory lots
 expect_run_error "/GPU:3 is not available.*strict" --device /GPU:3 --strict-placement
 expect_run_error "cluster" --place 'predictions=/job:worker/task:1/GPU:0'
 expect_run_error "microbatch takes a number" --microbatch 0
+expect_run_error "host memory budget .* below the minimum .*conv5_block1_2_conv" --host-memory 10KiB
+expect_run_error "host-memory takes a size" --host-memory -5
 
 # soft placement: one warning, then the run completes
 err=$("$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/soft.npy" --device /GPU:3 2>&1 >/dev/null); rc=$?

@@ -16,7 +16,10 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "base/spill.h"
+#include "graph/graph.h"
 #include "kerasc.h"
+#include "model/model_internal.h"
 
 #define MODEL KC_TEST_DATA "/../apps/resnet50/model.keras"
 #define INPUT KC_TEST_DATA "/../apps/resnet50/input_0.npy"
@@ -297,6 +300,83 @@ static void test_microbatches(void **state)
     kc_tensor_free(batch5);
 }
 
+/* Resident kB of the mappings that hold this model's weights (smaps). */
+static long weights_rss_kb(const kc_model *m)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    assert_non_null(f);
+    char line[512];
+    long total = 0;
+    int in_map = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, ' ') == line + strcspn(line, " ")) {
+            in_map = 0;
+            for (int i = 0; i < m->n_spill_maps; i++)
+                if ((unsigned long)(uintptr_t)m->spill_maps[i] == a)
+                    in_map = 1;
+            continue;
+        }
+        long kb;
+        if (in_map && sscanf(line, "Rss: %ld kB", &kb) == 1)
+            total += kb;
+    }
+    fclose(f);
+    return total;
+}
+
+/* The disk tier: weights stay in a (deleted) disk file, mapped; outputs as
+ * in memory; streaming from it bit-identical to resident; pages dropped
+ * after the run; a host budget below the largest layer is refused. */
+static void test_disk_tier(void **state)
+{
+    fixture *f = *state;
+    kc_tensor *plain = run_with(f, &(kc_session_options){0}, NULL, NULL, 0);
+    static const char *const files[] = {MODEL, KC_TEST_DATA "/../apps/resnet50/model.h5"};
+    for (int k = 0; k < 2; k++) {
+        kc_model *m = NULL;
+        kc_load_options lo = {.disk_weights = 1, .spill_dir = KC_TEST_TMP};
+        if (kc_model_load(files[k], &lo, &m) != KC_OK)
+            fail_msg("%s: %s", files[k], kc_last_error());
+        assert_true(m->n_spill_maps >= 1);
+        size_t weight_bytes = 0;
+        for (int i = 0; i < m->graph->n_nodes; i++) {
+            const kc_layer *l = m->graph->nodes[i].layer;
+            for (int w = 0; w < l->n_weights; w++) {
+                if (!kc_spill_owns(l->weights[w].data))
+                    fail_msg("%s: weight %s of '%s' is not disk-backed", files[k],
+                             l->weights[w].name, l->name);
+                weight_bytes += (size_t)kc_shape_count(&l->weights[w].shape) * sizeof(float);
+            }
+        }
+        fixture disk = {m, f->input};
+        kc_session_options o = {.host_memory = 128 << 10};
+        kc_tensor *resident = run_with(&disk, &o, NULL, NULL, 0);
+        assert_close(resident, plain, 1e-4);
+        long rss = weights_rss_kb(m);
+        printf("%s: %zu weight bytes, %ld kB of them resident after the run\n", files[k],
+               weight_bytes, rss);
+        assert_true((size_t)rss * 1024 < weight_bytes / 2);
+        o = (kc_session_options){.host_memory = 128 << 10, .variables = "/CPU:0",
+                                 .device_memory = 400 << 10};
+        kc_tensor *streamed = run_with(&disk, &o, NULL, NULL, 0);
+        assert_int_equal(memcmp(kc_tensor_data(streamed), kc_tensor_data(resident),
+                                out_bytes(resident)), 0);
+        kc_tensor_free(streamed);
+        kc_tensor_free(resident);
+        kc_session *s = NULL;
+        o = (kc_session_options){.host_memory = 16 << 10};
+        assert_int_equal(kc_session_new(m, &o, &s), KC_OK);
+        kc_tensor *out = NULL;
+        assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&f->input, 1, &out, 1),
+                         KC_ERR_NOMEM);
+        assert_non_null(strstr(kc_last_error(), "conv5_block1_2_conv"));
+        kc_session_free(s);
+        kc_model_free(m);
+    }
+    kc_tensor_free(plain);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -305,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_impossible_budget),
         cmocka_unit_test(test_mixed_and_soft_placement),
         cmocka_unit_test(test_microbatches),
+        cmocka_unit_test(test_disk_tier),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
