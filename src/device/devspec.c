@@ -121,8 +121,8 @@ kc_status kc_devspec_parse(const char *text, kc_devspec *out)
     }
     if (!out->has_device && !out->job[0])
         return kc_devspec_bad(text, "no device");
-    if (out->task >= 0 && !out->job[0])
-        return kc_devspec_bad(text, "a task needs a job");
+    if ((out->task >= 0 || out->replica >= 0) && !out->job[0])
+        return kc_devspec_bad(text, "a task or replica needs a job");
     return KC_OK;
 }
 

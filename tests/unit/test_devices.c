@@ -51,7 +51,8 @@ static void test_devspec_errors(void **state)
     static const char *const bad[] = {"",         "/",         "/TPU:0",     "/GPU:",
                                       "/GPU:x",   "/GPU:0/",   "/task:1/GPU:0", "/GPU:0/CPU:0",
                                       "//GPU:0",  "/job:/GPU:0", "/GPU:-1",   "GPU",
-                                      "/job:w/task:1/task:2", "/GPU:1234567", NULL};
+                                      "/job:w/task:1/task:2", "/GPU:1234567",
+                                      "replica:2/device:CPU:0", NULL};
     for (int i = 0; bad[i]; i++) {
         kc_devspec d;
         if (kc_devspec_parse(bad[i], &d) == KC_OK)
