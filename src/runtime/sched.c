@@ -358,10 +358,17 @@ static void kc_shape_call(const kc_sched *sc, int i, kc_backend_call *c, kc_shap
     c->n_out = node->n_outputs;
 }
 
+/* Nodes a run executes: all, or a pipeline stage's range. */
+static int kc_in_range(const kc_sched *sc, int i)
+{
+    const kc_session *s = sc->s;
+    return s->stage_first < 0 || (i >= s->stage_first && i <= s->stage_last);
+}
+
 static int kc_runs_on(const kc_sched *sc, int i, int d)
 {
     const kc_snode *n = &sc->nodes[i];
-    return n->dev == d && !n->fallback && !sc->s->fused.skip[i];
+    return n->dev == d && !n->fallback && !sc->s->fused.skip[i] && kc_in_range(sc, i);
 }
 
 static kc_status kc_ensure_event(kc_sdev *d, kc_backend_event **e)
@@ -697,7 +704,7 @@ static void kc_collect_times(kc_sched *sc)
     for (int i = 0; i < sc->s->graph->n_nodes; i++) {
         kc_snode *n = &sc->nodes[i];
         n->up_s = n->up_at = -1;
-        if (sc->s->fused.skip[i]) {
+        if (sc->s->fused.skip[i] || !kc_in_range(sc, i)) {
             n->compute_s = n->start_s = -1;
             continue;
         }
@@ -724,6 +731,8 @@ kc_status kc_sched_run(kc_sched *sc)
     memset(sc->where, 0, (size_t)g->n_values * sizeof *sc->where);
     for (int i = 0; i < g->n_inputs; i++)
         sc->where[kc_root(sc, g->inputs[i])] = KC_HOST_BIT;
+    for (int i = 0; i < s->n_stage_inputs; i++) /* a stage's inputs arrive on the host */
+        sc->where[kc_root(sc, s->stage_inputs[i])] = KC_HOST_BIT;
     sc->boundary_bytes = 0;
     sc->run_t0 = kc_clock();
     kc_status st = KC_OK;
@@ -734,7 +743,9 @@ kc_status kc_sched_run(kc_sched *sc)
         for (int k = 0; st == KC_OK && k < dv->res.depth; k++)
             st = kc_enqueue_upload(sc, d, k);
     }
-    for (int i = 0; st == KC_OK && i < g->n_nodes; i++) {
+    int first = s->stage_first < 0 ? 0 : s->stage_first;
+    int last = s->stage_first < 0 ? g->n_nodes - 1 : s->stage_last;
+    for (int i = first; st == KC_OK && i <= last; i++) {
         st = kc_run_one(sc, i);
         if (st != KC_OK)
             st = kc_fail_context(st, "layer '%s' (%s) on %s", g->nodes[i].layer->name,
@@ -742,8 +753,13 @@ kc_status kc_sched_run(kc_sched *sc)
                                  sc->nodes[i].ran_on == KC_SCHED_HOST
                                      ? "/CPU:0" : sc->dev[sc->nodes[i].ran_on].label);
     }
-    for (int k = 0; st == KC_OK && k < g->n_outputs; k++)
-        st = kc_ensure(sc, g->outputs[k], KC_SCHED_HOST);
+    if (s->stage_first < 0) {
+        for (int k = 0; st == KC_OK && k < g->n_outputs; k++)
+            st = kc_ensure(sc, g->outputs[k], KC_SCHED_HOST);
+    } else { /* a stage: the values live after it */
+        for (int k = 0; st == KC_OK && k < s->n_stage_outputs; k++)
+            st = kc_ensure(sc, s->stage_outputs[k], KC_SCHED_HOST);
+    }
     /* Drain every stream even after an error: nothing may still be copying
      * into buffers the caller is about to reuse. */
     for (int d = 0; d < sc->n_dev; d++) {

@@ -42,6 +42,7 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     s->graph = g;
     s->threads = options && options->threads > 0 ? options->threads : 0;
     s->microbatch = options && options->microbatch > 0 ? options->microbatch : 0;
+    s->stage_first = s->stage_last = -1;
     s->kernels = kc_calloc((size_t)g->n_nodes + 1, sizeof *s->kernels);
     s->mask = kc_calloc((size_t)g->n_values + 1, sizeof *s->mask);
     s->state = kc_calloc((size_t)g->n_nodes + 1, sizeof *s->state);
@@ -156,7 +157,7 @@ static void kc_to_f32(const kc_tensor *t, float *dst)
 
 /* --------------------------------------------------------------- run */
 
-static kc_status kc_run_node(kc_session *s, int index)
+kc_status kc_session_run_node(kc_session *s, int index)
 {
     const kc_graph *g = s->graph;
     const kc_node *node = &g->nodes[index];
@@ -211,7 +212,7 @@ void kc_session_mask_after(kc_session *s, int index, const float *in0)
     }
 }
 
-static kc_status kc_prepare(kc_session *s, const kc_tensor *const *inputs)
+kc_status kc_session_prepare(kc_session *s, const kc_tensor *const *inputs)
 {
     kc_shape shapes[64];
     int n = s->graph->n_inputs;
@@ -272,14 +273,14 @@ kc_status kc_session_run_whole(kc_session *s, const kc_tensor *const *inputs, in
             return kc_fail(KC_ERR_SHAPE, "inputs have different batch sizes (%lld and %lld)",
                            (long long)inputs[0]->shape.dims[0],
                            (long long)inputs[i]->shape.dims[0]);
-    KC_TRY(kc_prepare(s, inputs));
+    KC_TRY(kc_session_prepare(s, inputs));
     for (int i = 0; i < n_inputs; i++)
         kc_to_f32(inputs[i], s->arena + s->plan.offset[g->inputs[i]]);
     kc_status st = KC_OK;
     if (s->sched)
         st = kc_sched_run(s->sched);
     for (int i = 0; !s->sched && st == KC_OK && i < g->n_nodes; i++)
-        st = kc_run_node(s, i);
+        st = kc_session_run_node(s, i);
     for (int v = 0; v < g->n_values; v++) {
         if (s->mask_owned[v])
             free(s->mask[v]);
@@ -343,7 +344,7 @@ kc_status kc_session_describe(kc_session *s, int64_t batch, FILE *out)
                 fake[i].shape.dims[d] = 1; /* a variable length: describe one step */
         inputs[i] = &fake[i];
     }
-    KC_TRY(kc_prepare(s, inputs));
+    KC_TRY(kc_session_prepare(s, inputs));
     if (!s->sched) {
         fprintf(out, "every layer on /CPU:0 (host), variables in host memory\n");
         return KC_OK;

@@ -23,10 +23,22 @@ struct kc_session {
     int threads;
     struct kc_sched *sched;  /* placement / residency, or NULL: all on the host */
     int64_t microbatch;      /* throughput mode, 0 = off */
+    /* A pipeline stage (stage.c): only nodes [first, last] run, fed the
+     * values live at the cut before first; -1 = the whole model. */
+    int stage_first, stage_last;
+    const int *stage_inputs; /* value ids written before a stage run */
+    int n_stage_inputs;
+    const int *stage_outputs; /* value ids read after it */
+    int n_stage_outputs;
 };
 
 /* After node `index` ran with input 0 at `in0`: derive its output mask. */
 void kc_session_mask_after(kc_session *s, int index, const float *in0);
+
+/* Build (or reuse) the plan for these model-input shapes. */
+kc_status kc_session_prepare(kc_session *s, const kc_tensor *const *inputs);
+/* Run node i on the host kernels (the session's plain loop). */
+kc_status kc_session_run_node(kc_session *s, int index);
 
 /* One run over the whole batch (what kc_session_run does without
  * micro-batches). */

@@ -121,75 +121,83 @@ static void test_streamed_equals_resident(void **state)
     kc_tensor_free(plain);
 }
 
-/* With a paced link, uploads take long enough to see: some upload on the
- * copy lane must run while another layer computes. */
+/* Prefetching, read back from the trace: with a ring of 3, the upload of
+ * the next streamed layer starts before the current streamed layer has
+ * finished computing. With one slot that is impossible by construction
+ * (the next upload waits for the slot's reader), so
+ * KC_TEST_PREFETCH_DEPTH=1 shows the test can fail. The link is paced so
+ * uploads take visible time; the property is about order, not speed, so a
+ * loaded machine does not make it flaky. */
+typedef struct span {
+    char name[128];
+    double start, end;
+} span;
+
+static int read_trace(const char *path, span *up, int *n_up, span *comp, int *n_comp, int cap)
+{
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return 0;
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, fp);
+    fclose(fp);
+    text[n] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    if (!root)
+        return 0;
+    *n_up = *n_comp = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents"))
+    {
+        const cJSON *cat = cJSON_GetObjectItem(e, "cat");
+        if (!cat)
+            continue;
+        int is_copy = !strcmp(cat->valuestring, "copy");
+        span *list = is_copy ? up : comp;
+        int *count = is_copy ? n_up : n_comp;
+        if (*count == cap)
+            continue;
+        span *sp = &list[(*count)++];
+        const char *name = cJSON_GetObjectItem(e, "name")->valuestring;
+        snprintf(sp->name, sizeof sp->name, "%s", is_copy ? name + strlen("upload ") : name);
+        sp->start = cJSON_GetObjectItem(e, "ts")->valuedouble;
+        sp->end = sp->start + cJSON_GetObjectItem(e, "dur")->valuedouble;
+    }
+    cJSON_Delete(root);
+    return 1;
+}
+
 static void test_prefetch_overlaps_compute(void **state)
 {
     fixture *f = *state;
     char trace[1024];
     snprintf(trace, sizeof trace, "%s/streaming_trace.json", KC_TEST_TMP);
-    const char *depth = getenv("KC_TEST_PREFETCH_DEPTH"); /* 1: shows the test can fail */
+    const char *depth = getenv("KC_TEST_PREFETCH_DEPTH");
     setenv("KC_CPU_DEVICE_GBPS", "0.05", 1);
     kc_session_options o = {.variables = "/CPU:0", .device_memory = 400 << 10,
                             .prefetch_depth = depth ? atoi(depth) : 3, .trace_path = trace};
     kc_tensor *out = run_with(f, &o, NULL, NULL, 0);
     unsetenv("KC_CPU_DEVICE_GBPS");
     kc_tensor_free(out);
-    FILE *fp = fopen(trace, "r");
-    assert_non_null(fp);
-    static char text[1 << 20];
-    size_t n = fread(text, 1, sizeof text - 1, fp);
-    fclose(fp);
-    text[n] = '\0';
-    cJSON *root = cJSON_Parse(text);
-    assert_non_null(root);
-    cJSON *events = cJSON_GetObjectItem(root, "traceEvents");
-    /* Time each upload spends while another layer computes (compute
-     * intervals on one lane never overlap each other). */
-    int copies = 0;
-    double copy_time = 0, overlapped = 0, compute_time = 0;
-    cJSON *c, *k;
-    cJSON_ArrayForEach(k, events)
-    {
-        const cJSON *kcat = cJSON_GetObjectItem(k, "cat");
-        if (kcat && !strcmp(kcat->valuestring, "compute"))
-            compute_time += cJSON_GetObjectItem(k, "dur")->valuedouble;
+    static span up[512], comp[512];
+    int n_up = 0, n_comp = 0;
+    assert_true(read_trace(trace, up, &n_up, comp, &n_comp, 512));
+    int ahead = 0, pairs = 0;
+    for (int i = 0; i + 1 < n_up; i++) {
+        const span *now = NULL;
+        for (int k = 0; k < n_comp && !now; k++)
+            if (!strcmp(comp[k].name, up[i].name))
+                now = &comp[k];
+        assert_non_null(now);
+        assert_true(up[i].end <= now->start + 1.0); /* weights before use (1 us slack) */
+        pairs++;
+        ahead += up[i + 1].start < now->end;
     }
-    cJSON_ArrayForEach(c, events)
-    {
-        const cJSON *cat = cJSON_GetObjectItem(c, "cat");
-        if (!cat || strcmp(cat->valuestring, "copy"))
-            continue;
-        copies++;
-        double c0 = cJSON_GetObjectItem(c, "ts")->valuedouble;
-        double c1 = c0 + cJSON_GetObjectItem(c, "dur")->valuedouble;
-        copy_time += c1 - c0;
-        const char *uploaded = cJSON_GetObjectItem(c, "name")->valuestring + strlen("upload ");
-        cJSON_ArrayForEach(k, events)
-        {
-            const cJSON *kcat = cJSON_GetObjectItem(k, "cat");
-            if (!kcat || strcmp(kcat->valuestring, "compute") ||
-                !strcmp(cJSON_GetObjectItem(k, "name")->valuestring, uploaded))
-                continue;
-            double k0 = cJSON_GetObjectItem(k, "ts")->valuedouble;
-            double k1 = k0 + cJSON_GetObjectItem(k, "dur")->valuedouble;
-            double lo = c0 > k0 ? c0 : k0, hi = c1 < k1 ? c1 : k1;
-            if (hi > lo)
-                overlapped += hi - lo;
-        }
-    }
-    /* A good part of the shorter lane must be hidden behind the other
-     * (without prefetching, a single ring slot, the overlap is zero by
-     * construction; the margin absorbs a loaded machine's wake-ups). */
-    double shorter = copy_time < compute_time ? copy_time : compute_time;
-    printf("%d uploads, %.3f ms; compute %.3f ms; overlapped %.3f ms\n", copies,
-           copy_time / 1e3, compute_time / 1e3, overlapped / 1e3);
-    if (copies < 3 || overlapped < 0.25 * shorter)
-        fail_msg("%d uploads: %.3f ms overlapped compute (copy %.3f ms, compute %.3f ms)",
-                 copies, overlapped / 1e3, copy_time / 1e3, compute_time / 1e3);
-    cJSON_Delete(root);
-    if (copies < 3 || overlapped * 2 < copies)
-        fail_msg("%d uploads, %d overlapped another layer's compute", copies, overlapped);
+    printf("%d streamed layers; the next upload began before the current layer finished "
+           "computing %d times\n", n_up, ahead);
+    if (n_up < 3 || ahead * 4 < pairs)
+        fail_msg("%d streamed layers, the next upload started early only %d of %d times", n_up,
+                 ahead, pairs);
 }
 
 static void test_impossible_budget(void **state)

@@ -1,0 +1,131 @@
+/* Pipeline stages: a model cut into 2 or 3 node ranges, each run in its own
+ * session fed only the tensors live at its cut, gives the whole model's
+ * output bit for bit (the reduced ResNet50 of tests/apps: skip connections
+ * cross the cuts). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kerasc.h"
+#include "runtime/stage.h"
+
+#define MODEL KC_TEST_DATA "/../apps/resnet50/model.keras"
+#define INPUT KC_TEST_DATA "/../apps/resnet50/input_0.npy"
+
+static size_t nbytes(const kc_tensor *t)
+{
+    size_t n = sizeof(float);
+    for (int d = 0; d < kc_tensor_rank(t); d++)
+        n *= (size_t)kc_tensor_dim(t, d);
+    return n;
+}
+
+/* Run stages split at the given layer names; returns the final tensor. */
+static kc_tensor *run_split(kc_model *m, kc_tensor *input, const char *const *cuts, int n_cuts,
+                            const kc_session_options *o)
+{
+    int bounds[8];
+    bounds[0] = -1;
+    for (int c = 0; c < n_cuts; c++)
+        assert_int_equal(kc_model_find_cut(m, cuts[c], &bounds[c + 1]), KC_OK);
+    bounds[n_cuts + 1] = kc_model_num_nodes(m) - 1;
+    kc_tensor *carry[16] = {input};
+    int n_carry = 1;
+    for (int k = 0; k <= n_cuts; k++) {
+        kc_stage_plan plan;
+        assert_int_equal(kc_stage_plan_build(m, bounds[k] + 1, bounds[k + 1], &plan), KC_OK);
+        assert_int_equal(plan.n_inputs, n_carry);
+        kc_session *s = NULL;
+        assert_int_equal(kc_session_new(m, o, &s), KC_OK);
+        assert_int_equal(kc_session_set_stage(s, &plan), KC_OK);
+        kc_tensor *out[16] = {0};
+        if (kc_session_run_stage(s, kc_tensor_dim(input, 0), (const kc_tensor *const *)carry, out) != KC_OK)
+            fail_msg("stage %d: %s", k, kc_last_error());
+        if (k > 0)
+            for (int i = 0; i < n_carry; i++)
+                kc_tensor_free(carry[i]);
+        n_carry = plan.n_outputs;
+        memcpy(carry, out, sizeof out);
+        kc_session_free(s);
+        kc_stage_plan_free(&plan);
+    }
+    assert_int_equal(n_carry, 1);
+    return carry[0];
+}
+
+static void check_split(const char *const *cuts, int n_cuts, const kc_session_options *o)
+{
+    kc_model *m = NULL;
+    kc_tensor *input = NULL, *whole = NULL;
+    assert_int_equal(kc_model_load(MODEL, NULL, &m), KC_OK);
+    assert_int_equal(kc_tensor_load_npy(INPUT, &input), KC_OK);
+    kc_session *s = NULL;
+    assert_int_equal(kc_session_new(m, o, &s), KC_OK);
+    assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&input, 1, &whole, 1), KC_OK);
+    kc_session_free(s);
+    kc_tensor *split = run_split(m, input, cuts, n_cuts, o);
+    assert_int_equal(nbytes(split), nbytes(whole));
+    if (memcmp(kc_tensor_data(split), kc_tensor_data(whole), nbytes(whole)))
+        fail_msg("split at %s: not bit-identical to the whole run", cuts[0]);
+    kc_tensor_free(split);
+    kc_tensor_free(whole);
+    kc_tensor_free(input);
+    kc_model_free(m);
+}
+
+static void test_two_stages(void **state)
+{
+    (void)state;
+    static const char *const cuts[] = {"conv4_block6_out"};
+    check_split(cuts, 1, NULL);
+}
+
+/* A cut inside a residual block: the skip tensor crosses the cut too. */
+static void test_three_stages_across_skips(void **state)
+{
+    (void)state;
+    static const char *const cuts[] = {"conv2_block1_1_conv", "conv3_block2_2_conv"};
+    check_split(cuts, 2, NULL);
+}
+
+/* The same through the scheduler with streamed weights. */
+static void test_stage_under_residency(void **state)
+{
+    (void)state;
+    static const char *const cuts[] = {"conv4_block6_out"};
+    kc_session_options o = {.variables = "/CPU:0", .device_memory = 400 << 10};
+    check_split(cuts, 1, &o);
+}
+
+static void test_live_values(void **state)
+{
+    (void)state;
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(MODEL, NULL, &m), KC_OK);
+    int *v = NULL, n = 0, cut;
+    assert_int_equal(kc_model_find_cut(m, "conv2_block1_1_conv", &cut), KC_OK);
+    assert_int_equal(kc_model_live_values(m, cut + 1, &v, &n), KC_OK);
+    assert_int_equal(n, 2); /* the block's input (skip) and conv1's output */
+    free(v);
+    assert_int_equal(kc_model_find_cut(m, "no_such_layer", &cut), KC_ERR_ARG);
+    kc_stage_plan p;
+    assert_int_equal(kc_stage_plan_build(m, 5, 2, &p), KC_ERR_ARG);
+    kc_model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_live_values),
+        cmocka_unit_test(test_two_stages),
+        cmocka_unit_test(test_three_stages_across_skips),
+        cmocka_unit_test(test_stage_under_residency),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
