@@ -8,5 +8,7 @@ int kc_cmd_layers(int argc, char **argv);
 int kc_cmd_run(int argc, char **argv);
 int kc_cmd_predict(int argc, char **argv);
 int kc_cmd_bench(int argc, char **argv);
+int kc_cmd_serve(int argc, char **argv);
+int kc_cmd_keygen(int argc, char **argv);
 
 #endif

@@ -17,7 +17,10 @@ static void kc_usage(FILE *out)
             "      layers, shapes and parameter counts\n"
             "  run MODEL --input X.npy [--input ...] --output Y.npy [--output ...]\n"
             "      run the model on NumPy inputs (in the model's input order, or\n"
-            "      NAME=FILE) and write its outputs in the model's output order\n"
+            "      NAME=FILE) and write its outputs in the model's output order;\n"
+            "      placement: --device, --place, --variables, --device-memory, --trace, ...\n"
+            "      split across a cluster: --cluster SPEC --split LAYER[,LAYER...]\n"
+            "      --place K=/job:worker/task:N[/GPU:0] --key FILE --worker-key PUB\n"
             "  predict MODEL IMAGE... [--preprocess caffe|tf|torch|unit|none] [--size HxW]\n"
             "          [--top K] [--labels imagenet|nsfwjs|FILE]\n"
             "          [--interpolation bilinear|nearest|bilinear-align-corners]\n"
@@ -25,6 +28,12 @@ static void kc_usage(FILE *out)
             "  bench MODEL [--batch B] [--iters N] [--warmup W] [--threads T]\n"
             "      time inference on random input: median ms per image, load time,\n"
             "      peak RSS\n"
+            "  keygen NAME [--force]\n"
+            "      make a CURVE key pair: NAME.key (secret, mode 0600) and NAME.pub;\n"
+            "      prints the public key\n"
+            "  serve --cluster SPEC --job NAME --task N --model-dir DIR\n"
+            "        [--key FILE --authorized-keys FILE | --insecure]\n"
+            "      run one task of a cluster: serves the pipeline stages clients load\n"
             "  layers            list the Keras classes kerasc understands\n"
             "  version           print the version\n"
             "  help              this text\n");
@@ -38,6 +47,8 @@ static const struct {
     {"run", kc_cmd_run},
     {"predict", kc_cmd_predict},
     {"bench", kc_cmd_bench},
+    {"keygen", kc_cmd_keygen},
+    {"serve", kc_cmd_serve},
     {"layers", kc_cmd_layers},
 };
 

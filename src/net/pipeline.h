@@ -1,0 +1,33 @@
+/* The client side of a split run: the model cut into stages, each stage on
+ * a cluster task, micro-batches pipelined through them (stage k works on
+ * micro-batch i while stage k+1 works on i-1), activations flowing worker
+ * to worker, results back to the client. A task listing several addresses
+ * is a set of replicas: when one fails, the pipeline is reloaded on the
+ * next and the run repeated. */
+#ifndef KC_PIPELINE_H
+#define KC_PIPELINE_H
+
+#include "device/devspec.h"
+#include "kerasc.h"
+#include "net/cluster.h"
+#include "net/transport.h"
+
+#define KC_PIPELINE_MAX_STAGES 16
+
+typedef struct kc_pipeline_options {
+    kc_cluster cluster;
+    const char *model_path;        /* the file every worker must also hold */
+    int n_stages;
+    int last_node[KC_PIPELINE_MAX_STAGES];  /* each stage's last node */
+    kc_devspec place[KC_PIPELINE_MAX_STAGES];
+    kc_net_security sec;
+    int deadline_ms;               /* per request (0: 30000) */
+    int64_t microbatch;            /* 0: the whole batch at once */
+    int verbose;
+} kc_pipeline_options;
+
+kc_status kc_pipeline_run(const kc_model *model, const kc_pipeline_options *o,
+                          const kc_tensor *const *inputs, int n_inputs, kc_tensor **outputs,
+                          int n_outputs);
+
+#endif

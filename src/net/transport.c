@@ -1,0 +1,330 @@
+/* ZeroMQ transport (see transport.h). */
+#include "net/transport.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "base/mem.h"
+
+struct kc_net {
+    void *ctx;
+    kc_net_security sec;
+    pthread_t zap_thread;
+    int zap_running;
+    void *zap_socket;
+    atomic_uint_fast64_t refused;
+};
+
+/* ------------------------------------------------------------ ZAP */
+
+static void kc_zap_reply(void *sock, zmq_msg_t *frames, const char *code, const char *text)
+{
+    /* version, request id, status code, status text, user id, metadata */
+    zmq_send(sock, "1.0", 3, ZMQ_SNDMORE);
+    zmq_send(sock, zmq_msg_data(&frames[1]), zmq_msg_size(&frames[1]), ZMQ_SNDMORE);
+    zmq_send(sock, code, strlen(code), ZMQ_SNDMORE);
+    zmq_send(sock, text, strlen(text), ZMQ_SNDMORE);
+    zmq_send(sock, "", 0, ZMQ_SNDMORE);
+    zmq_send(sock, "", 0, 0);
+}
+
+/* One ZAP request: accept CURVE clients whose key is authorized (or any
+ * NULL-mechanism client when running insecure). */
+static void kc_zap_handle(kc_net *net, void *sock)
+{
+    zmq_msg_t frames[8];
+    int n = 0, more = 1;
+    while (more && n < 8) {
+        zmq_msg_init(&frames[n]);
+        if (zmq_msg_recv(&frames[n], sock, 0) < 0) {
+            zmq_msg_close(&frames[n]);
+            break;
+        }
+        more = zmq_msg_more(&frames[n]);
+        n++;
+    }
+    while (more) { /* drain an oversized request */
+        zmq_msg_t extra;
+        zmq_msg_init(&extra);
+        if (zmq_msg_recv(&extra, sock, 0) < 0)
+            more = 0;
+        else
+            more = zmq_msg_more(&extra);
+        zmq_msg_close(&extra);
+    }
+    if (n >= 6) {
+        const char *mech = zmq_msg_data(&frames[5]);
+        size_t mlen = zmq_msg_size(&frames[5]);
+        int ok = 0;
+        if (mlen == 5 && !memcmp(mech, "CURVE", 5) && n >= 7 && zmq_msg_size(&frames[6]) == 32) {
+            char z85[KC_KEY_Z85_LEN + 1];
+            zmq_z85_encode(z85, zmq_msg_data(&frames[6]), 32);
+            ok = net->sec.authorized && kc_key_list_contains(net->sec.authorized, z85);
+        } else if (mlen == 4 && !memcmp(mech, "NULL", 4)) {
+            ok = net->sec.insecure;
+        }
+        if (!ok)
+            atomic_fetch_add(&net->refused, 1);
+        kc_zap_reply(sock, frames, ok ? "200" : "400", ok ? "OK" : "not authorized");
+    }
+    for (int i = 0; i < n; i++)
+        zmq_msg_close(&frames[i]);
+}
+
+static void *kc_zap_main(void *arg)
+{
+    kc_net *net = arg;
+    for (;;) {
+        zmq_pollitem_t item = {net->zap_socket, 0, ZMQ_POLLIN, 0};
+        int rc = zmq_poll(&item, 1, 200);
+        if (!net->zap_running)
+            break;
+        if (rc < 0 && zmq_errno() == ETERM)
+            break;
+        if (rc > 0)
+            kc_zap_handle(net, net->zap_socket);
+    }
+    return NULL;
+}
+
+kc_status kc_net_new(const kc_net_security *sec, kc_net **out)
+{
+    *out = NULL;
+    if (!sec->insecure && !zmq_has("curve"))
+        return kc_fail(KC_ERR_UNSUPPORTED, "this libzmq has no CURVE support");
+    kc_net *net = kc_calloc(1, sizeof *net);
+    if (!net)
+        return KC_ERR_NOMEM;
+    net->sec = *sec;
+    net->ctx = zmq_ctx_new();
+    net->zap_socket = net->ctx ? zmq_socket(net->ctx, ZMQ_REP) : NULL;
+    if (!net->zap_socket || zmq_bind(net->zap_socket, "inproc://zeromq.zap.01") != 0) {
+        kc_status st = kc_fail(KC_ERR_IO, "ZeroMQ: cannot start the authentication handler: %s",
+                               zmq_strerror(zmq_errno()));
+        kc_net_free(net);
+        return st;
+    }
+    net->zap_running = 1;
+    if (pthread_create(&net->zap_thread, NULL, kc_zap_main, net)) {
+        net->zap_running = 0;
+        kc_net_free(net);
+        return kc_fail(KC_ERR_IO, "cannot start the authentication thread");
+    }
+    *out = net;
+    return KC_OK;
+}
+
+void kc_net_free(kc_net *net)
+{
+    if (!net)
+        return;
+    if (net->zap_running) {
+        net->zap_running = 0;
+        pthread_join(net->zap_thread, NULL);
+    }
+    if (net->zap_socket)
+        zmq_close(net->zap_socket);
+    if (net->ctx)
+        zmq_ctx_term(net->ctx);
+    free(net);
+}
+
+uint64_t kc_net_refused(const kc_net *net) { return atomic_load(&((kc_net *)net)->refused); }
+
+/* --------------------------------------------------------------- sockets */
+
+static kc_status kc_check_plaintext(const kc_net *net, const kc_cluster_addr *addr)
+{
+    if (net->sec.insecure && !net->sec.insecure_allow_remote && !kc_cluster_is_loopback(addr))
+        return kc_fail(KC_ERR_REFUSED,
+                       "%s:%d is not a loopback address: plaintext (--insecure) is only allowed "
+                       "on loopback unless --insecure-allow-remote is also given",
+                       addr->host, addr->port);
+    return KC_OK;
+}
+
+static void kc_common_options(void *s)
+{
+    int linger = 0, hwm = 1000, ivl = 1000, ttl = 10000, timeout = 5000;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    /* ZMTP heartbeats: a dead peer's connection is dropped, not kept. */
+    zmq_setsockopt(s, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(s, ZMQ_HEARTBEAT_TTL, &ttl, sizeof ttl);
+    zmq_setsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &timeout, sizeof timeout);
+}
+
+kc_status kc_net_bind(kc_net *net, const kc_cluster_addr *addr, void **socket)
+{
+    *socket = NULL;
+    KC_TRY(kc_check_plaintext(net, addr));
+    void *s = zmq_socket(net->ctx, ZMQ_ROUTER);
+    if (!s)
+        return kc_fail(KC_ERR_IO, "ZeroMQ: %s", zmq_strerror(zmq_errno()));
+    kc_common_options(s);
+    int one = 1;
+    const char *domain = "kerasc";
+    zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, domain, strlen(domain));
+    zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    if (!net->sec.insecure) {
+        zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof one);
+        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, net->sec.own.secret_z85, KC_KEY_Z85_LEN);
+    }
+    char endpoint[KC_CLUSTER_HOST_MAX + 32];
+    kc_cluster_endpoint(addr, endpoint, sizeof endpoint);
+    if (zmq_bind(s, endpoint) != 0) {
+        kc_status st = kc_fail(KC_ERR_IO, "cannot listen on %s: %s", endpoint,
+                               zmq_strerror(zmq_errno()));
+        zmq_close(s);
+        return st;
+    }
+    *socket = s;
+    return KC_OK;
+}
+
+kc_status kc_net_connect(kc_net *net, const kc_cluster_addr *addr, void **socket)
+{
+    *socket = NULL;
+    KC_TRY(kc_check_plaintext(net, addr));
+    void *s = zmq_socket(net->ctx, ZMQ_DEALER);
+    if (!s)
+        return kc_fail(KC_ERR_IO, "ZeroMQ: %s", zmq_strerror(zmq_errno()));
+    kc_common_options(s);
+    int reconnect = 200;
+    zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &reconnect, sizeof reconnect);
+    if (!net->sec.insecure) {
+        zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, net->sec.server_public, KC_KEY_Z85_LEN);
+        zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, net->sec.own.public_z85, KC_KEY_Z85_LEN);
+        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, net->sec.own.secret_z85, KC_KEY_Z85_LEN);
+    }
+    char endpoint[KC_CLUSTER_HOST_MAX + 32];
+    kc_cluster_endpoint(addr, endpoint, sizeof endpoint);
+    if (zmq_connect(s, endpoint) != 0) {
+        kc_status st = kc_fail(KC_ERR_IO, "cannot connect to %s: %s", endpoint,
+                               zmq_strerror(zmq_errno()));
+        zmq_close(s);
+        return st;
+    }
+    *socket = s;
+    return KC_OK;
+}
+
+void kc_net_close(void *socket)
+{
+    if (socket)
+        zmq_close(socket);
+}
+
+kc_status kc_net_send(void *socket, const void *identity, size_t identity_len,
+                      const kc_wire_msg *msg)
+{
+    size_t size = kc_wire_size(msg);
+    zmq_msg_t m;
+    if (zmq_msg_init_size(&m, size) != 0)
+        return kc_fail(KC_ERR_NOMEM, "cannot allocate a %zu-byte message", size);
+    if (kc_wire_encode(msg, zmq_msg_data(&m), size) != size) {
+        zmq_msg_close(&m);
+        return kc_fail(KC_ERR_ARG, "message cannot be encoded");
+    }
+    if (identity && zmq_send(socket, identity, identity_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&m);
+        return kc_fail(KC_ERR_IO, "send: %s", zmq_strerror(zmq_errno()));
+    }
+    /* Never block: a full queue or a vanished peer is an error the caller
+     * reports (a worker must keep serving everyone else). */
+    if (zmq_msg_send(&m, socket, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&m);
+        return kc_fail(KC_ERR_IO, "send: %s", zmq_strerror(zmq_errno()));
+    }
+    return KC_OK;
+}
+
+/* Drop the rest of a multi-frame message. */
+static void kc_drain(void *socket)
+{
+    int more = 1;
+    while (more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, socket, ZMQ_DONTWAIT) < 0)
+            more = 0;
+        else
+            more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+    }
+}
+
+kc_status kc_net_recv(void *socket, int is_router, int timeout_ms, size_t max_bytes,
+                      kc_net_rx *rx, int *got)
+{
+    *got = 0;
+    zmq_pollitem_t item = {socket, 0, ZMQ_POLLIN, 0};
+    int rc = zmq_poll(&item, 1, timeout_ms);
+    if (rc < 0)
+        return kc_fail(KC_ERR_IO, "poll: %s", zmq_strerror(zmq_errno()));
+    if (rc == 0)
+        return KC_OK;
+    zmq_msg_t m;
+    rx->identity_len = 0;
+    rx->peer_key[0] = '\0';
+    if (is_router) {
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, socket, 0) < 0) {
+            zmq_msg_close(&m);
+            return kc_fail(KC_ERR_IO, "receive: %s", zmq_strerror(zmq_errno()));
+        }
+        size_t n = zmq_msg_size(&m);
+        int more = zmq_msg_more(&m);
+        if (n <= sizeof rx->identity) {
+            memcpy(rx->identity, zmq_msg_data(&m), n);
+            rx->identity_len = n;
+        }
+        zmq_msg_close(&m);
+        if (!more)
+            return kc_fail(KC_ERR_FORMAT, "a message without a body");
+    }
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, socket, 0) < 0) {
+        zmq_msg_close(&m);
+        return kc_fail(KC_ERR_IO, "receive: %s", zmq_strerror(zmq_errno()));
+    }
+    int more = zmq_msg_more(&m);
+    size_t n = zmq_msg_size(&m);
+    const char *key = zmq_msg_gets(&m, "User-Id");
+    (void)key;
+    kc_status st = KC_OK;
+    if (more) {
+        kc_drain(socket);
+        st = kc_fail(KC_ERR_FORMAT, "a message with extra frames");
+    } else if (n > max_bytes) {
+        st = kc_fail(KC_ERR_LIMIT, "a %zu-byte message (limit %zu)", n, max_bytes);
+    } else {
+        if (n > rx->cap) {
+            unsigned char *grown = realloc(rx->buf, n ? n : 1);
+            if (!grown)
+                st = KC_ERR_NOMEM;
+            else {
+                rx->buf = grown;
+                rx->cap = n ? n : 1;
+            }
+        }
+        if (st == KC_OK) {
+            memcpy(rx->buf, zmq_msg_data(&m), n);
+            rx->len = n;
+            *got = 1;
+        }
+    }
+    zmq_msg_close(&m);
+    return st;
+}
+
+void kc_net_rx_free(kc_net_rx *rx)
+{
+    free(rx->buf);
+    memset(rx, 0, sizeof *rx);
+}

@@ -1,0 +1,489 @@
+/* The worker loop (see worker.h). Single-threaded around one zmq_poll: the
+ * ROUTER socket (clients and upstream peers) and one DEALER per next-stage
+ * peer. A stage's outputs go to the next worker under a worker-local id;
+ * its answer comes back on that DEALER and is relayed to whoever asked. */
+#include "net/worker.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "base/mem.h"
+#include "device/devspec.h"
+#include "model/model_internal.h"
+#include "net/digest.h"
+#include "net/msg.h"
+#include "runtime/stage.h"
+
+#define KC_W_MAX_STAGES 16
+#define KC_W_MAX_PENDING 1024
+#define KC_W_MAX_MESSAGE ((size_t)4 << 30)
+
+typedef struct kc_w_stage {
+    int loaded;
+    char sha[KC_SHA256_HEX];
+    kc_model *model;
+    kc_session *session;
+    kc_stage_plan plan;
+    kc_wire_expect expect[KC_WIRE_MAX_TENSORS];
+    int64_t batch_max;
+    void *next;                 /* DEALER to the next stage's worker, or NULL */
+    char next_name[96];         /* "/job:worker/task:1" */
+} kc_w_stage;
+
+typedef struct kc_w_pending {
+    uint64_t fwd_id;            /* our id towards the next worker */
+    uint64_t client_id;         /* the asker's id */
+    unsigned char identity[256];
+    size_t identity_len;
+    double deadline;
+    int stage;
+} kc_w_pending;
+
+typedef struct kc_w_peer {
+    unsigned char identity[256];
+    size_t identity_len;
+    kc_wire_replay replay;
+} kc_w_peer;
+
+typedef struct kc_worker {
+    const kc_worker_options *o;
+    kc_net *net;
+    void *router;
+    kc_w_stage stages[KC_W_MAX_STAGES];
+    kc_w_pending pending[KC_W_MAX_PENDING];
+    int n_pending;
+    kc_w_peer *peers;
+    int n_peers;
+    uint64_t next_fwd_id;
+    uint64_t served, errors, rejected;
+    char name[96];
+} kc_worker;
+
+static volatile sig_atomic_t kc_stop;
+static void kc_on_signal(int sig)
+{
+    (void)sig;
+    kc_stop = 1;
+}
+
+static double kc_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void kc_log(const kc_worker *w, const char *fmt, ...) KC_PRINTF(2, 3);
+static void kc_log(const kc_worker *w, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "kerasc serve %s: %s\n", w->name, line);
+}
+
+static void kc_reply_error(kc_worker *w, const kc_net_rx *rx, uint64_t id, int stage,
+                           const char *why)
+{
+    char text[900];
+    snprintf(text, sizeof text, "%s: %s", w->name, why);
+    /* The wire takes one line of UTF-8: file names in messages may be
+     * neither, so anything outside printable ASCII becomes '?'. */
+    for (char *p = text; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+            *p = '?';
+    kc_wire_msg msg;
+    kc_msg_text(&msg, KC_WIRE_ERROR, id ? id : 1, (uint32_t)stage, text);
+    kc_net_send(w->router, rx->identity, rx->identity_len, &msg);
+    w->errors++;
+}
+
+/* ------------------------------------------------------------ peers */
+
+static kc_w_peer *kc_peer(kc_worker *w, const kc_net_rx *rx)
+{
+    for (int i = 0; i < w->n_peers; i++)
+        if (w->peers[i].identity_len == rx->identity_len &&
+            !memcmp(w->peers[i].identity, rx->identity, rx->identity_len))
+            return &w->peers[i];
+    int max = w->o->max_clients > 0 ? w->o->max_clients : 64;
+    if (w->n_peers >= max)
+        return NULL;
+    kc_w_peer *p = &w->peers[w->n_peers++];
+    memset(p, 0, sizeof *p);
+    memcpy(p->identity, rx->identity, rx->identity_len);
+    p->identity_len = rx->identity_len;
+    return p;
+}
+
+/* ------------------------------------------------------------ stages */
+
+static void kc_stage_release(kc_w_stage *st)
+{
+    kc_session_free(st->session);
+    kc_model_free(st->model);
+    kc_stage_plan_free(&st->plan);
+    kc_net_close(st->next);
+    memset(st, 0, sizeof *st);
+}
+
+/* The model file in --model-dir named `name` (no path parts). */
+static kc_status kc_find_model(const kc_worker *w, const char *name, char *path, size_t size)
+{
+    if (!name[0] || strchr(name, '/') || !strcmp(name, "..") || !strcmp(name, "."))
+        return kc_fail(KC_ERR_ARG, "model name '%s' is not a plain file name", name);
+    if (snprintf(path, size, "%s/%s", w->o->model_dir, name) >= (int)size)
+        return kc_fail(KC_ERR_ARG, "model path too long");
+    return KC_OK;
+}
+
+static kc_status kc_stage_session(kc_worker *w, kc_w_stage *st, const char *device)
+{
+    kc_session_options so = {.threads = w->o->threads, .device = device};
+    KC_TRY(kc_session_new(st->model, &so, &st->session));
+    KC_TRY(kc_session_set_stage(st->session, &st->plan));
+    for (int i = 0; i < st->plan.n_inputs && i < KC_WIRE_MAX_TENSORS; i++) {
+        st->expect[i].dtype = KC_F32;
+        st->expect[i].shape = st->model->graph->values[st->plan.inputs[i]].shape;
+        st->expect[i].shape.dims[0] = -1;
+    }
+    return KC_OK;
+}
+
+static kc_status kc_stage_next(kc_worker *w, kc_w_stage *st, const cJSON *next)
+{
+    const cJSON *addr = cJSON_GetObjectItemCaseSensitive(next, "address");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(next, "name");
+    if (!cJSON_IsString(addr) || !cJSON_IsString(name))
+        return kc_fail(KC_ERR_FORMAT, "stage spec: 'next' needs an address and a name");
+    kc_cluster_addr a;
+    KC_TRY(kc_cluster_parse_addr(addr->valuestring, &a));
+    snprintf(st->next_name, sizeof st->next_name, "%s", name->valuestring);
+    return kc_net_connect(w->net, &a, &st->next);
+}
+
+/* LOAD_STAGE: {"stage":k,"model":"file","sha256":"hex","first":i,"last":j,
+ *              "batch_max":B,"device":"/GPU:0","next":{...}|null} */
+static kc_status kc_load_stage(kc_worker *w, const char *text, size_t len, int *stage_out)
+{
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    if (!j)
+        return kc_fail(KC_ERR_FORMAT, "stage spec is not JSON");
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "stage");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
+    const cJSON *sha = cJSON_GetObjectItemCaseSensitive(j, "sha256");
+    const cJSON *first = cJSON_GetObjectItemCaseSensitive(j, "first");
+    const cJSON *last = cJSON_GetObjectItemCaseSensitive(j, "last");
+    const cJSON *bmax = cJSON_GetObjectItemCaseSensitive(j, "batch_max");
+    const cJSON *device = cJSON_GetObjectItemCaseSensitive(j, "device");
+    const cJSON *next = cJSON_GetObjectItemCaseSensitive(j, "next");
+    kc_status s = KC_OK;
+    if (!cJSON_IsNumber(k) || k->valueint < 0 || k->valueint >= KC_W_MAX_STAGES ||
+        !cJSON_IsString(model) || !cJSON_IsString(sha) || strlen(sha->valuestring) != 64 ||
+        !cJSON_IsNumber(first) || !cJSON_IsNumber(last) || !cJSON_IsNumber(bmax) ||
+        bmax->valuedouble < 1 || bmax->valuedouble > 1e6)
+        s = kc_fail(KC_ERR_FORMAT, "stage spec: missing or invalid fields");
+    kc_w_stage *st = s == KC_OK ? &w->stages[k->valueint] : NULL;
+    char path[4096], hex[KC_SHA256_HEX];
+    if (s == KC_OK) {
+        kc_stage_release(st);
+        s = kc_find_model(w, model->valuestring, path, sizeof path);
+    }
+    if (s == KC_OK)
+        s = kc_sha256_file(path, hex);
+    if (s == KC_OK && strcmp(hex, sha->valuestring))
+        s = kc_fail(KC_ERR_REFUSED, "%s has SHA-256 %.12s..., the client's model %.12s...: "
+                    "not the same file", path, hex, sha->valuestring);
+    if (s == KC_OK)
+        s = kc_model_load(path, NULL, &st->model);
+    if (s == KC_OK)
+        s = kc_stage_plan_build(st->model, first->valueint, last->valueint, &st->plan);
+    if (s == KC_OK && st->plan.n_inputs > KC_WIRE_MAX_TENSORS)
+        s = kc_fail(KC_ERR_LIMIT, "stage has more than %d inputs", KC_WIRE_MAX_TENSORS);
+    if (s == KC_OK)
+        s = kc_stage_session(w, st, cJSON_IsString(device) ? device->valuestring : NULL);
+    if (s == KC_OK && cJSON_IsObject(next))
+        s = kc_stage_next(w, st, next);
+    if (s == KC_OK) {
+        memcpy(st->sha, hex, sizeof hex);
+        st->batch_max = (int64_t)bmax->valuedouble;
+        st->loaded = 1;
+        *stage_out = k->valueint;
+    } else if (st) {
+        kc_stage_release(st);
+    }
+    cJSON_Delete(j);
+    return s;
+}
+
+/* ------------------------------------------------------------- requests */
+
+static void kc_handle_load(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg *m)
+{
+    int stage = -1;
+    if (kc_load_stage(w, m->text, m->text_len, &stage) != KC_OK) {
+        kc_log(w, "load stage %u refused: %s", m->stage, kc_last_error());
+        kc_reply_error(w, rx, m->request_id, (int)m->stage, kc_last_error());
+        return;
+    }
+    const kc_w_stage *st = &w->stages[stage];
+    char text[256];
+    snprintf(text, sizeof text, "{\"ok\":true,\"stage\":%d,\"inputs\":%d,\"outputs\":%d}", stage,
+             st->plan.n_inputs, st->plan.n_outputs);
+    kc_wire_msg reply;
+    kc_msg_text(&reply, KC_WIRE_LOAD_REPLY, m->request_id, (uint32_t)stage, text);
+    kc_net_send(w->router, rx->identity, rx->identity_len, &reply);
+    kc_log(w, "loaded stage %d: nodes %d..%d of %s%s%s", stage, st->plan.first, st->plan.last,
+           st->sha, st->next ? ", then " : "", st->next ? st->next_name : "");
+}
+
+static kc_status kc_forward(kc_worker *w, kc_w_stage *st, const kc_net_rx *rx,
+                            const kc_wire_msg *m, kc_tensor **out)
+{
+    if (w->n_pending == KC_W_MAX_PENDING)
+        return kc_fail(KC_ERR_LIMIT, "too many requests in flight");
+    kc_wire_msg fwd;
+    kc_msg_tensors(&fwd, KC_WIRE_RUN, ++w->next_fwd_id, m->stage + 1, out, st->plan.n_outputs);
+    KC_TRY(kc_net_send(st->next, NULL, 0, &fwd));
+    kc_w_pending *p = &w->pending[w->n_pending++];
+    p->fwd_id = w->next_fwd_id;
+    p->client_id = m->request_id;
+    memcpy(p->identity, rx->identity, rx->identity_len);
+    p->identity_len = rx->identity_len;
+    p->deadline = kc_now() + (w->o->deadline_ms > 0 ? w->o->deadline_ms : 30000) / 1000.0;
+    p->stage = (int)m->stage;
+    return KC_OK;
+}
+
+static void kc_handle_run(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg *m)
+{
+    double t0 = kc_now();
+    if (m->stage >= KC_W_MAX_STAGES || !w->stages[m->stage].loaded) {
+        w->rejected++;
+        kc_reply_error(w, rx, m->request_id, (int)m->stage, "stage not loaded here");
+        return;
+    }
+    kc_w_stage *st = &w->stages[m->stage];
+    if (m->n_tensors != st->plan.n_inputs ||
+        kc_wire_check(m, st->expect, st->plan.n_inputs, st->batch_max) != KC_OK) {
+        w->rejected++;
+        kc_reply_error(w, rx, m->request_id, (int)m->stage,
+                       m->n_tensors != st->plan.n_inputs ? "wrong number of tensors"
+                                                         : kc_last_error());
+        return;
+    }
+    kc_tensor *in[KC_WIRE_MAX_TENSORS] = {0}, *out[KC_WIRE_MAX_TENSORS] = {0};
+    kc_status s = kc_msg_to_tensors(m, in);
+    if (s == KC_OK)
+        s = kc_session_run_stage(st->session, m->tensors[0].shape.dims[0],
+                                 (const kc_tensor *const *)in, out);
+    if (s == KC_OK && st->next)
+        s = kc_forward(w, st, rx, m, out);
+    else if (s == KC_OK) {
+        kc_wire_msg res;
+        kc_msg_tensors(&res, KC_WIRE_RESULT, m->request_id, m->stage, out, st->plan.n_outputs);
+        s = kc_net_send(w->router, rx->identity, rx->identity_len, &res);
+    }
+    if (s != KC_OK)
+        kc_reply_error(w, rx, m->request_id, (int)m->stage, kc_last_error());
+    else
+        w->served++;
+    kc_log(w, "request %llu stage %u: %s, %.1f ms", (unsigned long long)m->request_id, m->stage,
+           s == KC_OK ? (st->next ? "forwarded" : "answered") : "error", (kc_now() - t0) * 1e3);
+    for (int i = 0; i < KC_WIRE_MAX_TENSORS; i++) {
+        kc_tensor_free(in[i]);
+        kc_tensor_free(out[i]);
+    }
+}
+
+static void kc_handle_status(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg *m)
+{
+    char stages[512] = "";
+    size_t used = 0;
+    for (int k = 0; k < KC_W_MAX_STAGES; k++)
+        if (w->stages[k].loaded && used < sizeof stages - 32)
+            used += (size_t)snprintf(stages + used, sizeof stages - used, "%s%d",
+                                     used ? "," : "", k);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "{\"task\":\"%s\",\"devices\":[\"/CPU:0\"],\"stages\":[%s],\"served\":%llu,"
+             "\"errors\":%llu,\"rejected\":%llu,\"refused_connections\":%llu}",
+             w->name, stages, (unsigned long long)w->served, (unsigned long long)w->errors,
+             (unsigned long long)w->rejected, (unsigned long long)kc_net_refused(w->net));
+    kc_wire_msg reply;
+    kc_msg_text(&reply, KC_WIRE_STATUS_REPLY, m->request_id, 0, text);
+    kc_net_send(w->router, rx->identity, rx->identity_len, &reply);
+}
+
+static void kc_handle_router(kc_worker *w, kc_net_rx *rx)
+{
+    kc_wire_msg m;
+    if (kc_wire_decode(rx->buf, rx->len, KC_W_MAX_MESSAGE, &m) != KC_OK) {
+        w->rejected++;
+        kc_log(w, "rejected a malformed message: %s", kc_last_error());
+        kc_reply_error(w, rx, 1, 0, kc_last_error());
+        return;
+    }
+    kc_w_peer *peer = kc_peer(w, rx);
+    if (!peer) {
+        w->rejected++;
+        kc_reply_error(w, rx, m.request_id, 0, "too many clients (--max-clients)");
+        return;
+    }
+    if (!kc_wire_replay_accept(&peer->replay, m.request_id)) {
+        w->rejected++;
+        kc_log(w, "rejected a replayed request id %llu", (unsigned long long)m.request_id);
+        kc_reply_error(w, rx, m.request_id, 0, "replayed or out-of-order request id");
+        return;
+    }
+    switch (m.type) {
+    case KC_WIRE_LOAD_STAGE: kc_handle_load(w, rx, &m); break;
+    case KC_WIRE_RUN: kc_handle_run(w, rx, &m); break;
+    case KC_WIRE_STATUS: kc_handle_status(w, rx, &m); break;
+    case KC_WIRE_PING: {
+        kc_wire_msg pong;
+        kc_msg_text(&pong, KC_WIRE_PONG, m.request_id, 0, NULL);
+        kc_net_send(w->router, rx->identity, rx->identity_len, &pong);
+        break;
+    }
+    default:
+        w->rejected++;
+        kc_reply_error(w, rx, m.request_id, 0, "unexpected message type");
+    }
+}
+
+/* An answer from a next-stage worker: relay it to whoever asked. */
+static void kc_handle_next(kc_worker *w, kc_net_rx *rx)
+{
+    kc_wire_msg m;
+    if (kc_wire_decode(rx->buf, rx->len, KC_W_MAX_MESSAGE, &m) != KC_OK) {
+        w->rejected++;
+        return;
+    }
+    for (int i = 0; i < w->n_pending; i++) {
+        kc_w_pending *p = &w->pending[i];
+        if (p->fwd_id != m.request_id)
+            continue;
+        m.request_id = p->client_id;
+        m.stage = m.type == KC_WIRE_ERROR ? m.stage : (uint32_t)p->stage;
+        kc_net_send(w->router, p->identity, p->identity_len, &m);
+        w->pending[i] = w->pending[--w->n_pending];
+        return;
+    }
+}
+
+/* Requests whose next stage did not answer in time fail with its name. */
+static void kc_expire(kc_worker *w)
+{
+    double now = kc_now();
+    for (int i = 0; i < w->n_pending;) {
+        kc_w_pending *p = &w->pending[i];
+        if (p->deadline > now) {
+            i++;
+            continue;
+        }
+        const kc_w_stage *st = &w->stages[p->stage];
+        char why[300];
+        snprintf(why, sizeof why, "%s (stage %d) did not answer within %d ms", st->next_name,
+                 p->stage + 1, w->o->deadline_ms > 0 ? w->o->deadline_ms : 30000);
+        kc_net_rx to = {0};
+        memcpy(to.identity, p->identity, p->identity_len);
+        to.identity_len = p->identity_len;
+        kc_reply_error(w, &to, p->client_id, p->stage + 1, why);
+        kc_log(w, "%s", why);
+        w->pending[i] = w->pending[--w->n_pending];
+    }
+}
+
+static int kc_poll_once(kc_worker *w, kc_net_rx *rx)
+{
+    zmq_pollitem_t items[1 + KC_W_MAX_STAGES];
+    int owner[1 + KC_W_MAX_STAGES], n = 0;
+    items[n] = (zmq_pollitem_t){w->router, 0, ZMQ_POLLIN, 0};
+    owner[n++] = -1;
+    for (int k = 0; k < KC_W_MAX_STAGES; k++)
+        if (w->stages[k].next) {
+            items[n] = (zmq_pollitem_t){w->stages[k].next, 0, ZMQ_POLLIN, 0};
+            owner[n++] = k;
+        }
+    int rc = zmq_poll(items, n, 100);
+    if (rc <= 0)
+        return rc;
+    for (int i = 0; i < n; i++) {
+        if (!(items[i].revents & ZMQ_POLLIN))
+            continue;
+        int got = 0;
+        if (kc_net_recv(items[i].socket, owner[i] < 0, 0, KC_W_MAX_MESSAGE, rx, &got) != KC_OK) {
+            w->rejected++;
+            kc_log(w, "receive: %s", kc_last_error());
+            continue;
+        }
+        if (got && owner[i] < 0)
+            kc_handle_router(w, rx);
+        else if (got)
+            kc_handle_next(w, rx);
+    }
+    return rc;
+}
+
+int kc_worker_serve(const kc_worker_options *o)
+{
+    kc_worker *w = kc_calloc(1, sizeof *w);
+    if (!w)
+        return 1;
+    w->o = o;
+    snprintf(w->name, sizeof w->name, "/job:%s/task:%d", o->job, o->task);
+    w->peers = kc_calloc((size_t)(o->max_clients > 0 ? o->max_clients : 64), sizeof *w->peers);
+    const kc_cluster_task *t = kc_cluster_find(&o->cluster, o->job, o->task);
+    kc_status s = w->peers && t ? KC_OK : KC_ERR_ARG;
+    if (s == KC_OK && (o->replica < 0 || o->replica >= t->n_replicas))
+        s = kc_fail(KC_ERR_ARG, "task %d has %d address(es), no replica %d", o->task,
+                    t->n_replicas, o->replica);
+    if (s == KC_OK)
+        s = kc_net_new(&o->sec, &w->net);
+    if (s == KC_OK)
+        s = kc_net_bind(w->net, &t->replicas[o->replica], &w->router);
+    int rc = 0;
+    if (s != KC_OK) {
+        fprintf(stderr, "kerasc: error: serve %s: %s\n", w->name, kc_last_error());
+        rc = 1;
+    } else {
+        char endpoint[300];
+        kc_cluster_endpoint(&t->replicas[o->replica], endpoint, sizeof endpoint);
+        kc_log(w, "listening on %s (%s), devices: /CPU:0", endpoint,
+               o->sec.insecure ? "PLAINTEXT" : "CURVE");
+        signal(SIGINT, kc_on_signal);
+        signal(SIGTERM, kc_on_signal);
+        kc_net_rx rx = {0};
+        while (!kc_stop) {
+            kc_poll_once(w, &rx);
+            kc_expire(w);
+        }
+        /* Drain: answer what is in flight (or let it expire), then stop. */
+        double until = kc_now() + (o->deadline_ms > 0 ? o->deadline_ms : 30000) / 1000.0;
+        while (w->n_pending && kc_now() < until) {
+            kc_poll_once(w, &rx);
+            kc_expire(w);
+        }
+        kc_log(w, "stopped: %llu requests served, %llu errors, %llu rejected",
+               (unsigned long long)w->served, (unsigned long long)w->errors,
+               (unsigned long long)w->rejected);
+        kc_net_rx_free(&rx);
+    }
+    for (int k = 0; k < KC_W_MAX_STAGES; k++)
+        kc_stage_release(&w->stages[k]);
+    kc_net_close(w->router);
+    kc_net_free(w->net);
+    free(w->peers);
+    free(w);
+    return rc;
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# A model split across `kerasc serve` workers on loopback (and, where this
+# machine allows network namespaces, across two namespaces joined by a
+# veth pair): CURVE on, outputs bit-identical to the local run, micro-batch
+# pipelining, an unauthorized client refused, a killed worker's replica
+# taking over, and a clean error naming the task when none is left.
+source "$(dirname "$0")/lib.bash"
+KERASC=$(cd "$(dirname "$KERASC")" && pwd)/$(basename "$KERASC")
+T=${KC_TEST_TMP:-/tmp}/cluster_e2e
+rm -rf "$T"; mkdir -p "$T/models"
+cp "$(dirname "$0")/../apps/resnet50/model.keras" "$T/models/resnet50.keras"
+M="$T/models/resnet50.keras"
+X="$(dirname "$0")/../apps/resnet50/input_0.npy"
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; }
+trap cleanup EXIT
+BASE=$(( 24000 + ($$ % 2000) * 8 ))
+
+( cd "$T" && "$KERASC" keygen worker >/dev/null && "$KERASC" keygen client >/dev/null &&
+  "$KERASC" keygen intruder >/dev/null ) || fail "keygen"
+cat "$T/worker.pub" "$T/client.pub" > "$T/authorized"
+SEC=(--key "$T/worker.key" --authorized-keys "$T/authorized")
+CL=(--key "$T/client.key" --worker-key "$T/worker.pub")
+
+C="worker=127.0.0.1:$BASE,127.0.0.1:$((BASE + 1))|127.0.0.1:$((BASE + 2))"
+serve() { "$KERASC" serve --cluster "$C" --job worker --model-dir "$T/models" "${SEC[@]}" --deadline-ms 3000 "$@" 2>>"$T/serve.log" & PIDS+=($!); }
+serve --task 0
+serve --task 1 --replica 0; R0=$!
+serve --task 1 --replica 1; R1=$!
+sleep 0.5
+
+"$KERASC" run "$M" --input "$X" --output "$T/local.npy" || fail "local run"
+split() { "$KERASC" run "$M" --input "$X" --output "$T/$1.npy" --cluster "$C" "${CL[@]}" \
+          --split conv4_block6_out --place 0=/job:worker/task:0/GPU:0 \
+          --place 1=/job:worker/task:1/GPU:0 --deadline-ms 3000 "${@:2}"; }
+
+split split 2>"$T/err" && cmp -s "$T/local.npy" "$T/split.npy" &&
+  pass "ResNet50 cut at conv4_block6_out over two CURVE workers: bit-identical" ||
+  fail "split run: $(cat "$T/err")"
+
+split micro --microbatch 1 2>"$T/err" && cmp -s "$T/local.npy" "$T/micro.npy" &&
+  pass "micro-batches pipelined through the stages: bit-identical" ||
+  fail "micro-batched run: $(cat "$T/err")"
+
+"$KERASC" run "$M" --input "$X" --output "$T/three.npy" --cluster "$C" "${CL[@]}" \
+  --split conv2_block3_out,conv4_block1_out --place 0=/job:worker/task:0 \
+  --place 1=/job:worker/task:1 --place 2=/job:worker/task:0 2>"$T/err" &&
+  cmp -s "$T/local.npy" "$T/three.npy" && pass "three stages (a task serving two): bit-identical" ||
+  fail "three stages: $(cat "$T/err")"
+
+err=$("$KERASC" run "$M" --input "$X" --output "$T/intruder.npy" --cluster "$C" \
+      --key "$T/intruder.key" --worker-key "$T/worker.pub" --split conv4_block6_out \
+      --place 0=/job:worker/task:0 --place 1=/job:worker/task:1 --deadline-ms 1500 2>&1); rc=$?
+[[ $rc -eq 1 && ! -e "$T/intruder.npy" ]] && grep -q "not accepting this client's key" <<<"$err" &&
+  pass "a client whose key is not authorized is refused" || fail "intruder: rc=$rc $err"
+
+err=$("$KERASC" run "$M" --input "$X" --output "$T/plain.npy" --cluster "worker=10.255.0.1:$BASE" \
+      --insecure --split conv4_block6_out --place 0=/job:worker/task:0 --place 1=/job:worker/task:0 2>&1); rc=$?
+[[ $rc -eq 1 ]] && grep -q "only allowed on loopback" <<<"$err" &&
+  pass "plaintext to a remote address is refused" || fail "insecure remote: rc=$rc $err"
+
+kill -9 "$R0"; sleep 0.2
+split failover 2>"$T/err" && cmp -s "$T/local.npy" "$T/failover.npy" &&
+  grep -q "failing over to its next replica" "$T/err" &&
+  pass "worker killed: its replica takes over, same output" || fail "failover: $(cat "$T/err")"
+
+kill -9 "$R1"; sleep 0.2
+start=$(date +%s)
+split dead 2>"$T/err"; rc=$?
+took=$(( $(date +%s) - start ))
+[[ $rc -eq 1 && ! -e "$T/dead.npy" && $took -le 20 ]] && grep -q "/job:worker/task:1" "$T/err" &&
+  pass "every replica dead: a clean error naming the task in ${took}s" ||
+  fail "dead task: rc=$rc took=${took}s $(cat "$T/err")"
+
+serve --task 1 --replica 0; sleep 0.5
+split rejoin 2>"$T/err" && cmp -s "$T/local.npy" "$T/rejoin.npy" &&
+  pass "a restarted worker rejoins and serves" || fail "rejoin: $(cat "$T/err")"
+
+# Separate hosts: two network namespaces joined by a veth pair (needs root
+# and a kernel with netns; skipped, and said so, elsewhere).
+NS=kc$$
+if ip netns add "${NS}a" 2>/dev/null && ip netns add "${NS}b" 2>/dev/null &&
+   ip link add "${NS}x" type veth peer name "${NS}y" 2>/dev/null; then
+  ip link set "${NS}x" netns "${NS}a"; ip link set "${NS}y" netns "${NS}b"
+  ip -n "${NS}a" addr add 10.213.0.1/24 dev "${NS}x"; ip -n "${NS}a" link set "${NS}x" up
+  ip -n "${NS}b" addr add 10.213.0.2/24 dev "${NS}y"; ip -n "${NS}b" link set "${NS}y" up
+  ip -n "${NS}a" link set lo up; ip -n "${NS}b" link set lo up
+  NC="worker=10.213.0.1:$((BASE + 5)),10.213.0.2:$((BASE + 6))"
+  ip netns exec "${NS}a" "$KERASC" serve --cluster "$NC" --job worker --task 0 --model-dir "$T/models" "${SEC[@]}" 2>>"$T/ns.log" & PIDS+=($!)
+  ip netns exec "${NS}b" "$KERASC" serve --cluster "$NC" --job worker --task 1 --model-dir "$T/models" "${SEC[@]}" 2>>"$T/ns.log" & PIDS+=($!)
+  sleep 0.7
+  ip netns exec "${NS}a" "$KERASC" run "$M" --input "$X" --output "$T/ns.npy" --cluster "$NC" "${CL[@]}" \
+    --split conv4_block6_out --place 0=/job:worker/task:0/GPU:0 --place 1=/job:worker/task:1/GPU:0 \
+    --deadline-ms 5000 2>"$T/err" && cmp -s "$T/local.npy" "$T/ns.npy" &&
+    pass "two workers in separate network namespaces over CURVE: bit-identical" ||
+    fail "namespaces: $(cat "$T/err") $(tail -3 "$T/ns.log")"
+  ip netns del "${NS}a"; ip netns del "${NS}b"
+else
+  ip netns del "${NS}a" 2>/dev/null
+  echo "skip network namespaces: not permitted here"
+fi
+finish
