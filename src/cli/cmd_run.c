@@ -6,8 +6,8 @@
 #include "cli/commands.h"
 #include "cli/net_args.h"
 #include "cli/placement_args.h"
+#include "cli/split.h"
 #include "net/pipeline.h"
-#include "runtime/stage.h"
 #include "kerasc.h"
 
 #define KC_RUN_MAX_IO 64
@@ -23,6 +23,7 @@ typedef struct kc_run_args {
     kc_cli_placement placement;
     kc_cli_net net;
     const char *split;
+    int stages;
 } kc_run_args;
 
 static int kc_run_usage(const char *why)
@@ -48,6 +49,12 @@ static int kc_run_parse(int argc, char **argv, kc_run_args *a)
             continue;
         } else if (strcmp(arg, "--split") == 0 && has_value) {
             a->split = argv[++i];
+        } else if (strcmp(arg, "--stages") == 0 && has_value) {
+            char *end;
+            long k = strtol(argv[++i], &end, 10);
+            if (*end || k < 1 || k > 16)
+                return kc_run_usage("--stages takes 1 to 16");
+            a->stages = (int)k;
         } else if (strcmp(arg, "--input") == 0 && has_value) {
             if (a->n_inputs == KC_RUN_MAX_IO)
                 return kc_run_usage("too many --input");
@@ -124,57 +131,15 @@ static int kc_run_fail(const char *what)
     return 1;
 }
 
-/* --split A,B and --place K=/job:.../task:N[/GPU:0] -> pipeline options. */
-static kc_status kc_run_pipeline_options(const kc_model *m, const kc_run_args *a,
-                                         kc_pipeline_options *o, kc_key_list *auth)
-{
-    memset(o, 0, sizeof *o);
-    KC_TRY(kc_cli_net_setup(&a->net, 0, &o->cluster, &o->sec, auth));
-    o->model_path = a->model;
-    o->deadline_ms = a->net.deadline_ms;
-    o->microbatch = a->placement.microbatch;
-    char cuts[4096];
-    snprintf(cuts, sizeof cuts, "%s", a->split ? a->split : "");
-    int n = 0;
-    for (char *save = NULL, *c = strtok_r(cuts, ",", &save); c; c = strtok_r(NULL, ",", &save)) {
-        if (n + 1 >= KC_PIPELINE_MAX_STAGES)
-            return kc_fail(KC_ERR_LIMIT, "more than %d stages", KC_PIPELINE_MAX_STAGES);
-        KC_TRY(kc_model_find_cut(m, c, &o->last_node[n]));
-        if (n && o->last_node[n] <= o->last_node[n - 1])
-            return kc_fail(KC_ERR_ARG, "--split: '%s' is not after the previous cut", c);
-        n++;
-    }
-    o->last_node[n] = kc_model_num_nodes(m) - 1;
-    if (n && o->last_node[n - 1] >= o->last_node[n])
-        return kc_fail(KC_ERR_ARG, "--split: nothing after the last cut");
-    o->n_stages = n + 1;
-    int placed[KC_PIPELINE_MAX_STAGES] = {0};
-    for (int r = 0; r < a->placement.n_place; r++) {
-        const char *rule = a->placement.place[r];
-        char *end;
-        long k = strtol(rule, &end, 10);
-        if (end == rule || *end != '=' || k < 0 || k >= o->n_stages)
-            return kc_fail(KC_ERR_ARG, "with --cluster, --place takes STAGE=/job:NAME/task:N "
-                           "with STAGE from 0 to %d ('%s')", o->n_stages - 1, rule);
-        KC_TRY(kc_devspec_parse(end + 1, &o->place[k]));
-        if (kc_devspec_is_local(&o->place[k]) || o->place[k].task < 0)
-            return kc_fail(KC_ERR_ARG, "stage %ld must be placed on a cluster task "
-                           "(/job:NAME/task:N), not '%s'", k, end + 1);
-        placed[k] = 1;
-    }
-    for (int k = 0; k < o->n_stages; k++)
-        if (!placed[k])
-            return kc_fail(KC_ERR_ARG, "stage %d has no --place %d=/job:NAME/task:N", k, k);
-    return KC_OK;
-}
-
 static int kc_run_cluster(kc_model *m, const kc_run_args *a, kc_tensor **in, kc_tensor **out,
                           int n_out)
 {
     kc_pipeline_options o;
     kc_key_list auth = {0};
     int rc = 0;
-    if (kc_run_pipeline_options(m, a, &o, &auth) != KC_OK ||
+    kc_cli_split sp = {.split = a->split, .stages = a->stages, .batch = in[0]->shape.dims[0]};
+    if (kc_cli_split_options(m, a->model, &sp, &a->placement, &a->net, &o, &auth,
+                             a->placement.stats ? stderr : NULL) != KC_OK ||
         kc_pipeline_run(m, &o, (const kc_tensor *const *)in, a->n_inputs, out, n_out) != KC_OK)
         rc = kc_run_fail(a->model);
     kc_key_list_free(&auth);

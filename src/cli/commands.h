@@ -9,6 +9,8 @@ int kc_cmd_run(int argc, char **argv);
 int kc_cmd_predict(int argc, char **argv);
 int kc_cmd_bench(int argc, char **argv);
 int kc_cmd_serve(int argc, char **argv);
+int kc_cmd_status(int argc, char **argv);
+int kc_cmd_plan(int argc, char **argv);
 int kc_cmd_keygen(int argc, char **argv);
 
 #endif

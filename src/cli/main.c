@@ -34,6 +34,10 @@ static void kc_usage(FILE *out)
             "  serve --cluster SPEC --job NAME --task N --model-dir DIR\n"
             "        [--key FILE --authorized-keys FILE | --insecure]\n"
             "      run one task of a cluster: serves the pipeline stages clients load\n"
+            "  status --cluster SPEC [--key FILE --worker-key PUB | --insecure]\n"
+            "      every task: reachable, devices, memory, stages, requests, errors\n"
+            "  plan MODEL --stages K [--batch B] [--cluster SPEC ...]\n"
+            "      where --stages K would cut the model, bytes crossing, predicted times\n"
             "  layers            list the Keras classes kerasc understands\n"
             "  version           print the version\n"
             "  help              this text\n");
@@ -49,6 +53,8 @@ static const struct {
     {"bench", kc_cmd_bench},
     {"keygen", kc_cmd_keygen},
     {"serve", kc_cmd_serve},
+    {"status", kc_cmd_status},
+    {"plan", kc_cmd_plan},
     {"layers", kc_cmd_layers},
 };
 

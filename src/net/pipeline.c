@@ -271,3 +271,46 @@ kc_status kc_pipeline_run(const kc_model *m, const kc_pipeline_options *o,
     kc_net_free(p.net);
     return s;
 }
+
+kc_status kc_cluster_query(kc_net *net, const kc_cluster_addr *addr, int timeout_ms,
+                           size_t probe_bytes, char *buf, size_t size, double *probe_seconds)
+{
+    void *sock = NULL;
+    KC_TRY(kc_net_connect(net, addr, &sock));
+    kc_net_rx rx = {0};
+    kc_wire_msg msg;
+    kc_msg_text(&msg, KC_WIRE_STATUS, 1, 0, NULL);
+    double until = kc_now() + timeout_ms / 1000.0;
+    kc_status s = kc_net_send(sock, NULL, 0, &msg);
+    int got = 0;
+    while (s == KC_OK && !got && kc_now() < until)
+        s = kc_net_recv(sock, 0, (int)((until - kc_now()) * 1000) + 1, 1 << 20, &rx, &got);
+    kc_wire_msg reply;
+    if (s == KC_OK && !got)
+        s = kc_fail(KC_ERR_DEVICE, "%s:%d did not answer within %d ms", addr->host, addr->port,
+                    timeout_ms);
+    if (s == KC_OK && (kc_wire_decode(rx.buf, rx.len, 1 << 20, &reply) != KC_OK ||
+                       reply.type != KC_WIRE_STATUS_REPLY))
+        s = kc_fail(KC_ERR_FORMAT, "%s:%d sent an unexpected answer", addr->host, addr->port);
+    if (s == KC_OK)
+        snprintf(buf, size, "%.*s", (int)reply.text_len, reply.text);
+    /* Bandwidth probe: a PING carrying probe_bytes, answered by a PONG. */
+    if (s == KC_OK && probe_bytes && probe_seconds) {
+        kc_tensor *t = NULL;
+        int64_t dims[1] = {(int64_t)(probe_bytes / sizeof(float))};
+        s = kc_tensor_new(KC_F32, 1, dims, &t);
+        if (s == KC_OK) {
+            kc_msg_tensors(&msg, KC_WIRE_PING, 2, 0, &t, 1);
+            double t0 = kc_now();
+            s = kc_net_send(sock, NULL, 0, &msg);
+            got = 0;
+            while (s == KC_OK && !got && kc_now() < until + 5)
+                s = kc_net_recv(sock, 0, 1000, 1 << 20, &rx, &got);
+            *probe_seconds = got ? kc_now() - t0 : -1;
+        }
+        kc_tensor_free(t);
+    }
+    kc_net_rx_free(&rx);
+    kc_net_close(sock);
+    return s;
+}

@@ -30,4 +30,10 @@ kc_status kc_pipeline_run(const kc_model *model, const kc_pipeline_options *o,
                           const kc_tensor *const *inputs, int n_inputs, kc_tensor **outputs,
                           int n_outputs);
 
+/* Ask one address for its status (JSON into buf) within timeout_ms; also
+ * times a `probe_bytes` round trip for a bandwidth estimate (0: none).
+ * KC_ERR_DEVICE when it does not answer. */
+kc_status kc_cluster_query(kc_net *net, const kc_cluster_addr *addr, int timeout_ms,
+                           size_t probe_bytes, char *buf, size_t size, double *probe_seconds);
+
 #endif

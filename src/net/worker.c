@@ -16,6 +16,7 @@
 
 #include "base/mem.h"
 #include "device/devspec.h"
+#include "kernels/kernel.h"
 #include "model/model_internal.h"
 #include "net/digest.h"
 #include "net/msg.h"
@@ -54,6 +55,7 @@ typedef struct kc_w_peer {
 
 typedef struct kc_worker {
     const kc_worker_options *o;
+    double gflops;              /* measured at start: the planner's cost model */
     kc_net *net;
     void *router;
     kc_w_stage stages[KC_W_MAX_STAGES];
@@ -305,6 +307,41 @@ static void kc_handle_run(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg *
     }
 }
 
+/* A short sgemm benchmark (the kernels' own GEMM), so a client can weigh
+ * stages by each worker's speed. */
+static double kc_measure_gflops(void)
+{
+    enum { N = 384 };
+    float *a = kc_calloc((size_t)N * N * 3, sizeof *a);
+    if (!a)
+        return 0;
+    for (int i = 0; i < N * N * 2; i++)
+        a[i] = (float)(i % 7) * 0.1f;
+    double best = 0;
+    for (int rep = 0; rep < 4; rep++) {
+        double t0 = kc_now();
+        kc_gemm(N, N, N, a, a + N * N, a + 2 * N * N, 0);
+        double dt = kc_now() - t0;
+        if (dt > 0 && 2.0 * N * N * N / dt / 1e9 > best)
+            best = 2.0 * N * N * N / dt / 1e9;
+    }
+    free(a);
+    return best;
+}
+
+static long kc_free_memory_mb(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %ld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb < 0 ? -1 : kb / 1024;
+}
+
 static void kc_handle_status(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg *m)
 {
     char stages[512] = "";
@@ -315,10 +352,12 @@ static void kc_handle_status(kc_worker *w, const kc_net_rx *rx, const kc_wire_ms
                                      used ? "," : "", k);
     char text[1024];
     snprintf(text, sizeof text,
-             "{\"task\":\"%s\",\"devices\":[\"/CPU:0\"],\"stages\":[%s],\"served\":%llu,"
-             "\"errors\":%llu,\"rejected\":%llu,\"refused_connections\":%llu}",
-             w->name, stages, (unsigned long long)w->served, (unsigned long long)w->errors,
-             (unsigned long long)w->rejected, (unsigned long long)kc_net_refused(w->net));
+             "{\"task\":\"%s\",\"devices\":[\"/CPU:0\"],\"free_memory_mb\":%ld,"
+             "\"gflops\":%.1f,\"stages\":[%s],\"served\":%llu,\"errors\":%llu,"
+             "\"rejected\":%llu,\"refused_connections\":%llu}",
+             w->name, kc_free_memory_mb(), w->gflops, stages, (unsigned long long)w->served,
+             (unsigned long long)w->errors, (unsigned long long)w->rejected,
+             (unsigned long long)kc_net_refused(w->net));
     kc_wire_msg reply;
     kc_msg_text(&reply, KC_WIRE_STATUS_REPLY, m->request_id, 0, text);
     kc_net_send(w->router, rx->identity, rx->identity_len, &reply);
@@ -461,6 +500,7 @@ int kc_worker_serve(const kc_worker_options *o)
         kc_cluster_endpoint(&t->replicas[o->replica], endpoint, sizeof endpoint);
         kc_log(w, "listening on %s (%s), devices: /CPU:0", endpoint,
                o->sec.insecure ? "PLAINTEXT" : "CURVE");
+        w->gflops = kc_measure_gflops();
         signal(SIGINT, kc_on_signal);
         signal(SIGTERM, kc_on_signal);
         kc_net_rx rx = {0};

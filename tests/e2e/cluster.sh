@@ -48,6 +48,20 @@ split micro --microbatch 1 2>"$T/err" && cmp -s "$T/local.npy" "$T/micro.npy" &&
   cmp -s "$T/local.npy" "$T/three.npy" && pass "three stages (a task serving two): bit-identical" ||
   fail "three stages: $(cat "$T/err")"
 
+"$KERASC" run "$M" --input "$X" --output "$T/planned.npy" --cluster "$C" "${CL[@]}" --stages 3 \
+  --place 0=/job:worker/task:0 --place 1=/job:worker/task:1 --place 2=/job:worker/task:0 2>"$T/err" &&
+  cmp -s "$T/local.npy" "$T/planned.npy" && pass "--stages 3 plans the cuts against the workers and runs: bit-identical" ||
+  fail "--stages 3: $(cat "$T/err")"
+
+out=$("$KERASC" plan "$M" --stages 3 --cluster "$C" "${CL[@]}" --place 0=/job:worker/task:0 \
+      --place 1=/job:worker/task:1 --place 2=/job:worker/task:0 2>&1)
+[[ $? -eq 0 ]] && grep -q '^cuts: ' <<<"$out" && grep -q 'predicted slowest stage' <<<"$out" &&
+  pass "kerasc plan prints cuts, bytes and predicted stage times" || fail "plan: $out"
+
+out=$("$KERASC" status --cluster "$C" "${CL[@]}" 2>&1)
+[[ $(grep -c ' up {' <<<"$out") -eq 3 ]] && grep -q '"served":' <<<"$out" &&
+  pass "kerasc status lists every task and replica" || fail "status: $out"
+
 err=$("$KERASC" run "$M" --input "$X" --output "$T/intruder.npy" --cluster "$C" \
       --key "$T/intruder.key" --worker-key "$T/worker.pub" --split conv4_block6_out \
       --place 0=/job:worker/task:0 --place 1=/job:worker/task:1 --deadline-ms 1500 2>&1); rc=$?
