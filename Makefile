@@ -9,7 +9,7 @@ FUZZ_SECONDS ?= 30
 DEMO_MODEL ?= tools/node_modules/nsfwjs/dist/models/mobilenet_v2/model.min.js
 DEMO_IMAGE ?= data/images/chelsea.jpg
 
-.PHONY: all deps build demo check check-asan check-valgrind bench bench-quick fuzz fuzz-long clean
+.PHONY: all deps build demo check check-asan check-valgrind bench bench-quick bench-cluster fuzz fuzz-long clean
 
 all: build
 
@@ -49,6 +49,11 @@ bench: build
 
 bench-quick: build
 	bash tools/bench/run_bench.sh --quick
+
+# Split-run pipeline throughput in a namespace testbed with capped links
+# (needs root; see tools/bench/cluster_bench.sh). Not part of make check.
+bench-cluster: build
+	bash tools/bench/cluster_bench.sh $(BUILD)
 
 fuzz: deps
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DKC_FUZZ=ON -DKC_TESTS=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null

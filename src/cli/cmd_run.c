@@ -7,6 +7,7 @@
 #include "cli/net_args.h"
 #include "cli/placement_args.h"
 #include "cli/split.h"
+#include "net/calibrate.h"
 #include "net/pipeline.h"
 #include "kerasc.h"
 
@@ -131,17 +132,47 @@ static int kc_run_fail(const char *what)
     return 1;
 }
 
+/* The pipeline's measured throughput against its bound: the slowest stage's
+ * compute, or its incoming activations over the measured link. */
+static void kc_run_pipeline_report(const kc_pipeline_options *o, const kc_pipeline_stats *st)
+{
+    kc_plan_worker w[KC_PIPELINE_MAX_STAGES];
+    memset(w, 0, sizeof w);
+    int have_links = kc_plan_calibrate(o, w) == KC_OK;
+    int m = st->n_microbatches > 0 ? st->n_microbatches : 1;
+    double bound = 0;
+    printf("pipeline: %d stages, %d micro-batches, %.3f ms\n", o->n_stages, m, st->wall_s * 1e3);
+    for (int k = 0; k < o->n_stages; k++) {
+        double compute = st->compute_ms[k] / m;
+        double link = have_links && w[k].bytes_per_s > 0
+                          ? (double)st->in_bytes[k] / w[k].bytes_per_s * 1e3 : 0;
+        printf("stage %d: compute %.3f ms per micro-batch; %zu bytes in at %.3f GB/s = %.3f ms\n",
+               k, compute, st->in_bytes[k], w[k].bytes_per_s / 1e9, link);
+        bound = compute > bound ? compute : bound;
+        bound = link > bound ? link : bound;
+    }
+    double achieved = st->wall_s * 1e3 / m;
+    printf("bound: %.3f ms per micro-batch; achieved %.3f ms per micro-batch = %.1f%% of the "
+           "bound\n", bound, achieved, achieved > 0 ? 100.0 * bound / achieved : 0.0);
+}
+
 static int kc_run_cluster(kc_model *m, const kc_run_args *a, kc_tensor **in, kc_tensor **out,
                           int n_out)
 {
     kc_pipeline_options o;
+    kc_pipeline_stats stats;
     kc_key_list auth = {0};
     int rc = 0;
     kc_cli_split sp = {.split = a->split, .stages = a->stages, .batch = in[0]->shape.dims[0]};
     if (kc_cli_split_options(m, a->model, &sp, &a->placement, &a->net, &o, &auth,
-                             a->placement.stats ? stderr : NULL) != KC_OK ||
+                             a->placement.stats ? stdout : NULL) != KC_OK)
+        rc = kc_run_fail(a->model);
+    o.stats = a->placement.stats ? &stats : NULL;
+    if (!rc &&
         kc_pipeline_run(m, &o, (const kc_tensor *const *)in, a->n_inputs, out, n_out) != KC_OK)
         rc = kc_run_fail(a->model);
+    if (!rc && o.stats)
+        kc_run_pipeline_report(&o, &stats);
     kc_key_list_free(&auth);
     return rc;
 }

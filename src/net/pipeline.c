@@ -186,6 +186,17 @@ static kc_status kc_collect(kc_pipe *p, const int *order, int n_out, int64_t bat
             m.request_id >= first_id + (uint64_t)n_mb || m.n_tensors != n_out)
             return kc_fail(KC_ERR_FORMAT, "unexpected answer from the pipeline");
         int64_t at = (int64_t)(m.request_id - first_id) * mb;
+        if (p->o->stats && m.text_len > 2 && m.text[0] == '[') { /* per-stage compute ms */
+            const char *c = m.text + 1;
+            for (int k = 0; k < p->o->n_stages && c < m.text + m.text_len; k++) {
+                char *end;
+                double ms = strtod(c, &end);
+                if (end == c)
+                    break;
+                p->o->stats->compute_ms[k] += ms;
+                c = end + 1;
+            }
+        }
         for (int i = 0; i < n_out; i++) {
             const kc_wire_tensor *t = &m.tensors[i];
             kc_tensor **dst = &outputs[order[i]];
@@ -202,6 +213,21 @@ static kc_status kc_collect(kc_pipe *p, const int *order, int n_out, int64_t bat
         }
     }
     return KC_OK;
+}
+
+/* Activation bytes entering each stage per micro-batch. */
+static void kc_stage_in_bytes(const kc_pipe *p, int64_t mb, size_t *bytes)
+{
+    for (int k = 0; k < p->o->n_stages; k++) {
+        int *v = NULL, n = 0;
+        bytes[k] = 0;
+        int cut = k == 0 ? 0 : p->o->last_node[k - 1] + 1;
+        if (kc_model_live_values(p->m, cut, &v, &n) != KC_OK)
+            continue;
+        for (int i = 0; i < n; i++)
+            bytes[k] += (size_t)(kc_model_value_sample_floats(p->m, v[i]) * mb) * sizeof(float);
+        free(v);
+    }
 }
 
 static kc_status kc_attempt(kc_pipe *p, const kc_tensor *const *inputs, int n_inputs,
@@ -224,10 +250,18 @@ static kc_status kc_attempt(kc_pipe *p, const kc_tensor *const *inputs, int n_in
     uint64_t first_id = 0;
     if (s == KC_OK)
         s = kc_load_all(p, mb);
+    if (p->o->stats)
+        memset(p->o->stats, 0, sizeof *p->o->stats);
+    double t0 = kc_now();
     if (s == KC_OK)
         s = kc_send_microbatches(p, inputs, in_order, n_in, batch, mb, &first_id);
     if (s == KC_OK)
         s = kc_collect(p, out_order, n_out, batch, mb, first_id, outputs);
+    if (s == KC_OK && p->o->stats) {
+        p->o->stats->wall_s = kc_now() - t0;
+        p->o->stats->n_microbatches = (int)((batch + mb - 1) / mb);
+        kc_stage_in_bytes(p, mb, p->o->stats->in_bytes);
+    }
     free(in_vals);
     free(out_vals);
     kc_disconnect(p);

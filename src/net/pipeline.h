@@ -24,7 +24,16 @@ typedef struct kc_pipeline_options {
     int deadline_ms;               /* per request (0: 30000) */
     int64_t microbatch;            /* 0: the whole batch at once */
     int verbose;
+    /* Filled by a run when non-NULL: the pipeline's measurements. */
+    struct kc_pipeline_stats *stats;
 } kc_pipeline_options;
+
+typedef struct kc_pipeline_stats {
+    int n_microbatches;
+    double wall_s;                                  /* first send to last result */
+    double compute_ms[KC_PIPELINE_MAX_STAGES];      /* summed over micro-batches */
+    size_t in_bytes[KC_PIPELINE_MAX_STAGES];        /* per micro-batch, into stage k */
+} kc_pipeline_stats;
 
 kc_status kc_pipeline_run(const kc_model *model, const kc_pipeline_options *o,
                           const kc_tensor *const *inputs, int n_inputs, kc_tensor **outputs,

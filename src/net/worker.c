@@ -35,6 +35,7 @@ typedef struct kc_w_stage {
     kc_wire_expect expect[KC_WIRE_MAX_TENSORS];
     int64_t batch_max;
     void *next;                 /* DEALER to the next stage's worker, or NULL */
+    char *spec;                 /* the LOAD_STAGE text it was built from */
     char next_name[96];         /* "/job:worker/task:1" */
 } kc_w_stage;
 
@@ -45,6 +46,7 @@ typedef struct kc_w_pending {
     size_t identity_len;
     double deadline;
     int stage;
+    double compute_ms;          /* this worker's part, reported back */
 } kc_w_pending;
 
 typedef struct kc_w_peer {
@@ -135,6 +137,7 @@ static void kc_stage_release(kc_w_stage *st)
     kc_model_free(st->model);
     kc_stage_plan_free(&st->plan);
     kc_net_close(st->next);
+    free(st->spec);
     memset(st, 0, sizeof *st);
 }
 
@@ -196,6 +199,15 @@ static kc_status kc_load_stage(kc_worker *w, const char *text, size_t len, int *
         s = kc_fail(KC_ERR_FORMAT, "stage spec: missing or invalid fields");
     kc_w_stage *st = s == KC_OK ? &w->stages[k->valueint] : NULL;
     char path[4096], hex[KC_SHA256_HEX];
+    /* The same spec again (a client's next run): keep the warm session,
+     * after checking the file still has the promised digest. */
+    if (s == KC_OK && st->loaded && st->spec && strlen(st->spec) == len &&
+        !memcmp(st->spec, text, len) && kc_find_model(w, model->valuestring, path, sizeof path) == KC_OK &&
+        kc_sha256_file(path, hex) == KC_OK && !strcmp(hex, st->sha)) {
+        *stage_out = k->valueint;
+        cJSON_Delete(j);
+        return KC_OK;
+    }
     if (s == KC_OK) {
         kc_stage_release(st);
         s = kc_find_model(w, model->valuestring, path, sizeof path);
@@ -218,6 +230,7 @@ static kc_status kc_load_stage(kc_worker *w, const char *text, size_t len, int *
     if (s == KC_OK) {
         memcpy(st->sha, hex, sizeof hex);
         st->batch_max = (int64_t)bmax->valuedouble;
+        st->spec = kc_strndup(text, len);
         st->loaded = 1;
         *stage_out = k->valueint;
     } else if (st) {
@@ -249,7 +262,7 @@ static void kc_handle_load(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg 
 }
 
 static kc_status kc_forward(kc_worker *w, kc_w_stage *st, const kc_net_rx *rx,
-                            const kc_wire_msg *m, kc_tensor **out)
+                            const kc_wire_msg *m, kc_tensor **out, double compute_ms)
 {
     if (w->n_pending == KC_W_MAX_PENDING)
         return kc_fail(KC_ERR_LIMIT, "too many requests in flight");
@@ -263,6 +276,7 @@ static kc_status kc_forward(kc_worker *w, kc_w_stage *st, const kc_net_rx *rx,
     p->identity_len = rx->identity_len;
     p->deadline = kc_now() + (w->o->deadline_ms > 0 ? w->o->deadline_ms : 30000) / 1000.0;
     p->stage = (int)m->stage;
+    p->compute_ms = compute_ms;
     return KC_OK;
 }
 
@@ -285,14 +299,21 @@ static void kc_handle_run(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg *
     }
     kc_tensor *in[KC_WIRE_MAX_TENSORS] = {0}, *out[KC_WIRE_MAX_TENSORS] = {0};
     kc_status s = kc_msg_to_tensors(m, in);
+    double c0 = kc_now();
     if (s == KC_OK)
         s = kc_session_run_stage(st->session, m->tensors[0].shape.dims[0],
                                  (const kc_tensor *const *)in, out);
+    double compute_ms = (kc_now() - c0) * 1e3;
     if (s == KC_OK && st->next)
-        s = kc_forward(w, st, rx, m, out);
+        s = kc_forward(w, st, rx, m, out, compute_ms);
     else if (s == KC_OK) {
+        /* The result carries each stage's compute time (ms), in order. */
+        char times[64];
+        snprintf(times, sizeof times, "[%.3f]", compute_ms);
         kc_wire_msg res;
         kc_msg_tensors(&res, KC_WIRE_RESULT, m->request_id, m->stage, out, st->plan.n_outputs);
+        res.text = times;
+        res.text_len = strlen(times);
         s = kc_net_send(w->router, rx->identity, rx->identity_len, &res);
     }
     if (s != KC_OK)
@@ -414,6 +435,14 @@ static void kc_handle_next(kc_worker *w, kc_net_rx *rx)
             continue;
         m.request_id = p->client_id;
         m.stage = m.type == KC_WIRE_ERROR ? m.stage : (uint32_t)p->stage;
+        char times[1024];
+        if (m.type == KC_WIRE_RESULT && m.text_len > 1 && m.text_len < sizeof times - 32 &&
+            m.text[0] == '[') { /* prepend this stage's time */
+            snprintf(times, sizeof times, "[%.3f,%.*s", p->compute_ms, (int)m.text_len - 1,
+                     m.text + 1);
+            m.text = times;
+            m.text_len = strlen(times);
+        }
         kc_net_send(w->router, p->identity, p->identity_len, &m);
         w->pending[i] = w->pending[--w->n_pending];
         return;
