@@ -15,6 +15,7 @@
 #include <zmq.h>
 
 #include "base/mem.h"
+#include "backend/registry.h"
 #include "device/devspec.h"
 #include "kernels/kernel.h"
 #include "model/model_internal.h"
@@ -363,6 +364,16 @@ static long kc_free_memory_mb(void)
     return kb < 0 ? -1 : kb / 1024;
 }
 
+/* "\"/CPU:0\",\"/GPU:0\",..." for the devices this machine has. */
+static void kc_device_list(char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "\"/CPU:0\"");
+    const kc_backend_iface *gpu = kc_backend_find(KC_DEVICE_GPU, NULL, 0);
+    int count = gpu ? gpu->device_count() : 0;
+    for (int i = 0; i < count && n > 0 && (size_t)n < size - 16; i++)
+        n += snprintf(buf + n, size - (size_t)n, ",\"/GPU:%d\"", i);
+}
+
 static void kc_handle_status(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg *m)
 {
     char stages[512] = "";
@@ -371,12 +382,13 @@ static void kc_handle_status(kc_worker *w, const kc_net_rx *rx, const kc_wire_ms
         if (w->stages[k].loaded && used < sizeof stages - 32)
             used += (size_t)snprintf(stages + used, sizeof stages - used, "%s%d",
                                      used ? "," : "", k);
-    char text[1024];
+    char text[1024], devices[256];
+    kc_device_list(devices, sizeof devices);
     snprintf(text, sizeof text,
-             "{\"task\":\"%s\",\"devices\":[\"/CPU:0\"],\"free_memory_mb\":%ld,"
+             "{\"task\":\"%s\",\"devices\":[%s],\"free_memory_mb\":%ld,"
              "\"gflops\":%.1f,\"stages\":[%s],\"served\":%llu,\"errors\":%llu,"
              "\"rejected\":%llu,\"refused_connections\":%llu}",
-             w->name, kc_free_memory_mb(), w->gflops, stages, (unsigned long long)w->served,
+             w->name, devices, kc_free_memory_mb(), w->gflops, stages, (unsigned long long)w->served,
              (unsigned long long)w->errors, (unsigned long long)w->rejected,
              (unsigned long long)kc_net_refused(w->net));
     kc_wire_msg reply;
@@ -527,8 +539,10 @@ int kc_worker_serve(const kc_worker_options *o)
     } else {
         char endpoint[300];
         kc_cluster_endpoint(&t->replicas[o->replica], endpoint, sizeof endpoint);
-        kc_log(w, "listening on %s (%s), devices: /CPU:0", endpoint,
-               o->sec.insecure ? "PLAINTEXT" : "CURVE");
+        char devices[256];
+        kc_device_list(devices, sizeof devices);
+        kc_log(w, "listening on %s (%s), devices: %s", endpoint,
+               o->sec.insecure ? "PLAINTEXT" : "CURVE", devices);
         w->gflops = kc_measure_gflops();
         signal(SIGINT, kc_on_signal);
         signal(SIGTERM, kc_on_signal);
