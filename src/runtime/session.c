@@ -7,12 +7,12 @@
  * shape: each value gets an offset, and a value's space is reused after its
  * last reader (liveness), so peak memory is the widest cut of the graph,
  * not the sum of all activations. */
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "base/threads.h"
 #include "kernels/kernel.h"
 #include "model/model_internal.h"
 #include "runtime/fuse.h"
@@ -77,8 +77,6 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
         kc_session_free(s);
         return fst;
     }
-    if (s->threads > 0)
-        openblas_set_num_threads(s->threads);
     *out = s;
     return KC_OK;
 }
@@ -305,6 +303,7 @@ kc_status kc_session_run(kc_session *s, const kc_tensor *const *inputs, int n_in
                            (long long)inputs[0]->shape.dims[0],
                            (long long)inputs[i]->shape.dims[0]);
     KC_TRY(kc_prepare(s, inputs));
+    kc_threads_enter(s->threads);
     for (int i = 0; i < n_inputs; i++)
         kc_to_f32(inputs[i], s->arena + s->plan.offset[g->inputs[i]]);
     kc_status st = KC_OK;
