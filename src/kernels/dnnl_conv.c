@@ -46,27 +46,34 @@ static void kc_dnnl_conv_free(kc_kernel_state *s)
     free(c);
 }
 
-/* relu / relu6 become an eltwise post-op of the convolution. */
-static dnnl_primitive_attr_t kc_dnnl_act_attr(const char *act, int *fused)
+/* Post-ops: a fused residual Add becomes a sum (dst += the residual the
+ * output buffer holds), then relu / relu6 an eltwise post-op. NULL attr
+ * and *fused = 0 when there is nothing to fuse (or on failure, where the
+ * caller's build then fails and the GEMM path runs). */
+static dnnl_primitive_attr_t kc_dnnl_post_ops_attr(const char *act, int accumulate, int *fused)
 {
     *fused = 0;
     int relu = act && !strcmp(act, "relu"), relu6 = act && !strcmp(act, "relu6");
-    if (!relu && !relu6)
+    int linear = !act || !strcmp(act, "linear");
+    if (!relu && !relu6 && !accumulate)
         return NULL;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t ops = NULL;
-    if (dnnl_primitive_attr_create(&attr) || dnnl_post_ops_create(&ops) ||
-        dnnl_post_ops_append_eltwise(ops, 1.0f, relu ? dnnl_eltwise_relu : dnnl_eltwise_clip,
-                                     0.0f, relu ? 0.0f : 6.0f) ||
-        dnnl_primitive_attr_set_post_ops(attr, ops)) {
-        if (ops)
-            dnnl_post_ops_destroy(ops);
+    int bad = dnnl_primitive_attr_create(&attr) || dnnl_post_ops_create(&ops) ||
+              (accumulate && dnnl_post_ops_append_sum(ops, 1.0f));
+    if (!bad && (relu || relu6))
+        bad = dnnl_post_ops_append_eltwise(ops, 1.0f, relu ? dnnl_eltwise_relu : dnnl_eltwise_clip,
+                                           0.0f, relu ? 0.0f : 6.0f) != dnnl_success;
+    if (!bad)
+        bad = dnnl_primitive_attr_set_post_ops(attr, ops) != dnnl_success;
+    if (ops)
+        dnnl_post_ops_destroy(ops);
+    if (bad) {
         if (attr)
             dnnl_primitive_attr_destroy(attr);
         return NULL;
     }
-    dnnl_post_ops_destroy(ops);
-    *fused = 1;
+    *fused = relu || relu6 || linear;
     return attr;
 }
 
@@ -181,7 +188,10 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
         w_any.format_kind = dnnl_format_kind_any;
     dnnl_convolution_desc_t desc;
     dnnl_primitive_desc_t pd = NULL;
-    dnnl_primitive_attr_t attr = kc_dnnl_act_attr(a->activation, &st->act_fused);
+    dnnl_primitive_attr_t attr = kc_dnnl_post_ops_attr(a->activation, a->accumulate,
+                                                        &st->act_fused);
+    if (a->accumulate && !attr)
+        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN rejected the fused residual sum");
     if (dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_inference,
                                                    dnnl_convolution_direct, &st->src_md, &w_any,
                                                    st->has_bias ? &st->b_md : NULL, &st->dst_md,

@@ -25,6 +25,10 @@ typedef struct kc_conv_attrs {
     int64_t depth_multiplier;
     int use_bias;
     const char *activation;
+    /* Set only on session-owned copies (runtime/fuse.c): the output buffer
+     * holds a residual the convolution adds to before its activation (a
+     * fused Add). Plain and depthwise kinds, channels_last. */
+    int accumulate;
 } kc_conv_attrs;
 
 #endif
