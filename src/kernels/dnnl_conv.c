@@ -5,30 +5,17 @@
  * node's state; a shape change rebuilds it. */
 #include "kernels/dnnl_conv.h"
 
-#include <oneapi/dnnl/dnnl.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/mem.h"
+#include "kernels/dnnl_common.h"
 #include "ops/conv.h"
-
-static dnnl_engine_t kc_dnnl_engine;
-static dnnl_stream_t kc_dnnl_stream;
-static int kc_dnnl_ok;
-static pthread_once_t kc_dnnl_once = PTHREAD_ONCE_INIT;
-
-static void kc_dnnl_init(void)
-{
-    kc_dnnl_ok = dnnl_engine_create(&kc_dnnl_engine, dnnl_cpu, 0) == dnnl_success &&
-                 dnnl_stream_create(&kc_dnnl_stream, kc_dnnl_engine,
-                                    dnnl_stream_default_flags) == dnnl_success;
-}
 
 typedef struct kc_dnnl_conv_state {
     kc_kernel_state base;
     kc_shape in_shape;      /* the shape the primitive was built for */
-    dnnl_primitive_t prim;
+    kc_dnnl_prim prim;      /* with its src, weights, (bias,) dst memories */
     dnnl_memory_desc_t src_md, w_md, b_md, dst_md;
     dnnl_memory_desc_t w_prim_md; /* the layout the primitive wants */
     float *w_packed;        /* weights reordered once into w_prim_md, or NULL */
@@ -40,26 +27,23 @@ typedef struct kc_dnnl_conv_state {
 static void kc_dnnl_conv_free(kc_kernel_state *s)
 {
     kc_dnnl_conv_state *c = (kc_dnnl_conv_state *)s;
-    if (c->prim)
-        dnnl_primitive_destroy(c->prim);
+    kc_dnnl_prim_destroy(&c->prim);
     free(c->w_packed);
     free(c);
 }
 
-/* Post-ops: a fused residual Add becomes a sum (dst += the residual the
- * output buffer holds), then relu / relu6 an eltwise post-op. NULL attr
- * and *fused = 0 when there is nothing to fuse (or on failure, where the
+/* The attr: user scratchpad (dnnl_common.c) and post-ops: a fused
+ * residual Add becomes a sum (dst += the residual the output buffer
+ * holds), then relu / relu6 an eltwise post-op. NULL on failure (the
  * caller's build then fails and the GEMM path runs). */
 static dnnl_primitive_attr_t kc_dnnl_post_ops_attr(const char *act, int accumulate, int *fused)
 {
     *fused = 0;
     int relu = act && !strcmp(act, "relu"), relu6 = act && !strcmp(act, "relu6");
     int linear = !act || !strcmp(act, "linear");
-    if (!relu && !relu6 && !accumulate)
-        return NULL;
-    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_attr_t attr = kc_dnnl_attr_new();
     dnnl_post_ops_t ops = NULL;
-    int bad = dnnl_primitive_attr_create(&attr) || dnnl_post_ops_create(&ops) ||
+    int bad = !attr || dnnl_post_ops_create(&ops) ||
               (accumulate && dnnl_post_ops_append_sum(ops, 1.0f));
     if (!bad && (relu || relu6))
         bad = dnnl_post_ops_append_eltwise(ops, 1.0f, relu ? dnnl_eltwise_relu : dnnl_eltwise_clip,
@@ -90,16 +74,17 @@ static kc_status kc_dnnl_pack_weights(kc_dnnl_conv_state *st, const float *w)
     dnnl_primitive_t reorder = NULL;
     dnnl_memory_t from = NULL, to = NULL;
     kc_status status = KC_OK;
-    if (dnnl_memory_create(&from, &st->w_md, kc_dnnl_engine, (void *)w) ||
-        dnnl_memory_create(&to, &st->w_prim_md, kc_dnnl_engine, st->w_packed) ||
-        dnnl_reorder_primitive_desc_create(&rpd, &st->w_md, kc_dnnl_engine, &st->w_prim_md,
-                                           kc_dnnl_engine, NULL) ||
+    dnnl_engine_t eng = kc_dnnl_engine();
+    dnnl_stream_t stream = NULL;
+    if (dnnl_stream_create(&stream, eng, dnnl_stream_default_flags) ||
+        dnnl_memory_create(&from, &st->w_md, eng, (void *)w) ||
+        dnnl_memory_create(&to, &st->w_prim_md, eng, st->w_packed) ||
+        dnnl_reorder_primitive_desc_create(&rpd, &st->w_md, eng, &st->w_prim_md, eng, NULL) ||
         dnnl_primitive_create(&reorder, rpd)) {
         status = kc_fail(KC_ERR_UNSUPPORTED, "oneDNN cannot reorder the convolution weights");
     } else {
         dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-        if (dnnl_primitive_execute(reorder, kc_dnnl_stream, 2, args) ||
-            dnnl_stream_wait(kc_dnnl_stream))
+        if (dnnl_primitive_execute(reorder, stream, 2, args) || dnnl_stream_wait(stream))
             status = kc_fail(KC_ERR_UNSUPPORTED, "oneDNN weight reorder failed");
     }
     if (reorder)
@@ -110,6 +95,8 @@ static kc_status kc_dnnl_pack_weights(kc_dnnl_conv_state *st, const float *w)
         dnnl_memory_destroy(from);
     if (to)
         dnnl_memory_destroy(to);
+    if (stream)
+        dnnl_stream_destroy(stream);
     return status;
 }
 
@@ -190,24 +177,24 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_attr_t attr = kc_dnnl_post_ops_attr(a->activation, a->accumulate,
                                                         &st->act_fused);
-    if (a->accumulate && !attr)
-        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN rejected the fused residual sum");
+    if (!attr)
+        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN rejected the convolution's post-ops");
     if (dnnl_dilated_convolution_forward_desc_init(&desc, dnnl_forward_inference,
                                                    dnnl_convolution_direct, &st->src_md, &w_any,
                                                    st->has_bias ? &st->b_md : NULL, &st->dst_md,
                                                    strides, dilates, pad_l, pad_r) != dnnl_success ||
-        dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine, NULL) != dnnl_success) {
-        if (attr)
-            dnnl_primitive_attr_destroy(attr);
+        dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL) != dnnl_success) {
+        dnnl_primitive_attr_destroy(attr);
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN has no convolution for this configuration");
     }
-    if (attr)
-        dnnl_primitive_attr_destroy(attr);
+    dnnl_primitive_attr_destroy(attr);
     st->w_prim_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    dnnl_status_t s = dnnl_primitive_create(&st->prim, pd);
+    static const int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
+    const dnnl_memory_desc_t *mds[4] = {&st->src_md, &st->w_prim_md, &st->dst_md, &st->b_md};
+    kc_status s = kc_dnnl_prim_init(&st->prim, pd, st->has_bias ? 4 : 3, args, mds);
     dnnl_primitive_desc_destroy(pd);
-    if (s != dnnl_success)
-        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN could not create the convolution");
+    if (s != KC_OK)
+        return s;
     if (!st->w_plain)
         KC_TRY(kc_dnnl_pack_weights(st, kc_w(ctx, 0)));
     st->in_shape = *in;
@@ -217,30 +204,9 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
 static kc_status kc_dnnl_execute(kc_dnnl_conv_state *st, const float *src, const float *w,
                                  const float *b, float *dst)
 {
-    dnnl_memory_t m[4] = {0};
-    const dnnl_memory_desc_t *md[4] = {&st->src_md, &st->w_prim_md, &st->b_md, &st->dst_md};
-    void *ptr[4] = {(void *)src, st->w_packed ? (void *)st->w_packed : (void *)w, (void *)b, dst};
-    static const int arg[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
-    dnnl_exec_arg_t args[4];
-    int n = 0;
-    kc_status status = KC_OK;
-    for (int i = 0; i < 4; i++) {
-        if (i == 2 && !st->has_bias)
-            continue;
-        if (dnnl_memory_create(&m[i], md[i], kc_dnnl_engine, ptr[i]) != dnnl_success) {
-            status = kc_fail(KC_ERR_NOMEM, "oneDNN memory creation failed");
-            break;
-        }
-        args[n].arg = arg[i];
-        args[n++].memory = m[i];
-    }
-    if (status == KC_OK && (dnnl_primitive_execute(st->prim, kc_dnnl_stream, n, args) ||
-                            dnnl_stream_wait(kc_dnnl_stream)))
-        status = kc_fail(KC_ERR_UNSUPPORTED, "oneDNN convolution failed to execute");
-    for (int i = 0; i < 4; i++)
-        if (m[i])
-            dnnl_memory_destroy(m[i]);
-    return status;
+    void *ptrs[4] = {(void *)src, st->w_packed ? (void *)st->w_packed : (void *)w, dst,
+                     (void *)b};
+    return kc_dnnl_run(&st->prim, ptrs);
 }
 
 kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
@@ -248,12 +214,8 @@ kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     const kc_conv_attrs *a = ctx->layer->attrs;
     *handled = 0;
     *act_done = 0;
-    if (getenv("KC_DNNL") && !strcmp(getenv("KC_DNNL"), "0"))
-        return KC_OK;
-    if (!ctx->state || (a->kind != KC_CONV_PLAIN && a->kind != KC_CONV_DEPTHWISE))
-        return KC_OK;
-    pthread_once(&kc_dnnl_once, kc_dnnl_init);
-    if (!kc_dnnl_ok)
+    if (!ctx->state || (a->kind != KC_CONV_PLAIN && a->kind != KC_CONV_DEPTHWISE) ||
+        !kc_dnnl_ready())
         return KC_OK;
     int64_t cin = ctx->in_shape[0].dims[ctx->in_shape[0].rank - 1];
     int64_t groups = a->kind == KC_CONV_DEPTHWISE ? cin : a->groups;

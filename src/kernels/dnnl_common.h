@@ -1,0 +1,35 @@
+/* What every oneDNN kernel shares: the CPU engine and stream, and a
+ * primitive bundled with its argument memories, created once per node and
+ * shape so that a run only binds pointers (no allocation per run). */
+#ifndef KC_DNNL_COMMON_H
+#define KC_DNNL_COMMON_H
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "kernels/kernel.h"
+
+#define KC_DNNL_MAX_ARGS 8
+
+typedef struct kc_dnnl_prim {
+    dnnl_primitive_t prim;
+    int n;                                /* arguments bound by the caller */
+    int arg[KC_DNNL_MAX_ARGS];
+    dnnl_memory_t mem[KC_DNNL_MAX_ARGS];
+    dnnl_memory_t scratch;                /* NULL when none is needed */
+    size_t scratch_bytes;
+} kc_dnnl_prim;
+
+/* 1 when oneDNN may be used (KC_DNNL is not 0 and the engine exists). */
+int kc_dnnl_ready(void);
+dnnl_engine_t kc_dnnl_engine(void);
+/* A new attr with the scratchpad managed by kerasc (see dnnl_common.c). */
+dnnl_primitive_attr_t kc_dnnl_attr_new(void);
+/* Create p's primitive from pd and one memory per argument (args[i] with
+ * descriptor mds[i]); kc_dnnl_run then binds the pointers. */
+kc_status kc_dnnl_prim_init(kc_dnnl_prim *p, const_dnnl_primitive_desc_t pd, int n,
+                            const int *args, const dnnl_memory_desc_t *const *mds);
+/* Execute with ptrs[i] as argument i and wait. */
+kc_status kc_dnnl_run(kc_dnnl_prim *p, void *const *ptrs);
+void kc_dnnl_prim_destroy(kc_dnnl_prim *p);
+
+#endif
