@@ -132,6 +132,12 @@ void kc_session_free(kc_session *session);
  * order, which the caller frees with kc_tensor_free. */
 kc_status kc_session_run(kc_session *session, const kc_tensor *const *inputs, int n_inputs,
                          kc_tensor **outputs, int n_outputs);
+/* The same, writing into caller-owned float32 tensors of the outputs'
+ * shapes (a shape mismatch is KC_ERR_SHAPE, after the run). Once a session
+ * has run at these input shapes, a run allocates no heap memory (kerasc
+ * bench reports allocs_per_inference under its allocation-counting shim). */
+kc_status kc_session_run_into(kc_session *session, const kc_tensor *const *inputs,
+                              int n_inputs, kc_tensor *const *outputs, int n_outputs);
 
 /* Bytes of the activation arena planned for the last run's input shapes
  * (values share space once their last reader has run). */

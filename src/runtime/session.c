@@ -279,11 +279,12 @@ static kc_status kc_prepare(kc_session *s, const kc_tensor *const *inputs)
     return KC_OK;
 }
 
-kc_status kc_session_run(kc_session *s, const kc_tensor *const *inputs, int n_inputs,
-                         kc_tensor **outputs, int n_outputs)
+/* Validate, plan and run every node; the outputs are left in the arena. */
+static kc_status kc_session_exec(kc_session *s, const kc_tensor *const *inputs, int n_inputs,
+                                 int n_outputs)
 {
     kc_error_clear();
-    if (!s || (!inputs && n_inputs) || (!outputs && n_outputs))
+    if (!s || (!inputs && n_inputs))
         return kc_fail(KC_ERR_ARG, "kc_session_run: null argument");
     const kc_graph *g = s->graph;
     if (n_inputs != g->n_inputs)
@@ -315,8 +316,16 @@ kc_status kc_session_run(kc_session *s, const kc_tensor *const *inputs, int n_in
         s->mask[v] = NULL;
         s->mask_owned[v] = 0;
     }
-    if (st != KC_OK)
-        return st;
+    return st;
+}
+
+kc_status kc_session_run(kc_session *s, const kc_tensor *const *inputs, int n_inputs,
+                         kc_tensor **outputs, int n_outputs)
+{
+    if (!outputs && n_outputs)
+        return kc_fail(KC_ERR_ARG, "kc_session_run: null argument");
+    KC_TRY(kc_session_exec(s, inputs, n_inputs, n_outputs));
+    const kc_graph *g = s->graph;
     for (int i = 0; i < n_outputs; i++)
         outputs[i] = NULL;
     for (int i = 0; i < n_outputs; i++) {
@@ -329,6 +338,29 @@ kc_status kc_session_run(kc_session *s, const kc_tensor *const *inputs, int n_in
                 outputs[j] = NULL;
             }
             return st;
+        }
+        memcpy(outputs[i]->data, s->arena + s->plan.offset[v],
+               (size_t)kc_count(shape) * sizeof(float));
+    }
+    return KC_OK;
+}
+
+kc_status kc_session_run_into(kc_session *s, const kc_tensor *const *inputs, int n_inputs,
+                              kc_tensor *const *outputs, int n_outputs)
+{
+    if (!outputs && n_outputs)
+        return kc_fail(KC_ERR_ARG, "kc_session_run_into: null argument");
+    for (int i = 0; i < n_outputs; i++)
+        if (!outputs[i] || outputs[i]->dtype != KC_F32)
+            return kc_fail(KC_ERR_ARG, "output %d is null or not float32", i);
+    KC_TRY(kc_session_exec(s, inputs, n_inputs, n_outputs));
+    for (int i = 0; i < n_outputs; i++) {
+        int v = s->graph->outputs[i];
+        const kc_shape *shape = &s->plan.shape[v];
+        if (!kc_shape_equal(shape, &outputs[i]->shape)) {
+            char want[160];
+            kc_shape_format(shape, want, sizeof want);
+            return kc_fail(KC_ERR_SHAPE, "output %d must have shape %s", i, want);
         }
         memcpy(outputs[i]->data, s->arena + s->plan.offset[v],
                (size_t)kc_count(shape) * sizeof(float));
