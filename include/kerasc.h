@@ -117,6 +117,11 @@ typedef struct kc_session kc_session;
 
 typedef struct kc_session_options {
     int threads; /* 0 = all cores */
+    /* 1: direct convolutions only. By default eligible 3x3 stride-1
+     * convolutions use Winograd (about twice as fast; rounding differs
+     * from direct convolution by ~1e-6 relative, inside kerasc's 1e-4
+     * fidelity tolerance). KC_WINOGRAD=0 in the environment does the same. */
+    int exact;
 } kc_session_options;
 
 /* A session executes a loaded model on the CPU. It borrows the model,

@@ -1,6 +1,7 @@
 /* `kerasc bench MODEL [--batch B] [--iters N] [--warmup W] [--threads T]`:
  * load once, warm up, time N runs on seeded random input of the model's
  * shape; print medians, load time and peak RSS as "key: value" lines.
+ * --exact: direct convolutions only (kc_session_options.exact).
  * Under the allocation-counting shim (LD_PRELOAD=build/tests/
  * libkc_alloc_shim.so) it also prints the heap allocations per run after
  * the first (kc_session_run_into, outputs reused). */
@@ -79,6 +80,7 @@ int kc_cmd_bench(int argc, char **argv)
 {
     const char *path = NULL;
     long batch = 1, iters = 20, warmup = 3, threads = 0;
+    int exact = 0;
     for (int i = 0; i < argc; i++) {
         int has = i + 1 < argc, rc = 0;
         if (!strcmp(argv[i], "--batch") && has)
@@ -89,9 +91,12 @@ int kc_cmd_bench(int argc, char **argv)
             rc = kc_bench_int(argv[++i], "--warmup", 0, 1000, &warmup);
         else if (!strcmp(argv[i], "--threads") && has)
             rc = kc_bench_int(argv[++i], "--threads", 1, 1024, &threads);
+        else if (!strcmp(argv[i], "--exact"))
+            exact = 1;
         else if (argv[i][0] == '-' || path) {
             fprintf(stderr, "kerasc bench: unexpected argument '%s' (usage: kerasc bench MODEL "
-                            "[--batch B] [--iters N] [--warmup W] [--threads T])\n", argv[i]);
+                            "[--batch B] [--iters N] [--warmup W] [--threads T] [--exact])\n",
+                    argv[i]);
             return 2;
         } else
             path = argv[i];
@@ -105,7 +110,7 @@ int kc_cmd_bench(int argc, char **argv)
     double t0 = kc_now_ms();
     kc_model *m = NULL;
     kc_session *s = NULL;
-    kc_session_options so = {.threads = (int)threads};
+    kc_session_options so = {.threads = (int)threads, .exact = exact};
     if (kc_model_load(path, NULL, &m) != KC_OK || kc_session_new(m, &so, &s) != KC_OK) {
         fprintf(stderr, "kerasc: error: %s\n", kc_last_error());
         kc_model_free(m);

@@ -49,21 +49,21 @@ dnnl_primitive_attr_t kc_dnnl_attr_new(void)
     return attr;
 }
 
-/* The calling thread's scratchpad, at least `bytes` long (kept for the
- * thread's lifetime: it is what every later run reuses). */
-static void *kc_scratchpad(size_t bytes)
+void *kc_dnnl_workspace(int slot, size_t bytes)
 {
-    static __thread void *buf;
-    static __thread size_t cap;
-    if (bytes <= cap)
-        return buf;
+    static __thread void *buf[KC_DNNL_SLOTS];
+    static __thread size_t cap[KC_DNNL_SLOTS];
+    if (slot < 0 || slot >= KC_DNNL_SLOTS)
+        return NULL;
+    if (bytes <= cap[slot])
+        return buf[slot];
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes))
         return NULL;
-    free(buf);
-    buf = p;
-    cap = bytes;
-    return buf;
+    free(buf[slot]);
+    buf[slot] = p;
+    cap[slot] = bytes;
+    return p;
 }
 
 kc_status kc_dnnl_prim_init(kc_dnnl_prim *p, const_dnnl_primitive_desc_t pd, int n,
@@ -99,7 +99,7 @@ kc_status kc_dnnl_run(kc_dnnl_prim *p, void *const *ptrs)
     }
     int n = p->n;
     if (p->scratch) {
-        void *buf = kc_scratchpad(p->scratch_bytes);
+        void *buf = kc_dnnl_workspace(KC_DNNL_SLOT_SCRATCHPAD, p->scratch_bytes);
         if (!buf)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a oneDNN scratchpad");
         if (dnnl_memory_set_data_handle(p->scratch, buf) != dnnl_success)

@@ -19,6 +19,12 @@ typedef struct kc_dnnl_prim {
     size_t scratch_bytes;
 } kc_dnnl_prim;
 
+/* Per-thread buffers every primitive on the thread shares, each grown to
+ * the largest request and then kept: the scratchpad, and the blocked
+ * copies of a Winograd convolution's source and destination. */
+enum { KC_DNNL_SLOT_SCRATCHPAD, KC_DNNL_SLOT_SRC, KC_DNNL_SLOT_DST, KC_DNNL_SLOTS };
+void *kc_dnnl_workspace(int slot, size_t bytes);
+
 /* 1 when oneDNN may be used (KC_DNNL is not 0 and the engine exists). */
 int kc_dnnl_ready(void);
 dnnl_engine_t kc_dnnl_engine(void);

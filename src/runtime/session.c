@@ -31,6 +31,7 @@ struct kc_session {
     unsigned char **mask;    /* per value during a run, or NULL */
     unsigned char *mask_owned;
     int threads;
+    int exact;               /* kc_session_options.exact */
 };
 
 static kc_status kc_layer_error(kc_status st, const kc_layer *layer)
@@ -51,6 +52,7 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     s->model = model;
     s->graph = g;
     s->threads = options && options->threads > 0 ? options->threads : 0;
+    s->exact = options && options->exact;
     s->kernels = kc_calloc((size_t)g->n_nodes + 1, sizeof *s->kernels);
     s->mask = kc_calloc((size_t)g->n_values + 1, sizeof *s->mask);
     s->state = kc_calloc((size_t)g->n_nodes + 1, sizeof *s->state);
@@ -236,6 +238,7 @@ static kc_status kc_run_node(kc_session *s, int index)
         .keras_major = s->model->keras_major,
         .in_mask = node->n_inputs ? s->mask[node->inputs[0]] : NULL,
         .state = &s->state[index],
+        .exact = s->exact,
     };
     kc_status st;
     if (ctx.layer->channels_first && node->n_inputs > 0) {

@@ -210,6 +210,50 @@ static void test_residual_add_fusion(void **state)
     assert_int_equal(kc_app_fused_count("mobilenet_v2"), 52 + 35 + 10);
 }
 
+/* Winograd by default, direct convolutions with options.exact (and with
+ * KC_WINOGRAD=0, which must give the same bits as exact): the two differ
+ * in rounding only, within the fidelity tolerance. */
+static void test_exact_convolutions(void **state)
+{
+    (void)state;
+    const char *path = KC_TEST_DATA "/../apps/resnet50/model.keras";
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(path, NULL, &m), KC_OK);
+    kc_tensor *in = NULL, *out[3] = {0};
+    assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/../apps/resnet50/input_0.npy", &in),
+                     KC_OK);
+    kc_session_options fast = {0}, exact = {.exact = 1};
+    kc_session *s[3] = {0};
+    assert_int_equal(kc_session_new(m, &fast, &s[0]), KC_OK);
+    assert_int_equal(kc_session_new(m, &exact, &s[1]), KC_OK);
+    assert_int_equal(kc_session_new(m, &fast, &s[2]), KC_OK);
+    for (int i = 0; i < 3; i++) {
+        /* primitives are chosen at a session's first run */
+        if (i == 2)
+            setenv("KC_WINOGRAD", "0", 1);
+        assert_int_equal(kc_session_run(s[i], (const kc_tensor *const *)&in, 1, &out[i], 1),
+                         KC_OK);
+    }
+    unsetenv("KC_WINOGRAD");
+    const float *w = kc_tensor_cdata(out[0]), *e = kc_tensor_cdata(out[1]);
+    const float *env = kc_tensor_cdata(out[2]);
+    int64_t n = kc_tensor_count(out[1]);
+    assert_memory_equal(e, env, (size_t)n * sizeof(float));
+    float worst = 0, scale = 1;
+    for (int64_t i = 0; i < n; i++)
+        scale = fmaxf(scale, fabsf(e[i]));
+    for (int64_t i = 0; i < n; i++)
+        worst = fmaxf(worst, fabsf(w[i] - e[i]));
+    assert_true(worst > 0);              /* Winograd really ran */
+    assert_true(worst <= 1e-4f * scale); /* and stays inside the tolerance */
+    for (int i = 0; i < 3; i++) {
+        kc_tensor_free(out[i]);
+        kc_session_free(s[i]);
+    }
+    kc_tensor_free(in);
+    kc_model_free(m);
+}
+
 /* run_into checks the caller's tensors. */
 static void test_run_into_checks(void **state)
 {
@@ -247,6 +291,7 @@ int main(void)
         cmocka_unit_test(test_fusion_matches_unfused),
         cmocka_unit_test(test_residual_add_fusion),
         cmocka_unit_test(test_run_into_checks),
+        cmocka_unit_test(test_exact_convolutions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
