@@ -35,16 +35,20 @@ static void kc_geom_init(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_geom
     g->n = in->dims[0];
     g->c = in->dims[in->rank - 1];
     g->f = out->dims[out->rank - 1];
+    int64_t dims[KC_MAX_RANK];
+    memcpy(dims, in->dims, sizeof dims);
+    kc_conv_data_shape(a, dims, in->rank);
     for (int i = 0; i < 3; i++) {
         int axis = i - (3 - sp); /* spatial axis index in the attrs, or < 0 */
-        g->in[i] = axis >= 0 ? in->dims[1 + axis] : 1;
+        g->in[i] = axis >= 0 ? dims[1 + axis] : 1;
         g->out[i] = axis >= 0 ? out->dims[1 + axis] : 1;
         g->k[i] = axis >= 0 ? a->kernel[axis] : 1;
         g->s[i] = axis >= 0 ? a->strides[axis] : 1;
         g->d[i] = axis >= 0 ? a->dilation[axis] : 1;
         g->pad[i] = axis >= 0 && a->kind != KC_CONV_TRANSPOSE
                         ? kc_pad_before(g->in[i], g->out[i], g->k[i], g->s[i], g->d[i],
-                                        a->padding)
+                                        a->padding) +
+                              a->pad_before[axis]
                         : 0;
     }
 }

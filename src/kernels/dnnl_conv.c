@@ -119,10 +119,13 @@ static kc_status kc_dnnl_descs(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
     static const dnnl_format_tag_t gw_tag[] = {dnnl_wigo, dnnl_hwigo, dnnl_dhwigo};
     const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
     int sp = a->spatial, nd = sp + 2;
+    int64_t dims[KC_MAX_RANK];
+    memcpy(dims, in->dims, sizeof dims);
+    kc_conv_data_shape(a, dims, in->rank);
     dnnl_dims_t src = {in->dims[0], in->dims[in->rank - 1]};
     dnnl_dims_t dst = {out->dims[0], out->dims[out->rank - 1]};
     for (int i = 0; i < sp; i++) {
-        src[2 + i] = in->dims[1 + i];
+        src[2 + i] = dims[1 + i];
         dst[2 + i] = out->dims[1 + i];
     }
     int64_t cin = src[1], cout = dst[1];
@@ -244,6 +247,8 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
             pad_l[i] = 0;
             pad_r[i] = 0;
         }
+        pad_l[i] += a->pad_before[i]; /* a folded ZeroPadding */
+        pad_r[i] += a->pad_after[i];
     }
     /* Weights in whatever blocked layout the fastest implementation
      * wants ("any"), reordered once below; activations stay NHWC. */

@@ -11,6 +11,8 @@
  *    `accumulate` set (oneDNN's sum post-op), when nothing reads r after
  *    the convolution; an activation after that Add becomes the
  *    convolution's (applied after the sum, as Keras does after the Add).
+ *  - a ZeroPadding whose only reader is a "valid" plain/depthwise
+ *    convolution becomes that convolution's own (asymmetric) padding.
  * The absorbed node then produces nothing: its output is an alias of its
  * input (plan.c gives both one arena slot). KC_FUSE=0 turns this off. */
 #include "runtime/fuse.h"
@@ -26,6 +28,7 @@
 #include "ops/core.h"
 #include "ops/merge.h"
 #include "ops/norm.h"
+#include "ops/reshape.h"
 
 /* The producing node of value v, or -1. */
 static int kc_producer(const kc_graph *g, int v) { return g->values[v].producer; }
@@ -309,6 +312,42 @@ static kc_status kc_fuse_add(kc_fused *f, const kc_graph *g, int i)
     return KC_OK;
 }
 
+/* ---------------------------------------------- ZeroPadding folding */
+
+static kc_status kc_fuse_zeropad(kc_fused *f, const kc_graph *g, int i)
+{
+    const kc_node *n = &g->nodes[i];
+    const char *c = n->layer->class_name;
+    if ((strcmp(c, "ZeroPadding1D") && strcmp(c, "ZeroPadding2D")) || n->n_inputs != 1 ||
+        n->n_outputs != 1 || n->layer->n_calls != 1 || n->layer->channels_first)
+        return KC_OK;
+    int out = n->outputs[0], reader = -1;
+    if (kc_slot_readers(g, f, out, 0, &reader) != 1 || reader <= i)
+        return KC_OK;
+    const kc_node *cn = &g->nodes[reader];
+    const char *act = NULL;
+    if (cn->inputs[0] != out || cn->n_outputs != 1 || cn->layer->n_calls != 1 ||
+        cn->layer->channels_first || kc_host_of(cn->layer, &act) != KC_HOST_CONV)
+        return KC_OK;
+    const kc_conv_attrs *a = f->shadow[reader] ? f->shadow[reader]->attrs : cn->layer->attrs;
+    const kc_pad_attrs *p = n->layer->attrs;
+    if ((a->kind != KC_CONV_PLAIN && a->kind != KC_CONV_DEPTHWISE) || a->padding != 0 ||
+        a->spatial != p->spatial)
+        return KC_OK;
+    kc_layer *l = kc_fuse_own(f, reader, g);
+    if (!l)
+        return KC_ERR_NOMEM;
+    kc_conv_attrs *la = l->attrs;
+    for (int d = 0; d < p->spatial; d++) {
+        la->pad_before[d] += p->before[d];
+        la->pad_after[d] += p->after[d];
+    }
+    f->alias[out] = kc_resolve(f, n->inputs[0]);
+    f->skip[i] = 1;
+    f->n_fused++;
+    return KC_OK;
+}
+
 kc_status kc_fuse(const kc_graph *g, kc_fused *f)
 {
     memset(f, 0, sizeof *f);
@@ -360,6 +399,9 @@ kc_status kc_fuse(const kc_graph *g, kc_fused *f)
     for (int i = 0; i < g->n_nodes; i++)
         if (!f->skip[i] && !strcmp(g->nodes[i].layer->class_name, "Add"))
             KC_TRY(kc_fuse_add(f, g, i));
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!f->skip[i])
+            KC_TRY(kc_fuse_zeropad(f, g, i));
     return KC_OK;
 }
 

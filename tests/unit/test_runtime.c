@@ -200,14 +200,17 @@ static int kc_app_fused_count(const char *name)
 }
 
 /* Residual Adds fuse into the convolution before them (oneDNN sum
- * post-op), with the ReLU after the Add: ResNet50 (reduced) has 53 BN
- * folds, 33 conv ReLUs, 16 Adds and 16 ReLUs after them; MobileNetV2 52
- * BN folds, 35 ReLU6 and 10 Adds (linear bottlenecks, no activation). */
+ * post-op), with the ReLU after the Add, and ZeroPadding into the valid
+ * convolution after it: ResNet50 (reduced) has 53 BN folds, 33 conv ReLUs,
+ * 16 Adds and 16 ReLUs after them, 1 of its 2 ZeroPaddings before a conv
+ * (the other feeds MaxPooling); MobileNetV2 52 BN folds, 35 ReLU6, 10 Adds
+ * (linear bottlenecks, no activation) and 4 ZeroPaddings before stride-2
+ * depthwise convolutions. Fused outputs equal unfused ones (1e-4). */
 static void test_residual_add_fusion(void **state)
 {
     (void)state;
-    assert_int_equal(kc_app_fused_count("resnet50"), 53 + 33 + 16 + 16);
-    assert_int_equal(kc_app_fused_count("mobilenet_v2"), 52 + 35 + 10);
+    assert_int_equal(kc_app_fused_count("resnet50"), 53 + 33 + 16 + 16 + 1);
+    assert_int_equal(kc_app_fused_count("mobilenet_v2"), 52 + 35 + 10 + 4);
 }
 
 /* Winograd by default, direct convolutions with options.exact (and with
