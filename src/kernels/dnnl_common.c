@@ -14,6 +14,26 @@
 
 #include "base/threads.h"
 
+/* libgomp (see base/threads.c) */
+int omp_get_max_threads(void);
+void omp_set_num_threads(int n);
+
+int kc_dnnl_solo_enter(int solo)
+{
+    if (!solo)
+        return 0;
+    int prev = omp_get_max_threads();
+    if (prev > 1)
+        omp_set_num_threads(1);
+    return prev;
+}
+
+void kc_dnnl_solo_leave(int solo, int prev)
+{
+    if (solo && prev > 1)
+        omp_set_num_threads(prev);
+}
+
 static dnnl_engine_t kc_engine;
 static dnnl_stream_t kc_stream;
 static int kc_engine_ok;
@@ -106,8 +126,11 @@ kc_status kc_dnnl_run(kc_dnnl_prim *p, void *const *ptrs)
             return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN rejected its scratchpad");
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->scratch};
     }
-    if (dnnl_primitive_execute(p->prim, kc_stream, n, args) != dnnl_success ||
-        dnnl_stream_wait(kc_stream) != dnnl_success)
+    int prev = kc_dnnl_solo_enter(p->solo);
+    int bad = dnnl_primitive_execute(p->prim, kc_stream, n, args) != dnnl_success ||
+              dnnl_stream_wait(kc_stream) != dnnl_success;
+    kc_dnnl_solo_leave(p->solo, prev);
+    if (bad)
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN primitive failed to execute");
     return KC_OK;
 }

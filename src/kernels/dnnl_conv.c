@@ -27,7 +27,7 @@ typedef struct kc_dnnl_conv_state {
      * reordered into and out of per-thread buffers around it. */
     int wino;
     dnnl_memory_desc_t src_blk_md, dst_blk_md;
-    kc_dnnl_prim to_src, to_dst, from_dst; /* to_dst: only with accumulate */
+    kc_dnnl_prim to_src, from_dst;
 } kc_dnnl_conv_state;
 
 static void kc_dnnl_conv_free(kc_kernel_state *s)
@@ -35,7 +35,6 @@ static void kc_dnnl_conv_free(kc_kernel_state *s)
     kc_dnnl_conv_state *c = (kc_dnnl_conv_state *)s;
     kc_dnnl_prim_destroy(&c->prim);
     kc_dnnl_prim_destroy(&c->to_src);
-    kc_dnnl_prim_destroy(&c->to_dst);
     kc_dnnl_prim_destroy(&c->from_dst);
     free(c->w_packed);
     free(c);
@@ -159,13 +158,14 @@ static kc_status kc_dnnl_descs(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
  * ResNet's and Inception's 3x3 work) in about half the time of direct
  * convolution on this AVX-512 class of CPU, and its rounding stays inside
  * the fidelity tolerance (test_zoo). Direct convolution instead: with
- * ctx->exact (kc_session_options.exact, `--exact`), KC_WINOGRAD=0, or
- * streamed weights (Winograd weights are a transformed copy). */
+ * ctx->exact (kc_session_options.exact, `--exact`), KC_WINOGRAD=0,
+ * streamed weights (Winograd weights are a transformed copy), or a fused
+ * residual sum (no model at hand exercises that combination). */
 static int kc_dnnl_wino_eligible(const kc_exec_ctx *ctx, const kc_conv_attrs *a, int64_t groups,
                                  const kc_dnnl_conv_state *st)
 {
     const char *env = getenv("KC_WINOGRAD");
-    if (ctx->exact || st->w_plain || (env && !strcmp(env, "0")))
+    if (ctx->exact || st->w_plain || a->accumulate || (env && !strcmp(env, "0")))
         return 0;
     return a->kind == KC_CONV_PLAIN && a->spatial == 2 && groups == 1 && a->kernel[0] == 3 &&
            a->kernel[1] == 3 && a->strides[0] == 1 && a->strides[1] == 1 &&
@@ -212,15 +212,12 @@ static dnnl_primitive_desc_t kc_dnnl_wino_pd(kc_dnnl_conv_state *st, const dnnl_
 }
 
 /* The reorders around a Winograd primitive whose pd is given. */
-static kc_status kc_dnnl_wino_setup(kc_dnnl_conv_state *st, const_dnnl_primitive_desc_t pd,
-                                    int accumulate)
+static kc_status kc_dnnl_wino_setup(kc_dnnl_conv_state *st, const_dnnl_primitive_desc_t pd)
 {
     st->src_blk_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
     st->dst_blk_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
     KC_TRY(kc_dnnl_reorder_prim(&st->to_src, &st->src_md, &st->src_blk_md));
     KC_TRY(kc_dnnl_reorder_prim(&st->from_dst, &st->dst_blk_md, &st->dst_md));
-    if (accumulate)
-        KC_TRY(kc_dnnl_reorder_prim(&st->to_dst, &st->dst_md, &st->dst_blk_md));
     st->wino = 1;
     return KC_OK;
 }
@@ -265,10 +262,9 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN rejected the convolution's post-ops");
     if (kc_dnnl_wino_eligible(ctx, a, groups, st))
         pd = kc_dnnl_wino_pd(st, &w_any, pad_l, pad_r, attr);
-    if (pd && kc_dnnl_wino_setup(st, pd, a->accumulate) != KC_OK) {
+    if (pd && kc_dnnl_wino_setup(st, pd) != KC_OK) {
         kc_error_clear();
         kc_dnnl_prim_destroy(&st->to_src);
-        kc_dnnl_prim_destroy(&st->to_dst);
         kc_dnnl_prim_destroy(&st->from_dst);
         st->wino = 0;
         dnnl_primitive_desc_destroy(pd);
@@ -311,13 +307,19 @@ static kc_status kc_dnnl_execute(kc_dnnl_conv_state *st, const float *src, const
     if (!sb || !db)
         return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
     void *in[2] = {(void *)src, sb}, *conv[4] = {sb, wp, db, (void *)b}, *out[2] = {db, dst};
-    if (st->to_dst.prim) {
-        void *acc[2] = {dst, db};
-        KC_TRY(kc_dnnl_run(&st->to_dst, acc));
-    }
     KC_TRY(kc_dnnl_run(&st->to_src, in));
     KC_TRY(kc_dnnl_run(&st->prim, conv));
     return kc_dnnl_run(&st->from_dst, out);
+}
+
+/* Multiply-accumulates of the convolution (all images). */
+static int64_t kc_dnnl_conv_work(const kc_exec_ctx *ctx, const kc_conv_attrs *a, int64_t groups)
+{
+    const kc_shape *in = &ctx->in_shape[0];
+    int64_t macs = kc_count(&ctx->out_shape[0]) * (in->dims[in->rank - 1] / (groups ? groups : 1));
+    for (int i = 0; i < a->spatial; i++)
+        macs *= a->kernel[i];
+    return macs;
 }
 
 kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
@@ -345,7 +347,12 @@ kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         st->has_bias = a->use_bias;
         st->w_plain = ctx->w_ext != NULL;
         st->exact = ctx->exact;
-        if (kc_dnnl_build(ctx, a, st, groups) != KC_OK) {
+        int solo = kc_dnnl_conv_work(ctx, a, groups) < KC_DNNL_SOLO_WORK;
+        int prev = kc_dnnl_solo_enter(solo);
+        kc_status bst = kc_dnnl_build(ctx, a, st, groups);
+        kc_dnnl_solo_leave(solo, prev);
+        st->prim.solo = st->to_src.solo = st->from_dst.solo = solo;
+        if (bst != KC_OK) {
             kc_dnnl_conv_free(&st->base);
             return KC_OK; /* not handled: the GEMM path runs instead */
         }

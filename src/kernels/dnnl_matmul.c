@@ -73,7 +73,13 @@ kc_status kc_dnnl_dense(const kc_exec_ctx *ctx, int *handled)
         if (!st)
             return KC_ERR_NOMEM;
         st->base.free = kc_dnnl_matmul_free;
-        if (kc_dnnl_matmul_build(ctx, st) != KC_OK) {
+        const kc_dense_attrs *a = ctx->layer->attrs;
+        int solo = kc_count(&ctx->in_shape[0]) * a->units < KC_DNNL_SOLO_WORK;
+        int prev = kc_dnnl_solo_enter(solo);
+        kc_status bst = kc_dnnl_matmul_build(ctx, st);
+        kc_dnnl_solo_leave(solo, prev);
+        st->prim.solo = solo;
+        if (bst != KC_OK) {
             kc_dnnl_matmul_free(&st->base);
             kc_error_clear();
             return KC_OK; /* not handled: the GEMM path runs instead */

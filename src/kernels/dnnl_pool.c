@@ -83,7 +83,15 @@ kc_status kc_dnnl_pool(const kc_exec_ctx *ctx, int *handled)
         if (!st)
             return KC_ERR_NOMEM;
         st->base.free = kc_dnnl_pool_free;
-        if (kc_dnnl_pool_build(ctx, a, st) != KC_OK) {
+        int64_t work = kc_count(&ctx->out_shape[0]);
+        for (int i = 0; i < a->spatial; i++)
+            work *= a->pool[i];
+        int solo = work < KC_DNNL_SOLO_WORK;
+        int prev = kc_dnnl_solo_enter(solo);
+        kc_status bst = kc_dnnl_pool_build(ctx, a, st);
+        kc_dnnl_solo_leave(solo, prev);
+        st->prim.solo = solo;
+        if (bst != KC_OK) {
             kc_dnnl_pool_free(&st->base);
             kc_error_clear();
             return KC_OK; /* not handled: the loops run instead */
