@@ -139,8 +139,10 @@ kc_status kc_session_run(kc_session *session, const kc_tensor *const *inputs, in
                          kc_tensor **outputs, int n_outputs);
 /* The same, writing into caller-owned float32 tensors of the outputs'
  * shapes (a shape mismatch is KC_ERR_SHAPE, after the run). Once a session
- * has run at these input shapes, a run allocates no heap memory (kerasc
- * bench reports allocs_per_inference under its allocation-counting shim). */
+ * has run at these input shapes, kerasc itself allocates nothing per run;
+ * oneDNN's primitive execution still makes a few small allocations (its
+ * argument map, 7-8 per primitive) and none of 64 KiB or more (kerasc
+ * bench reports both under its allocation-counting shim, tests/alloc/). */
 kc_status kc_session_run_into(kc_session *session, const kc_tensor *const *inputs,
                               int n_inputs, kc_tensor *const *outputs, int n_outputs);
 
