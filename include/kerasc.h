@@ -153,6 +153,11 @@ typedef struct kc_session_options {
      * bytes of weights are paged in ahead of use; 0 = no bound. A layer
      * larger than it is an error that names the minimum. */
     size_t host_memory;
+    /* 1: direct convolutions only. By default eligible 3x3 stride-1
+     * convolutions use Winograd (about twice as fast; rounding differs
+     * from direct convolution by ~1e-6 relative, inside kerasc's 1e-4
+     * fidelity tolerance). KC_WINOGRAD=0 in the environment does the same. */
+    int exact;
 } kc_session_options;
 
 /* A session executes a loaded model on the CPU. It borrows the model,
@@ -168,6 +173,14 @@ void kc_session_free(kc_session *session);
  * order, which the caller frees with kc_tensor_free. */
 kc_status kc_session_run(kc_session *session, const kc_tensor *const *inputs, int n_inputs,
                          kc_tensor **outputs, int n_outputs);
+/* The same, writing into caller-owned float32 tensors of the outputs'
+ * shapes (a shape mismatch is KC_ERR_SHAPE, after the run). Once a session
+ * has run at these input shapes, kerasc itself allocates nothing per run;
+ * oneDNN's primitive execution still makes a few small allocations (its
+ * argument map, 7-8 per primitive) and none of 64 KiB or more (kerasc
+ * bench reports both under its allocation-counting shim, tests/alloc/). */
+kc_status kc_session_run_into(kc_session *session, const kc_tensor *const *inputs,
+                              int n_inputs, kc_tensor *const *outputs, int n_outputs);
 
 /* Bytes of the activation arena planned for the last run's input shapes
  * (values share space once their last reader has run). */

@@ -77,6 +77,7 @@ typedef struct kc_backend_call {
     void *workspace;                  /* `workspace_bytes` of device memory */
     size_t workspace_size;
     void **state;                     /* this node's slot for backend state */
+    int exact;                        /* direct algorithms only (no Winograd) */
 } kc_backend_call;
 
 typedef struct kc_backend_iface {

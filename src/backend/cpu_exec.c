@@ -78,6 +78,7 @@ kc_status kc_cpu_exec(kc_kernel_fn fn, const kc_backend_call *call, kc_kernel_st
         .in_mask = call->in_mask,
         .state = state,
         .w_ext = call->w,
+        .exact = call->exact,
     };
     if (ctx.layer->channels_first && ctx.n_in > 0)
         return kc_run_channels_first(fn, &ctx);

@@ -1,6 +1,11 @@
 /* `kerasc bench MODEL [--batch B] [--iters N] [--warmup W] [--threads T]`:
  * load once, warm up, time N runs on seeded random input of the model's
- * shape; print medians, load time and peak RSS as "key: value" lines. */
+ * shape; print medians, load time and peak RSS as "key: value" lines.
+ * --exact: direct convolutions only (kc_session_options.exact).
+ * Under the allocation-counting shim (LD_PRELOAD=build/tests/
+ * libkc_alloc_shim.so) it also prints the heap allocations per run after
+ * the first (kc_session_run_into, outputs reused). */
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,11 +65,24 @@ static kc_status kc_bench_input(const kc_model *m, int i, long batch, kc_tensor 
     return KC_OK;
 }
 
+typedef unsigned long (*kc_alloc_count_fn)(void);
+
+/* One of the shim's counters, or NULL when it is not preloaded. */
+static kc_alloc_count_fn kc_alloc_counter(const char *name)
+{
+    void *sym = dlsym(RTLD_DEFAULT, name);
+    kc_alloc_count_fn fn = NULL;
+    if (sym)
+        memcpy(&fn, &sym, sizeof fn);
+    return fn;
+}
+
 int kc_cmd_bench(int argc, char **argv)
 {
     const char *path = NULL;
     long batch = 1, iters = 20, warmup = 3, threads = 0;
     kc_cli_placement placement = {0};
+    int exact = 0;
     for (int i = 0; i < argc; i++) {
         int has = i + 1 < argc, rc = 0;
         int placed = kc_cli_placement_arg("bench", argc, argv, &i, &placement);
@@ -80,9 +98,11 @@ int kc_cmd_bench(int argc, char **argv)
             rc = kc_bench_int(argv[++i], "--warmup", 0, 1000, &warmup);
         else if (!strcmp(argv[i], "--threads") && has)
             rc = kc_bench_int(argv[++i], "--threads", 1, 1024, &threads);
+        else if (!strcmp(argv[i], "--exact"))
+            exact = 1;
         else if (argv[i][0] == '-' || path) {
             fprintf(stderr, "kerasc bench: unexpected argument '%s' (usage: kerasc bench MODEL "
-                            "[--batch B] [--iters N] [--warmup W] [--threads T] "
+                            "[--batch B] [--iters N] [--warmup W] [--threads T] [--exact] "
                             KC_CLI_PLACEMENT_USAGE ")\n", argv[i]);
             return 2;
         } else
@@ -97,7 +117,7 @@ int kc_cmd_bench(int argc, char **argv)
     double t0 = kc_now_ms();
     kc_model *m = NULL;
     kc_session *s = NULL;
-    kc_session_options so = {.threads = (int)threads};
+    kc_session_options so = {.threads = (int)threads, .exact = exact};
     kc_cli_placement_apply(&placement, &so);
     kc_load_options lo = {0};
     kc_cli_placement_load(&placement, &lo);
@@ -116,20 +136,36 @@ int kc_cmd_bench(int argc, char **argv)
         if (kc_bench_input(m, i, batch, &in[i]) != KC_OK)
             rc = 1;
     double first_ms = 0;
+    kc_alloc_count_fn counter = kc_alloc_counter("kc_alloc_shim_count");
+    kc_alloc_count_fn large = kc_alloc_counter("kc_alloc_shim_large");
+    if (!large)
+        counter = NULL;
+    unsigned long allocs_from = 0, large_from = 0;
+    long counted = 0;
     for (long it = 0; !rc && it < warmup + iters; it++) {
+        if (it == 1 && counter) {
+            allocs_from = counter();
+            large_from = large();
+        }
         double a = kc_now_ms();
-        if (kc_session_run(s, (const kc_tensor *const *)in, n_in, out, n_out) != KC_OK)
+        /* The first run plans and returns the outputs; later runs write
+         * into them, as a steady-state user would. */
+        kc_status st = it == 0 ? kc_session_run(s, (const kc_tensor *const *)in, n_in, out, n_out)
+                               : kc_session_run_into(s, (const kc_tensor *const *)in, n_in, out,
+                                                     n_out);
+        if (st != KC_OK)
             rc = 1;
         double dt = kc_now_ms() - a;
         if (it == 0)
             first_ms = dt;
         if (it >= warmup)
             times[it - warmup] = dt;
-        for (int o = 0; o < n_out; o++) {
-            kc_tensor_free(out[o]);
-            out[o] = NULL;
-        }
+        counted += it >= 1;
     }
+    unsigned long allocs = counter && counted ? counter() - allocs_from : 0;
+    unsigned long large_allocs = counter && counted ? large() - large_from : 0;
+    for (int o = 0; o < n_out; o++)
+        kc_tensor_free(out[o]);
     if (rc) {
         fprintf(stderr, "kerasc: error: %s\n", kc_last_error()[0] ? kc_last_error() : "out of memory");
     } else {
@@ -146,6 +182,14 @@ int kc_cmd_bench(int argc, char **argv)
                "min_ms: %.3f\nmax_ms: %.3f\narena_bytes: %zu\npeak_rss_kb: %ld\n",
                load_ms, first_ms, median, median / (double)batch, times[0], times[iters - 1],
                kc_session_arena_bytes(s), ru.ru_maxrss);
+        kc_param_counts pc = kc_model_params(m);
+        printf("weight_f32_bytes: %lld\n", (long long)pc.total * 4);
+        if (counter && counted)
+            printf("allocs_per_inference: %.2f\nlarge_allocs_per_inference: %.2f\n",
+                   (double)allocs / (double)counted, (double)large_allocs / (double)counted);
+        else
+            printf("allocs_per_inference: unmeasured (needs LD_PRELOAD of the counting shim "
+                   "and --iters + --warmup >= 2)\n");
         if (kc_session_device_peak_bytes(s))
             printf("device_peak_bytes: %zu\n", kc_session_device_peak_bytes(s));
         if (placement.stats) /* the last timed run */

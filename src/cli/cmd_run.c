@@ -25,12 +25,13 @@ typedef struct kc_run_args {
     kc_cli_net net;
     const char *split;
     int stages;
+    int exact; /* --exact: direct convolutions only */
 } kc_run_args;
 
 static int kc_run_usage(const char *why)
 {
     fprintf(stderr, "kerasc run: %s (usage: kerasc run MODEL --input X.npy [--input ...] "
-                    "--output Y.npy [--output ...] [--weights FILE] [--threads N] "
+                    "--output Y.npy [--output ...] [--weights FILE] [--threads N] [--exact] "
                     KC_CLI_PLACEMENT_USAGE ")\n", why);
     return 2;
 }
@@ -66,6 +67,8 @@ static int kc_run_parse(int argc, char **argv, kc_run_args *a)
             a->outputs[a->n_outputs++] = argv[++i];
         } else if (strcmp(arg, "--weights") == 0 && has_value) {
             a->weights = argv[++i];
+        } else if (strcmp(arg, "--exact") == 0) {
+            a->exact = 1;
         } else if (strcmp(arg, "--threads") == 0 && has_value) {
             char *end;
             long t = strtol(argv[++i], &end, 10);
@@ -201,7 +204,7 @@ int kc_cmd_run(int argc, char **argv)
     for (int i = 0; !rc && i < a.n_inputs; i++)
         if (kc_tensor_load_npy(files[i], &in[i]) != KC_OK)
             rc = kc_run_fail(NULL);
-    kc_session_options so = {.threads = a.threads};
+    kc_session_options so = {.threads = a.threads, .exact = a.exact};
     kc_cli_placement_apply(&a.placement, &so);
     if (!rc && a.net.cluster) {
         rc = kc_run_cluster(m, &a, in, out, n_out);

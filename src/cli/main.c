@@ -1,6 +1,8 @@
 /* kerasc command-line tool: dispatch to one function per subcommand. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "kerasc.h"
@@ -15,7 +17,7 @@ static void kc_usage(FILE *out)
             "      load a Keras model (.keras zip or directory, legacy .h5, JSON\n"
             "      architecture + --weights, TensorFlow.js model.json) and print its\n"
             "      layers, shapes and parameter counts\n"
-            "  run MODEL --input X.npy [--input ...] --output Y.npy [--output ...]\n"
+            "  run MODEL --input X.npy [--input ...] --output Y.npy [--output ...] [--exact]\n"
             "      run the model on NumPy inputs (in the model's input order, or\n"
             "      NAME=FILE) and write its outputs in the model's output order;\n"
             "      placement: --device, --place, --variables, --device-memory, --trace, ...\n"
@@ -25,7 +27,7 @@ static void kc_usage(FILE *out)
             "          [--top K] [--labels imagenet|nsfwjs|FILE]\n"
             "          [--interpolation bilinear|nearest|bilinear-align-corners]\n"
             "      classify JPEG/PNG images and print the top-K classes\n"
-            "  bench MODEL [--batch B] [--iters N] [--warmup W] [--threads T]\n"
+            "  bench MODEL [--batch B] [--iters N] [--warmup W] [--threads T] [--exact]\n"
             "      time inference on random input: median ms per image, load time,\n"
             "      peak RSS\n"
             "  keygen NAME [--force]\n"
@@ -58,8 +60,29 @@ static const struct {
     {"layers", kc_cmd_layers},
 };
 
+/* oneDNN's OpenMP workers spin between layers by default. On a machine
+ * whose cores other processes share, a spinning worker holds a core the
+ * descheduled one needs, and every layer waits at its barrier for a time
+ * slice: measured here with 2 threads under load, ResNet50 batch 1 went
+ * from 45 ms (passive) to 90-900 ms (spinning), MobileNetV2 from 6 to
+ * 230 ms; on an idle machine passive costs ~0-30%. libgomp reads
+ * OMP_WAIT_POLICY only when it is loaded, so the commands that run models
+ * re-execute themselves once with it set, unless the user chose a policy. */
+static void kc_omp_policy(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY"))
+        return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+    /* exec failed: carry on with libgomp's default policy */
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && (!strcmp(argv[1], "run") || !strcmp(argv[1], "predict") ||
+                      !strcmp(argv[1], "bench") || !strcmp(argv[1], "serve")))
+        kc_omp_policy(argv);
     if (argc < 2) {
         kc_usage(stderr);
         return 2;

@@ -1,9 +1,11 @@
 /* Shared kernel helpers: activations, softmax, GEMM, registry lookup. */
 #include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/threads.h"
 #include "kernels/kernel.h"
 
 static const kc_kernel_entry *const kc_kernel_families[] = {
@@ -59,14 +61,19 @@ void kc_gemm(int64_t m, int64_t n, int64_t k, const float *a, const float *b, fl
             memset(c, 0, (size_t)(m * n) * sizeof *c);
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)k,
-                1.0f, a, (blasint)k, b, (blasint)n, accumulate ? 1.0f : 0.0f, c, (blasint)n);
+    kc_gemm_ld(m, n, k, a, k, b, n, 0, c, n, accumulate);
 }
 
 void kc_gemm_ld(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                 int64_t ldb, int trans_b, float *c, int64_t ldc, int accumulate)
 {
     if (m == 0 || n == 0 || k == 0)
+        return;
+    /* oneDNN's GEMM shares the OpenMP pool with the convolutions (see
+     * base/threads.c); OpenBLAS is the plain path. */
+    if (kc_dnnl_enabled() &&
+        dnnl_sgemm('N', trans_b ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb,
+                   accumulate ? 1.0f : 0.0f, c, ldc) == dnnl_success)
         return;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (blasint)m,
                 (blasint)n, (blasint)k, 1.0f, a, (blasint)lda, b, (blasint)ldb,

@@ -35,16 +35,20 @@ static void kc_geom_init(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_geom
     g->n = in->dims[0];
     g->c = in->dims[in->rank - 1];
     g->f = out->dims[out->rank - 1];
+    int64_t dims[KC_MAX_RANK];
+    memcpy(dims, in->dims, sizeof dims);
+    kc_conv_data_shape(a, dims, in->rank);
     for (int i = 0; i < 3; i++) {
         int axis = i - (3 - sp); /* spatial axis index in the attrs, or < 0 */
-        g->in[i] = axis >= 0 ? in->dims[1 + axis] : 1;
+        g->in[i] = axis >= 0 ? dims[1 + axis] : 1;
         g->out[i] = axis >= 0 ? out->dims[1 + axis] : 1;
         g->k[i] = axis >= 0 ? a->kernel[axis] : 1;
         g->s[i] = axis >= 0 ? a->strides[axis] : 1;
         g->d[i] = axis >= 0 ? a->dilation[axis] : 1;
         g->pad[i] = axis >= 0 && a->kind != KC_CONV_TRANSPOSE
                         ? kc_pad_before(g->in[i], g->out[i], g->k[i], g->s[i], g->d[i],
-                                        a->padding)
+                                        a->padding) +
+                              a->pad_before[axis]
                         : 0;
     }
 }
@@ -106,14 +110,14 @@ static kc_status kc_conv_plain(const kc_exec_ctx *ctx, const kc_conv_attrs *a)
         const float *img = ctx->in[0] + b * in_img;
         float *y = ctx->out[0] + b * rows * g.f;
         if (pointwise) {
-            kc_gemm(rows, g.f, g.c, img, w, y, 0);
+            kc_gemm(rows, g.f, g.c, img, w, y, a->accumulate);
         } else {
             for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
                 int64_t r1 = r0 + chunk < rows ? r0 + chunk : rows;
                 for (int64_t gi = 0; gi < groups; gi++) {
                     kc_im2col(&g, img, r0, r1, gi * cg, cg, cols);
                     kc_gemm_ld(r1 - r0, fg, kk, cols, kk, w + gi * fg, g.f, 0,
-                               y + r0 * g.f + gi * fg, g.f, 0);
+                               y + r0 * g.f + gi * fg, g.f, a->accumulate);
                 }
             }
         }
@@ -124,9 +128,9 @@ static kc_status kc_conv_plain(const kc_exec_ctx *ctx, const kc_conv_attrs *a)
                                g.f);
 }
 
-/* out[.., c*dm + m] = sum_k in[.., c] * K[k, c, m] */
+/* out[.., c*dm + m] = sum_k in[.., c] * K[k, c, m] (+ out if accumulate) */
 static void kc_depthwise(const kc_geom *g, int64_t dm, const float *in, const float *w,
-                         const float *bias, float *out)
+                         const float *bias, int accumulate, float *out)
 {
     int64_t cout = g->c * dm;
     for (int64_t b = 0; b < g->n; b++)
@@ -134,7 +138,7 @@ static void kc_depthwise(const kc_geom *g, int64_t dm, const float *in, const fl
             for (int64_t ox = 0; ox < g->out[2]; ox++) {
                 float *o = out + ((b * g->out[1] + oy) * g->out[2] + ox) * cout;
                 for (int64_t j = 0; j < cout; j++)
-                    o[j] = bias ? bias[j] : 0.0f;
+                    o[j] = (accumulate ? o[j] : 0.0f) + (bias ? bias[j] : 0.0f);
                 for (int64_t ky = 0; ky < g->k[1]; ky++) {
                     int64_t iy = oy * g->s[1] + ky * g->d[1] - g->pad[1];
                     if (iy < 0 || iy >= g->in[1])
@@ -162,7 +166,8 @@ static kc_status kc_conv_depthwise(const kc_exec_ctx *ctx, const kc_conv_attrs *
     kc_geom g;
     kc_geom_init(ctx, a, &g);
     const float *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
-    kc_depthwise(&g, a->depth_multiplier, ctx->in[0], kc_w(ctx, 0), bias, ctx->out[0]);
+    kc_depthwise(&g, a->depth_multiplier, ctx->in[0], kc_w(ctx, 0), bias, a->accumulate,
+                 ctx->out[0]);
     int64_t n = kc_count(&ctx->out_shape[0]);
     return kc_activation_apply(a->activation, ctx->keras_major, ctx->out[0], n, g.f);
 }
@@ -176,7 +181,7 @@ static kc_status kc_conv_separable(const kc_exec_ctx *ctx, const kc_conv_attrs *
     float *mid = kc_scratch(rows * mid_c);
     if (!mid)
         return KC_ERR_NOMEM;
-    kc_depthwise(&g, a->depth_multiplier, ctx->in[0], kc_w(ctx, 0), NULL, mid);
+    kc_depthwise(&g, a->depth_multiplier, ctx->in[0], kc_w(ctx, 0), NULL, 0, mid);
     kc_gemm(rows, g.f, mid_c, mid, kc_w(ctx, 1), ctx->out[0], 0);
     free(mid);
     kc_add_bias(ctx->out[0], a->use_bias ? kc_w(ctx, 2) : NULL, rows, g.f);

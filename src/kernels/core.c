@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/dnnl_matmul.h"
 #include "kernels/kernel.h"
 #include "ops/core.h"
 
@@ -14,6 +15,10 @@ static kc_status kc_dense(const kc_exec_ctx *ctx)
     int64_t m = kc_count(in) / (k ? k : 1);
     int64_t n = a->units;
     float *y = ctx->out[0];
+    int handled = 0;
+    KC_TRY(kc_dnnl_dense(ctx, &handled));
+    if (handled)
+        return kc_activation_apply(a->activation, ctx->keras_major, y, m * n, n);
     const float *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
     if (bias)
         for (int64_t r = 0; r < m; r++)

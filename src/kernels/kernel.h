@@ -35,6 +35,8 @@ typedef struct kc_exec_ctx {
      * a kernel reads them afresh each run and caches nothing derived from
      * them (it may still cache shape-only state such as a primitive). */
     const float *const *w_ext;
+    /* Direct convolutions only (no Winograd): kc_session_options.exact. */
+    int exact;
 } kc_exec_ctx;
 
 typedef kc_status (*kc_kernel_fn)(const kc_exec_ctx *ctx);

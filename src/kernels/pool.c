@@ -4,6 +4,7 @@
 #include <float.h>
 #include <string.h>
 
+#include "kernels/dnnl_pool.h"
 #include "kernels/kernel.h"
 #include "ops/pool.h"
 
@@ -98,9 +99,14 @@ static kc_status kc_pool_global(const kc_exec_ctx *ctx, const kc_pool_attrs *a)
         const float *p = ctx->in[0] + b * cells * c;
         for (int64_t j = 0; j < c; j++)
             o[j] = a->kind == KC_POOL_MAX ? -FLT_MAX : 0.0f;
-        for (int64_t i = 0; i < cells; i++, p += c)
-            for (int64_t j = 0; j < c; j++)
-                o[j] = a->kind == KC_POOL_MAX ? (p[j] > o[j] ? p[j] : o[j]) : o[j] + p[j];
+        if (a->kind == KC_POOL_MAX)
+            for (int64_t i = 0; i < cells; i++, p += c)
+                for (int64_t j = 0; j < c; j++)
+                    o[j] = p[j] > o[j] ? p[j] : o[j];
+        else
+            for (int64_t i = 0; i < cells; i++, p += c)
+                for (int64_t j = 0; j < c; j++)
+                    o[j] += p[j];
         if (a->kind == KC_POOL_AVG && cells)
             for (int64_t j = 0; j < c; j++)
                 o[j] /= (float)cells;
@@ -111,7 +117,11 @@ static kc_status kc_pool_global(const kc_exec_ctx *ctx, const kc_pool_attrs *a)
 static kc_status kc_pool(const kc_exec_ctx *ctx)
 {
     const kc_pool_attrs *a = ctx->layer->attrs;
-    return a->global ? kc_pool_global(ctx, a) : kc_pool_window(ctx, a);
+    if (a->global)
+        return kc_pool_global(ctx, a);
+    int handled = 0;
+    KC_TRY(kc_dnnl_pool(ctx, &handled));
+    return handled ? KC_OK : kc_pool_window(ctx, a);
 }
 
 const kc_kernel_entry kc_kernels_pool[] = {

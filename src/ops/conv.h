@@ -25,6 +25,22 @@ typedef struct kc_conv_attrs {
     int64_t depth_multiplier;
     int use_bias;
     const char *activation;
+    /* Set only on session-owned copies (runtime/fuse.c): the output buffer
+     * holds a residual the convolution adds to before its activation (a
+     * fused Add). Plain and depthwise kinds, channels_last. */
+    int accumulate;
+    /* Also session copies only: a ZeroPadding folded into this "valid"
+     * convolution. The input value then has the padded shape but holds
+     * the unpadded data; the kernel pads by these instead. */
+    int64_t pad_before[3], pad_after[3];
 } kc_conv_attrs;
+
+/* The shape of the data a convolution really reads: `in` less a folded
+ * ZeroPadding (pad_before/pad_after), NHWC-style (spatial axes 1..). */
+static inline void kc_conv_data_shape(const kc_conv_attrs *a, int64_t *dims, int rank)
+{
+    for (int i = 0; i < a->spatial && 1 + i < rank; i++)
+        dims[1 + i] -= a->pad_before[i] + a->pad_after[i];
+}
 
 #endif

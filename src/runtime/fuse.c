@@ -6,6 +6,13 @@
  *    arithmetic, reassociated;
  *  - an Activation / ReLU layer after a convolution or Dense with a linear
  *    activation becomes that layer's own activation.
+ *  - an Add of a convolution's output and an earlier value r (a residual
+ *    connection) becomes the convolution writing into r's slot with
+ *    `accumulate` set (oneDNN's sum post-op), when nothing reads r after
+ *    the convolution; an activation after that Add becomes the
+ *    convolution's (applied after the sum, as Keras does after the Add).
+ *  - a ZeroPadding whose only reader is a "valid" plain/depthwise
+ *    convolution becomes that convolution's own (asymmetric) padding.
  * The absorbed node then produces nothing: its output is an alias of its
  * input (plan.c gives both one arena slot). KC_FUSE=0 turns this off. */
 #include "runtime/fuse.h"
@@ -19,7 +26,9 @@
 #include "ops/activation.h"
 #include "ops/conv.h"
 #include "ops/core.h"
+#include "ops/merge.h"
 #include "ops/norm.h"
+#include "ops/reshape.h"
 
 /* The producing node of value v, or -1. */
 static int kc_producer(const kc_graph *g, int v) { return g->values[v].producer; }
@@ -170,6 +179,175 @@ static int kc_resolve(const kc_fused *f, int v)
     return v;
 }
 
+/* ------------------------------------------------- residual Add fusion */
+
+static int kc_is_output(const kc_graph *g, int v)
+{
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i] == v)
+            return 1;
+    return 0;
+}
+
+/* Check every value stored in root's slot: none is a model output, each
+ * was produced before node `before`, and no node other than `except`
+ * (and nodes absorbed by fusion) reads one at or after `before`. */
+static int kc_slot_free_after(const kc_graph *g, const kc_fused *f, int root, int before,
+                              int except)
+{
+    for (int v = 0; v < g->n_values; v++) {
+        if (kc_resolve(f, v) != root)
+            continue;
+        if (kc_is_output(g, v) || kc_producer(g, v) < 0 || kc_producer(g, v) >= before)
+            return 0;
+        for (int i = before; i < g->n_nodes; i++) {
+            if (i == except || f->skip[i])
+                continue;
+            for (int j = 0; j < g->nodes[i].n_inputs; j++)
+                if (g->nodes[i].inputs[j] == v)
+                    return 0;
+        }
+    }
+    return 1;
+}
+
+/* Readers (node index >= from) of any value in root's slot, not counting
+ * absorbed nodes; *only is the last one found. A model output counts as
+ * many readers. */
+static int kc_slot_readers(const kc_graph *g, const kc_fused *f, int root, int from, int *only)
+{
+    int n = 0;
+    for (int v = 0; v < g->n_values; v++) {
+        if (kc_resolve(f, v) != root)
+            continue;
+        if (kc_is_output(g, v))
+            return 99;
+        for (int i = from; i < g->n_nodes; i++) {
+            if (f->skip[i])
+                continue;
+            for (int j = 0; j < g->nodes[i].n_inputs; j++)
+                if (g->nodes[i].inputs[j] == v) {
+                    n++;
+                    *only = i;
+                }
+        }
+    }
+    return n;
+}
+
+/* The convolution node whose output `v` (resolved) is, when it can take a
+ * fused sum: plain or depthwise, channels_last, called once, linear. */
+static int kc_sum_host(const kc_graph *g, const kc_fused *f, int v)
+{
+    int h = kc_producer(g, v);
+    const char *act = NULL;
+    if (h < 0 || g->nodes[h].n_outputs != 1 || g->nodes[h].layer->n_calls != 1 ||
+        g->nodes[h].layer->channels_first ||
+        kc_host_of(g->nodes[h].layer, &act) != KC_HOST_CONV)
+        return -1;
+    const kc_layer *l = f->shadow[h] ? f->shadow[h] : g->nodes[h].layer;
+    const kc_conv_attrs *a = l->attrs;
+    if ((a->kind != KC_CONV_PLAIN && a->kind != KC_CONV_DEPTHWISE) || a->accumulate ||
+        strcmp(a->activation, "linear") != 0)
+        return -1;
+    return h;
+}
+
+static int kc_static_shape_equal(const kc_shape *a, const kc_shape *b)
+{
+    if (a->rank != b->rank || a->rank < 2)
+        return 0;
+    for (int d = 1; d < a->rank; d++)
+        if (a->dims[d] < 0 || a->dims[d] != b->dims[d])
+            return 0;
+    return 1;
+}
+
+/* Fuse Add node i (and an activation reading it) into a convolution. */
+static kc_status kc_fuse_add(kc_fused *f, const kc_graph *g, int i)
+{
+    const kc_node *n = &g->nodes[i];
+    if (n->n_inputs != 2 || n->n_outputs != 1 || n->layer->n_calls != 1 ||
+        ((const kc_merge_attrs *)n->layer->attrs)->kind != KC_MERGE_ADD ||
+        !kc_static_shape_equal(&g->values[n->inputs[0]].shape,
+                               &g->values[n->inputs[1]].shape) ||
+        !kc_static_shape_equal(&g->values[n->inputs[0]].shape,
+                               &g->values[n->outputs[0]].shape))
+        return KC_OK;
+    int best = -1, best_c = -1, best_r = -1;
+    for (int k = 0; k < 2; k++) {
+        int c = kc_resolve(f, n->inputs[k]), r = kc_resolve(f, n->inputs[1 - k]);
+        int h = kc_sum_host(g, f, c), only = -1;
+        if (h < 0 || h <= best || c == r || kc_slot_readers(g, f, c, 0, &only) != 1 ||
+            only != i || !kc_slot_free_after(g, f, r, h, i))
+            continue;
+        best = h;
+        best_c = c;
+        best_r = r;
+    }
+    if (best < 0)
+        return KC_OK;
+    kc_layer *l = kc_fuse_own(f, best, g);
+    if (!l)
+        return KC_ERR_NOMEM;
+    ((kc_conv_attrs *)l->attrs)->accumulate = 1;
+    f->alias[best_c] = best_r;
+    f->alias[n->outputs[0]] = best_r;
+    f->skip[i] = 1;
+    f->n_fused++;
+    /* An activation that alone reads the sum runs as the conv's own. */
+    int reader = -1;
+    if (kc_slot_readers(g, f, best_r, i + 1, &reader) != 1)
+        return KC_OK;
+    const kc_node *an = &g->nodes[reader];
+    const char *act = an->n_inputs == 1 && an->n_outputs == 1 && an->layer->n_calls == 1
+                          ? kc_plain_activation(an->layer)
+                          : NULL;
+    if (act && kc_resolve(f, an->inputs[0]) == best_r) {
+        *kc_host_activation(l) = act;
+        f->alias[an->outputs[0]] = best_r;
+        f->skip[reader] = 1;
+        f->n_fused++;
+    }
+    return KC_OK;
+}
+
+/* ---------------------------------------------- ZeroPadding folding */
+
+static kc_status kc_fuse_zeropad(kc_fused *f, const kc_graph *g, int i)
+{
+    const kc_node *n = &g->nodes[i];
+    const char *c = n->layer->class_name;
+    if ((strcmp(c, "ZeroPadding1D") && strcmp(c, "ZeroPadding2D")) || n->n_inputs != 1 ||
+        n->n_outputs != 1 || n->layer->n_calls != 1 || n->layer->channels_first)
+        return KC_OK;
+    int out = n->outputs[0], reader = -1;
+    if (kc_slot_readers(g, f, out, 0, &reader) != 1 || reader <= i)
+        return KC_OK;
+    const kc_node *cn = &g->nodes[reader];
+    const char *act = NULL;
+    if (cn->inputs[0] != out || cn->n_outputs != 1 || cn->layer->n_calls != 1 ||
+        cn->layer->channels_first || kc_host_of(cn->layer, &act) != KC_HOST_CONV)
+        return KC_OK;
+    const kc_conv_attrs *a = f->shadow[reader] ? f->shadow[reader]->attrs : cn->layer->attrs;
+    const kc_pad_attrs *p = n->layer->attrs;
+    if ((a->kind != KC_CONV_PLAIN && a->kind != KC_CONV_DEPTHWISE) || a->padding != 0 ||
+        a->spatial != p->spatial)
+        return KC_OK;
+    kc_layer *l = kc_fuse_own(f, reader, g);
+    if (!l)
+        return KC_ERR_NOMEM;
+    kc_conv_attrs *la = l->attrs;
+    for (int d = 0; d < p->spatial; d++) {
+        la->pad_before[d] += p->before[d];
+        la->pad_after[d] += p->after[d];
+    }
+    f->alias[out] = kc_resolve(f, n->inputs[0]);
+    f->skip[i] = 1;
+    f->n_fused++;
+    return KC_OK;
+}
+
 kc_status kc_fuse(const kc_graph *g, int allowed, kc_fused *f)
 {
     memset(f, 0, sizeof *f);
@@ -218,6 +396,12 @@ kc_status kc_fuse(const kc_graph *g, int allowed, kc_fused *f)
             f->n_fused++;
         }
     }
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!f->skip[i] && !strcmp(g->nodes[i].layer->class_name, "Add"))
+            KC_TRY(kc_fuse_add(f, g, i));
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!f->skip[i])
+            KC_TRY(kc_fuse_zeropad(f, g, i));
     return KC_OK;
 }
 

@@ -7,12 +7,12 @@
  * shape: each value gets an offset, and a value's space is reused after its
  * last reader (liveness), so peak memory is the widest cut of the graph,
  * not the sum of all activations. */
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "base/threads.h"
 #include "backend/cpu_exec.h"
 #include "kernels/kernel.h"
 #include "model/model_internal.h"
@@ -43,6 +43,7 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     s->threads = options && options->threads > 0 ? options->threads : 0;
     s->microbatch = options && options->microbatch > 0 ? options->microbatch : 0;
     s->stage_first = s->stage_last = -1;
+    s->exact = options && options->exact;
     s->kernels = kc_calloc((size_t)g->n_nodes + 1, sizeof *s->kernels);
     s->mask = kc_calloc((size_t)g->n_values + 1, sizeof *s->mask);
     s->state = kc_calloc((size_t)g->n_nodes + 1, sizeof *s->state);
@@ -86,8 +87,6 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
             return sst;
         }
     }
-    if (s->threads > 0)
-        openblas_set_num_threads(s->threads);
     *out = s;
     return KC_OK;
 }
@@ -191,6 +190,7 @@ kc_status kc_session_run_node(kc_session *s, int index)
         .out_shape = out_shape,
         .n_out = node->n_outputs,
         .in_mask = node->n_inputs ? s->mask[node->inputs[0]] : NULL,
+        .exact = s->exact,
     };
     kc_status st = kc_cpu_exec(s->kernels[index], &call, &s->state[index]);
     if (st != KC_OK)
@@ -251,10 +251,11 @@ kc_status kc_session_run(kc_session *s, const kc_tensor *const *inputs, int n_in
     return kc_session_run_whole(s, inputs, n_inputs, outputs, n_outputs);
 }
 
-kc_status kc_session_run_whole(kc_session *s, const kc_tensor *const *inputs, int n_inputs,
-                               kc_tensor **outputs, int n_outputs)
+/* Validate, plan and run every node; the outputs are left in the arena. */
+static kc_status kc_session_exec(kc_session *s, const kc_tensor *const *inputs, int n_inputs,
+                                 int n_outputs)
 {
-    if (!s || (!inputs && n_inputs) || (!outputs && n_outputs))
+    if (!s || (!inputs && n_inputs))
         return kc_fail(KC_ERR_ARG, "kc_session_run: null argument");
     const kc_graph *g = s->graph;
     if (n_inputs != g->n_inputs)
@@ -274,6 +275,7 @@ kc_status kc_session_run_whole(kc_session *s, const kc_tensor *const *inputs, in
                            (long long)inputs[0]->shape.dims[0],
                            (long long)inputs[i]->shape.dims[0]);
     KC_TRY(kc_session_prepare(s, inputs));
+    kc_threads_enter(s->threads);
     for (int i = 0; i < n_inputs; i++)
         kc_to_f32(inputs[i], s->arena + s->plan.offset[g->inputs[i]]);
     kc_status st = KC_OK;
@@ -287,8 +289,16 @@ kc_status kc_session_run_whole(kc_session *s, const kc_tensor *const *inputs, in
         s->mask[v] = NULL;
         s->mask_owned[v] = 0;
     }
-    if (st != KC_OK)
-        return st;
+    return st;
+}
+
+kc_status kc_session_run_whole(kc_session *s, const kc_tensor *const *inputs, int n_inputs,
+                               kc_tensor **outputs, int n_outputs)
+{
+    if (!outputs && n_outputs)
+        return kc_fail(KC_ERR_ARG, "kc_session_run: null argument");
+    KC_TRY(kc_session_exec(s, inputs, n_inputs, n_outputs));
+    const kc_graph *g = s->graph;
     for (int i = 0; i < n_outputs; i++)
         outputs[i] = NULL;
     for (int i = 0; i < n_outputs; i++) {
@@ -301,6 +311,30 @@ kc_status kc_session_run_whole(kc_session *s, const kc_tensor *const *inputs, in
                 outputs[j] = NULL;
             }
             return st;
+        }
+        memcpy(outputs[i]->data, s->arena + s->plan.offset[v],
+               (size_t)kc_count(shape) * sizeof(float));
+    }
+    return KC_OK;
+}
+
+kc_status kc_session_run_into(kc_session *s, const kc_tensor *const *inputs, int n_inputs,
+                              kc_tensor *const *outputs, int n_outputs)
+{
+    kc_error_clear();
+    if (!outputs && n_outputs)
+        return kc_fail(KC_ERR_ARG, "kc_session_run_into: null argument");
+    for (int i = 0; i < n_outputs; i++)
+        if (!outputs[i] || outputs[i]->dtype != KC_F32)
+            return kc_fail(KC_ERR_ARG, "output %d is null or not float32", i);
+    KC_TRY(kc_session_exec(s, inputs, n_inputs, n_outputs));
+    for (int i = 0; i < n_outputs; i++) {
+        int v = s->graph->outputs[i];
+        const kc_shape *shape = &s->plan.shape[v];
+        if (!kc_shape_equal(shape, &outputs[i]->shape)) {
+            char want[160];
+            kc_shape_format(shape, want, sizeof want);
+            return kc_fail(KC_ERR_SHAPE, "output %d must have shape %s", i, want);
         }
         memcpy(outputs[i]->data, s->arena + s->plan.offset[v],
                (size_t)kc_count(shape) * sizeof(float));

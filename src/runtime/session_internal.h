@@ -21,6 +21,7 @@ struct kc_session {
     unsigned char **mask;    /* per value during a run, or NULL */
     unsigned char *mask_owned;
     int threads;
+    int exact;               /* kc_session_options.exact: no Winograd */
     struct kc_sched *sched;  /* placement / residency, or NULL: all on the host */
     int64_t microbatch;      /* throughput mode, 0 = off */
     /* A pipeline stage (stage.c): only nodes [first, last] run, fed the

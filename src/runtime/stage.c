@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "base/threads.h"
 #include "model/model_internal.h"
 #include "runtime/plan.h"
 #include "runtime/sched.h"
@@ -184,6 +185,7 @@ kc_status kc_session_run_stage(kc_session *s, int64_t batch, const kc_tensor *co
         out[i] = NULL;
     KC_TRY(kc_stage_prepare(s, batch));
     KC_TRY(kc_stage_inputs_in(s, in));
+    kc_threads_enter(s->threads);
     kc_status st = KC_OK;
     if (s->sched)
         st = kc_sched_run(s->sched);

@@ -163,6 +163,128 @@ static void test_fusion_matches_unfused(void **state)
     kc_model_free(m);
 }
 
+/* Run app `name` fused and unfused on its golden input; outputs agree. */
+static int kc_app_fused_count(const char *name)
+{
+    char path[512], input[512];
+    snprintf(path, sizeof path, KC_TEST_DATA "/../apps/%s/model.keras", name);
+    snprintf(input, sizeof input, KC_TEST_DATA "/../apps/%s/input_0.npy", name);
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(path, NULL, &m), KC_OK);
+    kc_tensor *in = NULL, *a_out = NULL, *b_out = NULL;
+    assert_int_equal(kc_tensor_load_npy(input, &in), KC_OK);
+    kc_session *fused = NULL, *plain = NULL;
+    assert_int_equal(kc_session_new(m, NULL, &fused), KC_OK);
+    setenv("KC_FUSE", "0", 1);
+    assert_int_equal(kc_session_new(m, NULL, &plain), KC_OK);
+    unsetenv("KC_FUSE");
+    int n = kc_session_fused_nodes(fused);
+    assert_int_equal(kc_session_run(fused, (const kc_tensor *const *)&in, 1, &a_out, 1), KC_OK);
+    assert_int_equal(kc_session_run(plain, (const kc_tensor *const *)&in, 1, &b_out, 1), KC_OK);
+    const float *a = kc_tensor_cdata(a_out), *b = kc_tensor_cdata(b_out);
+    for (int64_t i = 0; i < kc_tensor_count(b_out); i++)
+        assert_true(fabsf(a[i] - b[i]) <= 1e-4f * fmaxf(1.0f, fabsf(b[i])));
+    /* run_into writes the same values into the caller's tensor */
+    memset(kc_tensor_data(a_out), 0, (size_t)kc_tensor_count(a_out) * sizeof(float));
+    assert_int_equal(kc_session_run_into(fused, (const kc_tensor *const *)&in, 1, &a_out, 1),
+                     KC_OK);
+    for (int64_t i = 0; i < kc_tensor_count(b_out); i++)
+        assert_true(fabsf(a[i] - b[i]) <= 1e-4f * fmaxf(1.0f, fabsf(b[i])));
+    kc_tensor_free(in);
+    kc_tensor_free(a_out);
+    kc_tensor_free(b_out);
+    kc_session_free(fused);
+    kc_session_free(plain);
+    kc_model_free(m);
+    return n;
+}
+
+/* Residual Adds fuse into the convolution before them (oneDNN sum
+ * post-op), with the ReLU after the Add, and ZeroPadding into the valid
+ * convolution after it: ResNet50 (reduced) has 53 BN folds, 33 conv ReLUs,
+ * 16 Adds and 16 ReLUs after them, 1 of its 2 ZeroPaddings before a conv
+ * (the other feeds MaxPooling); MobileNetV2 52 BN folds, 35 ReLU6, 10 Adds
+ * (linear bottlenecks, no activation) and 4 ZeroPaddings before stride-2
+ * depthwise convolutions. Fused outputs equal unfused ones (1e-4). */
+static void test_residual_add_fusion(void **state)
+{
+    (void)state;
+    assert_int_equal(kc_app_fused_count("resnet50"), 53 + 33 + 16 + 16 + 1);
+    assert_int_equal(kc_app_fused_count("mobilenet_v2"), 52 + 35 + 10 + 4);
+}
+
+/* Winograd by default, direct convolutions with options.exact (and with
+ * KC_WINOGRAD=0, which must give the same bits as exact): the two differ
+ * in rounding only, within the fidelity tolerance. */
+static void test_exact_convolutions(void **state)
+{
+    (void)state;
+    const char *path = KC_TEST_DATA "/../apps/resnet50/model.keras";
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(path, NULL, &m), KC_OK);
+    kc_tensor *in = NULL, *out[3] = {0};
+    assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/../apps/resnet50/input_0.npy", &in),
+                     KC_OK);
+    kc_session_options fast = {0}, exact = {.exact = 1};
+    kc_session *s[3] = {0};
+    assert_int_equal(kc_session_new(m, &fast, &s[0]), KC_OK);
+    assert_int_equal(kc_session_new(m, &exact, &s[1]), KC_OK);
+    assert_int_equal(kc_session_new(m, &fast, &s[2]), KC_OK);
+    for (int i = 0; i < 3; i++) {
+        /* primitives are chosen at a session's first run */
+        if (i == 2)
+            setenv("KC_WINOGRAD", "0", 1);
+        assert_int_equal(kc_session_run(s[i], (const kc_tensor *const *)&in, 1, &out[i], 1),
+                         KC_OK);
+    }
+    unsetenv("KC_WINOGRAD");
+    const float *w = kc_tensor_cdata(out[0]), *e = kc_tensor_cdata(out[1]);
+    const float *env = kc_tensor_cdata(out[2]);
+    int64_t n = kc_tensor_count(out[1]);
+    assert_memory_equal(e, env, (size_t)n * sizeof(float));
+    float worst = 0, scale = 1;
+    for (int64_t i = 0; i < n; i++)
+        scale = fmaxf(scale, fabsf(e[i]));
+    for (int64_t i = 0; i < n; i++)
+        worst = fmaxf(worst, fabsf(w[i] - e[i]));
+    assert_true(worst > 0);              /* Winograd really ran */
+    assert_true(worst <= 1e-4f * scale); /* and stays inside the tolerance */
+    for (int i = 0; i < 3; i++) {
+        kc_tensor_free(out[i]);
+        kc_session_free(s[i]);
+    }
+    kc_tensor_free(in);
+    kc_model_free(m);
+}
+
+/* run_into checks the caller's tensors. */
+static void test_run_into_checks(void **state)
+{
+    (void)state;
+    const char *path = KC_TEST_DATA "/../zoo/dense_relu/model.keras";
+    kc_model *m = NULL;
+    kc_session *s = NULL;
+    assert_int_equal(kc_model_load(path, NULL, &m), KC_OK);
+    assert_int_equal(kc_session_new(m, NULL, &s), KC_OK);
+    int64_t dims[KC_MAX_RANK];
+    int rank = kc_model_input_shape(m, 0, dims);
+    dims[0] = 2;
+    kc_tensor *in = NULL, *bad = NULL;
+    assert_int_equal(kc_tensor_new(KC_F32, rank, dims, &in), KC_OK);
+    memset(kc_tensor_data(in), 0, (size_t)kc_tensor_count(in) * sizeof(float));
+    int64_t bad_dims[2] = {3, 1};
+    assert_int_equal(kc_tensor_new(KC_F32, 2, bad_dims, &bad), KC_OK);
+    assert_int_equal(kc_session_run_into(s, (const kc_tensor *const *)&in, 1, &bad, 1),
+                     KC_ERR_SHAPE);
+    kc_tensor *none = NULL;
+    assert_int_equal(kc_session_run_into(s, (const kc_tensor *const *)&in, 1, &none, 1),
+                     KC_ERR_ARG);
+    kc_tensor_free(in);
+    kc_tensor_free(bad);
+    kc_session_free(s);
+    kc_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -170,6 +292,9 @@ int main(void)
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_long_chain),
         cmocka_unit_test(test_fusion_matches_unfused),
+        cmocka_unit_test(test_residual_add_fusion),
+        cmocka_unit_test(test_run_into_checks),
+        cmocka_unit_test(test_exact_convolutions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

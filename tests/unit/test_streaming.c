@@ -290,7 +290,7 @@ static void test_microbatches(void **state)
     assert_int_equal(kc_session_new(f->model, NULL, &s), KC_OK);
     assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&batch5, 1, &whole, 1), KC_OK);
     kc_session_free(s);
-    kc_session_options o = {.variables = "/CPU:0", .device_memory = 400 << 10, .microbatch = 2};
+    kc_session_options o = {.variables = "/CPU:0", .device_memory = 300 << 10, .microbatch = 2};
     assert_int_equal(kc_session_new(f->model, &o, &s), KC_OK);
     if (kc_session_run(s, (const kc_tensor *const *)&batch5, 1, &split, 1) != KC_OK)
         fail_msg("micro-batched run: %s", kc_last_error());

@@ -83,7 +83,8 @@ ROWS = [
          iters={1: (10, 2), 8: (3, 1)}),
 ]
 QUICK_ROW = "mobilenet_v2"
-NUM_KEYS = ("load_ms", "first_run_ms", "median_ms", "median_ms_per_image", "min_ms", "max_ms", "peak_rss_kb")
+NUM_KEYS = ("load_ms", "first_run_ms", "median_ms", "median_ms_per_image", "min_ms", "max_ms", "peak_rss_kb",
+            "arena_bytes", "weight_f32_bytes")
 
 
 def row_paths(row):
@@ -315,7 +316,7 @@ def markdown(table, runners, meta, sgemm):
              "node ~45 MB and python+libtorch ~150 MB before any model):")
     L.append("")
     head2 = ["model", "batch"] + [f"{RUNNER_TITLE[r]} load+1st" for r in runners] + \
-        [f"{RUNNER_TITLE[r]} RSS" for r in runners]
+        [f"{RUNNER_TITLE[r]} RSS" for r in runners] + ["kerasc RSS budget"]
     L.append("| " + " | ".join(head2) + " |")
     L.append("|" + "---|" * 2 + "---:|" * (len(head2) - 2))
     for e in table:
@@ -330,7 +331,15 @@ def markdown(table, runners, meta, sgemm):
                     cells.append(s)
                 else:
                     cells.append("—")
+        k = e["runners"].get("kerasc") or {}
+        if k.get("weight_f32_bytes") is not None and k.get("arena_bytes") is not None:
+            cells.append(f"{(k['weight_f32_bytes'] + k['arena_bytes']) / 2**20 + 64:.0f}")
+        else:
+            cells.append("—")
         L.append("| " + " | ".join(cells) + " |")
+    L.append("")
+    L.append("kerasc RSS budget: the issue's bound, float32 weight bytes + planned activation arena + "
+             "64 MiB (MB), to read against kerasc RSS.")
     L.append("")
     L.append("ms/img: median over rounds of each run's median time per batch / batch (warm-up excluded). "
              "GFLOP/s: 2 × multiply-accumulates per image (conv + dense, counted from the architecture: "
@@ -425,8 +434,10 @@ def quick(a, kerasc, raw_dir):
         print(f"baseline written: {os.path.relpath(a.baseline, ROOT)}")
         return 0
     if not os.path.exists(a.baseline):
-        print(f"baseline: none ({os.path.relpath(a.baseline, ROOT)} missing): nothing to compare")
-        return 0
+        # A guard without its reference would pass silently: fail instead.
+        print(f"bench --quick: FAILED: baseline {os.path.relpath(a.baseline, ROOT)} missing "
+              "(record one with --write-baseline)", file=sys.stderr)
+        return 1
     base = read_baseline(a.baseline)
     limit = 2.0 * base
     verdict = "ok" if ratio <= limit else "FAIL"

@@ -1,0 +1,148 @@
+/* oneDNN plumbing shared by the conv and pool kernels.
+ *
+ * Scratchpads: by default oneDNN allocates a primitive's scratchpad on
+ * every execution (and frees it after), which for the large convolutions
+ * is an mmap/munmap plus page faults per layer per run. kerasc asks for
+ * user-managed scratchpads and hands every primitive one buffer per
+ * calling thread, grown to the largest need and then reused: nothing is
+ * allocated per run once every layer has run once. */
+#include "kernels/dnnl_common.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/threads.h"
+
+/* libgomp (see base/threads.c) */
+int omp_get_max_threads(void);
+void omp_set_num_threads(int n);
+
+int kc_dnnl_solo_enter(int solo)
+{
+    if (!solo)
+        return 0;
+    int prev = omp_get_max_threads();
+    if (prev > 1)
+        omp_set_num_threads(1);
+    return prev;
+}
+
+void kc_dnnl_solo_leave(int solo, int prev)
+{
+    if (solo && prev > 1)
+        omp_set_num_threads(prev);
+}
+
+static dnnl_engine_t kc_engine;
+static dnnl_stream_t kc_stream;
+static int kc_engine_ok;
+static pthread_once_t kc_engine_once = PTHREAD_ONCE_INIT;
+
+static void kc_engine_init(void)
+{
+    kc_engine_ok = dnnl_engine_create(&kc_engine, dnnl_cpu, 0) == dnnl_success &&
+                   dnnl_stream_create(&kc_stream, kc_engine, dnnl_stream_default_flags) ==
+                       dnnl_success;
+}
+
+int kc_dnnl_ready(void)
+{
+    if (!kc_dnnl_enabled())
+        return 0;
+    pthread_once(&kc_engine_once, kc_engine_init);
+    return kc_engine_ok;
+}
+
+dnnl_engine_t kc_dnnl_engine(void) { return kc_engine; }
+
+dnnl_primitive_attr_t kc_dnnl_attr_new(void)
+{
+    dnnl_primitive_attr_t attr = NULL;
+    if (dnnl_primitive_attr_create(&attr) != dnnl_success)
+        return NULL;
+    if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) !=
+        dnnl_success) {
+        dnnl_primitive_attr_destroy(attr);
+        return NULL;
+    }
+    return attr;
+}
+
+void *kc_dnnl_workspace(int slot, size_t bytes)
+{
+    static __thread void *buf[KC_DNNL_SLOTS];
+    static __thread size_t cap[KC_DNNL_SLOTS];
+    if (slot < 0 || slot >= KC_DNNL_SLOTS)
+        return NULL;
+    if (bytes <= cap[slot])
+        return buf[slot];
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes))
+        return NULL;
+    free(buf[slot]);
+    buf[slot] = p;
+    cap[slot] = bytes;
+    return p;
+}
+
+kc_status kc_dnnl_prim_init(kc_dnnl_prim *p, const_dnnl_primitive_desc_t pd, int n,
+                            const int *args, const dnnl_memory_desc_t *const *mds)
+{
+    memset(p, 0, sizeof *p);
+    if (n > KC_DNNL_MAX_ARGS)
+        return kc_fail(KC_ERR_LIMIT, "too many oneDNN arguments");
+    if (dnnl_primitive_create(&p->prim, pd) != dnnl_success)
+        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN could not create the primitive");
+    p->n = n;
+    for (int i = 0; i < n; i++) {
+        p->arg[i] = args[i];
+        if (dnnl_memory_create(&p->mem[i], mds[i], kc_engine, DNNL_MEMORY_NONE) !=
+            dnnl_success)
+            return kc_fail(KC_ERR_NOMEM, "oneDNN memory creation failed");
+    }
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    p->scratch_bytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
+    if (p->scratch_bytes &&
+        dnnl_memory_create(&p->scratch, smd, kc_engine, DNNL_MEMORY_NONE) != dnnl_success)
+        return kc_fail(KC_ERR_NOMEM, "oneDNN memory creation failed");
+    return KC_OK;
+}
+
+kc_status kc_dnnl_run(kc_dnnl_prim *p, void *const *ptrs)
+{
+    dnnl_exec_arg_t args[KC_DNNL_MAX_ARGS + 1];
+    for (int i = 0; i < p->n; i++) {
+        if (dnnl_memory_set_data_handle(p->mem[i], ptrs[i]) != dnnl_success)
+            return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN rejected a buffer");
+        args[i] = (dnnl_exec_arg_t){p->arg[i], p->mem[i]};
+    }
+    int n = p->n;
+    if (p->scratch) {
+        void *buf = kc_dnnl_workspace(KC_DNNL_SLOT_SCRATCHPAD, p->scratch_bytes);
+        if (!buf)
+            return kc_fail(KC_ERR_NOMEM, "out of memory for a oneDNN scratchpad");
+        if (dnnl_memory_set_data_handle(p->scratch, buf) != dnnl_success)
+            return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN rejected its scratchpad");
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->scratch};
+    }
+    int prev = kc_dnnl_solo_enter(p->solo);
+    int bad = dnnl_primitive_execute(p->prim, kc_stream, n, args) != dnnl_success ||
+              dnnl_stream_wait(kc_stream) != dnnl_success;
+    kc_dnnl_solo_leave(p->solo, prev);
+    if (bad)
+        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN primitive failed to execute");
+    return KC_OK;
+}
+
+void kc_dnnl_prim_destroy(kc_dnnl_prim *p)
+{
+    for (int i = 0; i < p->n; i++)
+        if (p->mem[i])
+            dnnl_memory_destroy(p->mem[i]);
+    if (p->scratch)
+        dnnl_memory_destroy(p->scratch);
+    if (p->prim)
+        dnnl_primitive_destroy(p->prim);
+    memset(p, 0, sizeof *p);
+}

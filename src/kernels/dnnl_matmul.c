@@ -1,0 +1,94 @@
+/* Dense as a oneDNN matmul primitive, built once per node and input
+ * shape: x (m, k) · W (k, n) + b, W read in place in Keras's layout (so
+ * streamed weights, ctx->w_ext, need nothing else). Unlike dnnl_sgemm,
+ * which allocates its packing buffers on every call with more than one
+ * row, a primitive packs into the user scratchpad (dnnl_common.c). */
+#include "kernels/dnnl_matmul.h"
+
+#include <stdlib.h>
+
+#include "base/mem.h"
+#include "kernels/dnnl_common.h"
+#include "ops/core.h"
+
+typedef struct kc_dnnl_matmul_state {
+    kc_kernel_state base;
+    kc_shape in_shape;
+    kc_dnnl_prim prim;
+    int has_bias;
+} kc_dnnl_matmul_state;
+
+static void kc_dnnl_matmul_free(kc_kernel_state *s)
+{
+    kc_dnnl_matmul_state *m = (kc_dnnl_matmul_state *)s;
+    kc_dnnl_prim_destroy(&m->prim);
+    free(m);
+}
+
+static kc_status kc_dnnl_matmul_build(const kc_exec_ctx *ctx, kc_dnnl_matmul_state *st)
+{
+    const kc_dense_attrs *a = ctx->layer->attrs;
+    const kc_shape *in = &ctx->in_shape[0];
+    int64_t k = in->dims[in->rank - 1];
+    dnnl_dims_t src = {kc_count(in) / (k ? k : 1), k}, w = {k, a->units}, dst = {src[0], a->units};
+    dnnl_dims_t b = {1, a->units};
+    dnnl_memory_desc_t src_md, w_md, b_md, dst_md;
+    dnnl_matmul_desc_t desc;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_attr_t attr = kc_dnnl_attr_new();
+    st->has_bias = a->use_bias;
+    if (!attr || k < 1 || src[0] < 1 ||
+        dnnl_memory_desc_init_by_tag(&src_md, 2, src, dnnl_f32, dnnl_ab) ||
+        dnnl_memory_desc_init_by_tag(&w_md, 2, w, dnnl_f32, dnnl_ab) ||
+        dnnl_memory_desc_init_by_tag(&b_md, 2, b, dnnl_f32, dnnl_ab) ||
+        dnnl_memory_desc_init_by_tag(&dst_md, 2, dst, dnnl_f32, dnnl_ab) ||
+        dnnl_matmul_desc_init(&desc, &src_md, &w_md, st->has_bias ? &b_md : NULL, &dst_md) ||
+        dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL)) {
+        if (attr)
+            dnnl_primitive_attr_destroy(attr);
+        return KC_ERR_UNSUPPORTED;
+    }
+    dnnl_primitive_attr_destroy(attr);
+    static const int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
+    const dnnl_memory_desc_t *mds[4] = {&src_md, &w_md, &dst_md, &b_md};
+    kc_status s = kc_dnnl_prim_init(&st->prim, pd, st->has_bias ? 4 : 3, args, mds);
+    dnnl_primitive_desc_destroy(pd);
+    st->in_shape = *in;
+    return s;
+}
+
+kc_status kc_dnnl_dense(const kc_exec_ctx *ctx, int *handled)
+{
+    *handled = 0;
+    if (!ctx->state || !kc_dnnl_ready())
+        return KC_OK;
+    kc_dnnl_matmul_state *st = (kc_dnnl_matmul_state *)*ctx->state;
+    if (st && !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])) {
+        st->base.free(&st->base);
+        *ctx->state = NULL;
+        st = NULL;
+    }
+    if (!st) {
+        st = kc_calloc(1, sizeof *st);
+        if (!st)
+            return KC_ERR_NOMEM;
+        st->base.free = kc_dnnl_matmul_free;
+        const kc_dense_attrs *a = ctx->layer->attrs;
+        int solo = kc_count(&ctx->in_shape[0]) * a->units < KC_DNNL_SOLO_WORK;
+        int prev = kc_dnnl_solo_enter(solo);
+        kc_status bst = kc_dnnl_matmul_build(ctx, st);
+        kc_dnnl_solo_leave(solo, prev);
+        st->prim.solo = solo;
+        if (bst != KC_OK) {
+            kc_dnnl_matmul_free(&st->base);
+            kc_error_clear();
+            return KC_OK; /* not handled: the GEMM path runs instead */
+        }
+        *ctx->state = &st->base;
+    }
+    void *ptrs[4] = {(void *)ctx->in[0], (void *)kc_w(ctx, 0), ctx->out[0],
+                     (void *)kc_w(ctx, 1)};
+    KC_TRY(kc_dnnl_run(&st->prim, ptrs));
+    *handled = 1;
+    return KC_OK;
+}

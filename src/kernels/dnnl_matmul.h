@@ -1,0 +1,11 @@
+/* Dense through a oneDNN matmul primitive (see dnnl_matmul.c). */
+#ifndef KC_DNNL_MATMUL_H
+#define KC_DNNL_MATMUL_H
+
+#include "kernels/kernel.h"
+
+/* y = x·W (+ b) over the last axis; *handled = 0 means the caller runs
+ * its own GEMM (KC_DNNL=0 forces that). The activation is the caller's. */
+kc_status kc_dnnl_dense(const kc_exec_ctx *ctx, int *handled);
+
+#endif
