@@ -9,9 +9,9 @@
 set -u
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
-RATE=${2:-200}          # Mbit/s per link
-BATCH=${3:-64}
-MB=${4:-4}
+RATE=${2:-100}          # Mbit/s per link
+BATCH=${3:-128}
+MB=${4:-8}
 K=$(pwd)/$BUILD/kerasc
 T=$(mktemp -d /tmp/kc-cluster-bench.XXXXXX)
 NS=kcb$$
@@ -69,7 +69,8 @@ for stages in 2 3; do
   out=$(run)
   cuts=$(sed -n 's/^cuts: //p' <<<"$out")
   compute=$(sed -n 's/^stage [0-9]*: compute \([0-9.]*\) ms.*/\1/p' <<<"$out" | sort -g | tail -1)
-  bytes=$(sed -n 's/^stage [1-9][0-9]*: compute [0-9.]* ms per micro-batch; \([0-9]*\) bytes.*/\1/p' <<<"$out" | sort -g | tail -1)
+  # every link is capped, the client's into stage 0 included
+  bytes=$(sed -n 's/^stage [0-9]*: compute [0-9.]* ms per micro-batch; \([0-9]*\) bytes.*/\1/p' <<<"$out" | sort -g | tail -1)
   achieved=$(sed -n 's/.*achieved \([0-9.]*\) ms per micro-batch.*/\1/p' <<<"$out")
   if [[ -z "$achieved" ]]; then echo "| $stages | run failed: $(tail -1 <<<"$out") |"; continue; fi
   /usr/bin/python3 - "$stages" "$cuts" "$compute" "${bytes:-0}" "$rate_bps" "$achieved" <<'PY'
