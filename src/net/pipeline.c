@@ -333,14 +333,19 @@ kc_status kc_cluster_query(kc_net *net, const kc_cluster_addr *addr, int timeout
         kc_tensor *t = NULL;
         int64_t dims[1] = {(int64_t)(probe_bytes / sizeof(float))};
         s = kc_tensor_new(KC_F32, 1, dims, &t);
-        if (s == KC_OK) {
-            kc_msg_tensors(&msg, KC_WIRE_PING, 2, 0, &t, 1);
+        /* Twice, keeping the faster: the first pays for fresh buffers'
+         * page faults on both ends. */
+        *probe_seconds = -1;
+        for (uint64_t id = 2; s == KC_OK && id <= 3; id++) {
+            kc_msg_tensors(&msg, KC_WIRE_PING, id, 0, &t, 1);
             double t0 = kc_now();
             s = kc_net_send(sock, NULL, 0, &msg);
             got = 0;
             while (s == KC_OK && !got && kc_now() < until + 5)
                 s = kc_net_recv(sock, 0, 1000, 1 << 20, &rx, &got);
-            *probe_seconds = got ? kc_now() - t0 : -1;
+            double dt = kc_now() - t0;
+            if (got && (*probe_seconds < 0 || dt < *probe_seconds))
+                *probe_seconds = dt;
         }
         kc_tensor_free(t);
     }
