@@ -5,11 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/commands.h"
 #include "cli/split.h"
-#include "kernels/kernel.h"
 #include "net/planner.h"
 
 static int kc_plan_usage(const char *why)
@@ -18,26 +16,6 @@ static int kc_plan_usage(const char *why)
                     "[--cluster SPEC [--place K=/job:NAME/task:N ...] [--key FILE --worker-key "
                     "PUB | --insecure]])\n", why);
     return 2;
-}
-
-static double kc_local_gflops(void)
-{
-    enum { N = 384 };
-    float *a = calloc((size_t)N * N * 3, sizeof *a);
-    if (!a)
-        return 10;
-    double best = 0;
-    for (int rep = 0; rep < 4; rep++) {
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        kc_gemm(N, N, N, a, a + N * N, a + 2 * N * N, 0);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-        if (dt > 0 && 2.0 * N * N * N / dt / 1e9 > best)
-            best = 2.0 * N * N * N / dt / 1e9;
-    }
-    free(a);
-    return best > 0 ? best : 10;
 }
 
 int kc_cmd_plan(int argc, char **argv)
@@ -80,7 +58,9 @@ int kc_cmd_plan(int argc, char **argv)
         kc_key_list_free(&auth);
     } else if (st == KC_OK) {
         kc_plan_worker w[KC_PIPELINE_MAX_STAGES];
-        double gflops = kc_local_gflops();
+        double gflops = kc_plan_gemm_gflops();
+        if (gflops <= 0)
+            gflops = 10;
         for (int k = 0; k < sp.stages; k++)
             w[k] = (kc_plan_worker){gflops * 1e9, 1.25e9, 0};
         printf("no --cluster: every stage as fast as this machine (%.1f GFLOP/s GEMM), links "

@@ -30,6 +30,10 @@ typedef struct kc_split_plan {
     double bottleneck_s;
 } kc_split_plan;
 
+/* This machine's GEMM speed (GFLOP/s, kerasc's own GEMM, 384^3, best of
+ * 4): the compute side of the cost model; 0 if it cannot be measured. */
+double kc_plan_gemm_gflops(void);
+
 kc_status kc_plan_split(const kc_model *m, int64_t batch, int n_stages,
                         const kc_plan_worker *workers, kc_split_plan *out);
 /* The plan as a table (one line per stage). */

@@ -17,10 +17,10 @@
 #include "base/mem.h"
 #include "backend/registry.h"
 #include "device/devspec.h"
-#include "kernels/kernel.h"
 #include "model/model_internal.h"
 #include "net/digest.h"
 #include "net/msg.h"
+#include "net/planner.h"
 #include "runtime/stage.h"
 
 #define KC_W_MAX_STAGES 16
@@ -329,28 +329,6 @@ static void kc_handle_run(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg *
     }
 }
 
-/* A short sgemm benchmark (the kernels' own GEMM), so a client can weigh
- * stages by each worker's speed. */
-static double kc_measure_gflops(void)
-{
-    enum { N = 384 };
-    float *a = kc_calloc((size_t)N * N * 3, sizeof *a);
-    if (!a)
-        return 0;
-    for (int i = 0; i < N * N * 2; i++)
-        a[i] = (float)(i % 7) * 0.1f;
-    double best = 0;
-    for (int rep = 0; rep < 4; rep++) {
-        double t0 = kc_now();
-        kc_gemm(N, N, N, a, a + N * N, a + 2 * N * N, 0);
-        double dt = kc_now() - t0;
-        if (dt > 0 && 2.0 * N * N * N / dt / 1e9 > best)
-            best = 2.0 * N * N * N / dt / 1e9;
-    }
-    free(a);
-    return best;
-}
-
 static long kc_free_memory_mb(void)
 {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -543,7 +521,7 @@ int kc_worker_serve(const kc_worker_options *o)
         kc_device_list(devices, sizeof devices);
         kc_log(w, "listening on %s (%s), devices: %s", endpoint,
                o->sec.insecure ? "PLAINTEXT" : "CURVE", devices);
-        w->gflops = kc_measure_gflops();
+        w->gflops = kc_plan_gemm_gflops();
         signal(SIGINT, kc_on_signal);
         signal(SIGTERM, kc_on_signal);
         kc_net_rx rx = {0};

@@ -359,11 +359,9 @@ size_t kc_session_device_peak_bytes(const kc_session *s)
     return s && s->sched ? kc_sched_peak_bytes(s->sched) : 0;
 }
 
-kc_status kc_session_describe(kc_session *s, int64_t batch, FILE *out)
+kc_status kc_session_prepare_batch(kc_session *s, int64_t batch, int variable_as_one,
+                                   const char *why)
 {
-    kc_error_clear();
-    if (!s || !out || batch < 1)
-        return kc_fail(KC_ERR_ARG, "kc_session_describe: bad argument");
     const kc_graph *g = s->graph;
     if (g->n_inputs > KC_PLAN_MAX_INPUTS)
         return kc_fail(KC_ERR_LIMIT, "more than %d model inputs", KC_PLAN_MAX_INPUTS);
@@ -371,14 +369,28 @@ kc_status kc_session_describe(kc_session *s, int64_t batch, FILE *out)
     const kc_tensor *inputs[KC_PLAN_MAX_INPUTS];
     for (int i = 0; i < g->n_inputs; i++) {
         memset(&fake[i], 0, sizeof fake[i]);
+        fake[i].dtype = KC_F32;
         fake[i].shape = g->values[g->inputs[i]].shape;
         fake[i].shape.dims[0] = batch;
-        for (int d = 1; d < fake[i].shape.rank; d++)
-            if (fake[i].shape.dims[d] < 0)
-                fake[i].shape.dims[d] = 1; /* a variable length: describe one step */
+        for (int d = 1; d < fake[i].shape.rank; d++) {
+            if (fake[i].shape.dims[d] >= 0)
+                continue;
+            if (!variable_as_one)
+                return kc_fail(KC_ERR_UNSUPPORTED, "input '%s' has a variable dimension: %s",
+                               g->input_names[i], why ? why : "fixed shapes needed");
+            fake[i].shape.dims[d] = 1; /* a variable length: one step */
+        }
         inputs[i] = &fake[i];
     }
-    KC_TRY(kc_session_prepare(s, inputs));
+    return kc_session_prepare(s, inputs);
+}
+
+kc_status kc_session_describe(kc_session *s, int64_t batch, FILE *out)
+{
+    kc_error_clear();
+    if (!s || !out || batch < 1)
+        return kc_fail(KC_ERR_ARG, "kc_session_describe: bad argument");
+    KC_TRY(kc_session_prepare_batch(s, batch, 1, NULL));
     if (!s->sched) {
         fprintf(out, "every layer on /CPU:0 (host), variables in host memory\n");
         return KC_OK;

@@ -38,6 +38,11 @@ void kc_session_mask_after(kc_session *s, int index, const float *in0);
 
 /* Build (or reuse) the plan for these model-input shapes. */
 kc_status kc_session_prepare(kc_session *s, const kc_tensor *const *inputs);
+/* Plan for the model's own input shapes at `batch` (no data needed). A
+ * variable non-batch dimension becomes 1 when variable_as_one, else it is
+ * an error (`why` says who needs fixed shapes). */
+kc_status kc_session_prepare_batch(kc_session *s, int64_t batch, int variable_as_one,
+                                   const char *why);
 /* Run node i on the host kernels (the session's plain loop). */
 kc_status kc_session_run_node(kc_session *s, int index);
 

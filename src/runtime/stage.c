@@ -106,29 +106,6 @@ kc_status kc_session_set_stage(kc_session *s, const kc_stage_plan *p)
     return KC_OK;
 }
 
-/* The model-input shapes at this batch (a stage never sees the model's
- * inputs, but shapes resolve from them). */
-static kc_status kc_stage_prepare(kc_session *s, int64_t batch)
-{
-    const kc_graph *g = s->graph;
-    if (g->n_inputs > KC_PLAN_MAX_INPUTS)
-        return kc_fail(KC_ERR_LIMIT, "more than %d model inputs", KC_PLAN_MAX_INPUTS);
-    kc_tensor fake[KC_PLAN_MAX_INPUTS];
-    const kc_tensor *ptrs[KC_PLAN_MAX_INPUTS];
-    for (int i = 0; i < g->n_inputs; i++) {
-        memset(&fake[i], 0, sizeof fake[i]);
-        fake[i].dtype = KC_F32;
-        fake[i].shape = g->values[g->inputs[i]].shape;
-        fake[i].shape.dims[0] = batch;
-        for (int d = 1; d < fake[i].shape.rank; d++)
-            if (fake[i].shape.dims[d] < 0)
-                return kc_fail(KC_ERR_UNSUPPORTED, "input '%s' has a variable dimension: a "
-                               "pipeline stage needs fixed shapes", g->input_names[i]);
-        ptrs[i] = &fake[i];
-    }
-    return kc_session_prepare(s, ptrs);
-}
-
 static void kc_clear_masks(kc_session *s)
 {
     for (int v = 0; v < s->graph->n_values; v++) {
@@ -183,7 +160,7 @@ kc_status kc_session_run_stage(kc_session *s, int64_t batch, const kc_tensor *co
         return kc_fail(KC_ERR_SHAPE, "stage batch %lld", (long long)batch);
     for (int i = 0; i < s->n_stage_outputs; i++)
         out[i] = NULL;
-    KC_TRY(kc_stage_prepare(s, batch));
+    KC_TRY(kc_session_prepare_batch(s, batch, 0, "a pipeline stage needs fixed shapes"));
     KC_TRY(kc_stage_inputs_in(s, in));
     kc_threads_enter(s->threads);
     kc_status st = KC_OK;
