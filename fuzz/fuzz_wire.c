@@ -12,7 +12,31 @@
 
 #include "base/tensor.h"
 #include "kerasc.h"
+#include "net/receive.h"
 #include "net/wire.h"
+
+/* A decoded PUT_MODEL goes on into a worker's model store (its JSON header
+ * and piece checks), in a private directory made once per process. */
+static void kc_wire_fuzz_receive(const kc_wire_msg *m)
+{
+    static kc_receiver r;
+    static int ready;
+    if (!ready) {
+        char dir[] = "/tmp/kc_fuzz_receive_XXXXXX";
+        if (!mkdtemp(dir) || kc_receiver_init(&r, dir, 1 << 20) != KC_OK)
+            abort();
+        ready = 1;
+    }
+    uint64_t offset = 0;
+    int complete = 0;
+    if (kc_receiver_put(&r, m, &offset, &complete) != KC_OK) {
+        const char *err = kc_last_error();
+        if (err[0] == '\0' || strchr(err, '\n') != NULL || complete)
+            abort();
+    } else if (offset == 0 || offset > r.total) {
+        abort();
+    }
+}
 
 static void kc_wire_fuzz_check_error(const kc_wire_msg *m)
 {
@@ -65,5 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     kc_wire_fuzz_round_trip(&m, data, size);
+    if (m.type == KC_WIRE_PUT_MODEL)
+        kc_wire_fuzz_receive(&m);
     return 0;
 }

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 DEB_PACKAGES=(
   build-essential cmake pkg-config clang libclang-rt-dev
   libhdf5-dev libzip-dev libcjson-dev zlib1g-dev libcmocka-dev libopenblas-dev libdnnl-dev
-  libjpeg62-turbo-dev libpng-dev libzmq3-dev libsodium-dev iproute2
+  libjpeg62-turbo-dev libpng-dev libzmq3-dev libsodium-dev iproute2 nftables
   nodejs npm python3 python3-numpy python3-h5py
 )
 

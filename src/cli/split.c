@@ -37,11 +37,12 @@ static kc_status kc_split_places(const kc_cli_placement *pl, kc_pipeline_options
         long k = strtol(rule, &end, 10);
         if (end == rule || *end != '=' || k < 0 || k >= o->n_stages)
             return kc_fail(KC_ERR_ARG, "with --cluster, --place takes STAGE=/job:NAME/task:N "
-                           "with STAGE from 0 to %d ('%s')", o->n_stages - 1, rule);
+                           "(or STAGE=/CPU:0 to run it here) with STAGE from 0 to %d ('%s')",
+                           o->n_stages - 1, rule);
         KC_TRY(kc_devspec_parse(end + 1, &o->place[k]));
-        if (kc_devspec_is_local(&o->place[k]) || o->place[k].task < 0)
-            return kc_fail(KC_ERR_ARG, "stage %ld must be placed on a cluster task "
-                           "(/job:NAME/task:N), not '%s'", k, end + 1);
+        if (!kc_devspec_is_local(&o->place[k]) && o->place[k].task < 0)
+            return kc_fail(KC_ERR_ARG, "stage %ld: '%s' names a job but no task "
+                           "(/job:NAME/task:N)", k, end + 1);
         placed[k] = 1;
     }
     for (int k = 0; k < o->n_stages; k++) {

@@ -6,13 +6,25 @@
 #include <string.h>
 
 #include "net/calibrate.h"
+#include "net/planner.h"
 
 kc_status kc_plan_calibrate(const kc_pipeline_options *o, kc_plan_worker *workers)
 {
     kc_net *net = NULL;
     KC_TRY(kc_net_new(&o->sec, &net));
     kc_status s = KC_OK;
+    double here_gflops = 0;
     for (int k = 0; s == KC_OK && k < o->n_stages; k++) {
+        if (kc_pipeline_stage_is_local(o, k)) {
+            /* A stage on this client: its speed is measured here; its
+             * inputs come from here (stage 0) or over the link from the
+             * previous stage's worker. */
+            here_gflops = here_gflops > 0 ? here_gflops : kc_plan_gemm_gflops();
+            workers[k].flops_per_s = here_gflops > 0 ? here_gflops * 1e9 : 1e10;
+            workers[k].memory_bytes = 0;
+            workers[k].bytes_per_s = k ? workers[k - 1].bytes_per_s : 1e12;
+            continue;
+        }
         const kc_cluster_task *t = kc_cluster_find(&o->cluster, o->place[k].job, o->place[k].task);
         if (!t) {
             s = KC_ERR_ARG;

@@ -2,6 +2,7 @@
 #include "net/msg.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "base/tensor.h"
 
@@ -49,4 +50,40 @@ kc_status kc_msg_to_tensors(const kc_wire_msg *msg, kc_tensor **out)
         memcpy(out[i]->data, w->data, w->bytes);
     }
     return KC_OK;
+}
+
+static double kc_msg_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+kc_status kc_msg_roundtrip(void *socket, const kc_wire_msg *req, int timeout_ms,
+                           size_t max_bytes, const char *who, kc_net_rx *rx,
+                           kc_wire_msg *reply, uint32_t *flags)
+{
+    if (flags)
+        *flags = 0;
+    KC_TRY(kc_net_send(socket, NULL, 0, req));
+    double until = kc_msg_now() + timeout_ms / 1000.0;
+    for (;;) {
+        int left = (int)((until - kc_msg_now()) * 1000);
+        if (left <= 0)
+            return kc_fail(KC_ERR_DEVICE, "%s did not answer within %d ms", who, timeout_ms);
+        int got = 0;
+        KC_TRY(kc_net_recv(socket, 0, left, max_bytes, rx, &got));
+        if (!got)
+            continue;
+        if (kc_wire_decode(rx->buf, rx->len, max_bytes, reply) != KC_OK)
+            return kc_fail_context(KC_ERR_FORMAT, "%s sent a malformed message", who);
+        if (reply->request_id != req->request_id)
+            continue; /* a late answer to an earlier, abandoned request */
+        if (reply->type == KC_WIRE_ERROR) {
+            if (flags)
+                *flags = reply->flags;
+            return kc_fail(KC_ERR_DEVICE, "%.*s", (int)reply->text_len, reply->text);
+        }
+        return KC_OK;
+    }
 }

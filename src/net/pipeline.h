@@ -1,7 +1,9 @@
 /* The client side of a split run: the model cut into stages, each stage on
  * a cluster task, micro-batches pipelined through them (stage k works on
  * micro-batch i while stage k+1 works on i-1), activations flowing worker
- * to worker, results back to the client. A task listing several addresses
+ * to worker, results back to the client; a stage placed on a local device
+ * runs on the client itself. A worker without the model file gets it
+ * streamed from the client. A task listing several addresses
  * is a set of replicas: when one fails, the pipeline is reloaded on the
  * next and the run repeated. */
 #ifndef KC_PIPELINE_H
@@ -19,7 +21,8 @@ typedef struct kc_pipeline_options {
     const char *model_path;        /* the file every worker must also hold */
     int n_stages;
     int last_node[KC_PIPELINE_MAX_STAGES];  /* each stage's last node */
-    kc_devspec place[KC_PIPELINE_MAX_STAGES];
+    kc_devspec place[KC_PIPELINE_MAX_STAGES]; /* a task, or a local device: the
+                                                 stage runs on this client */
     kc_net_security sec;
     int deadline_ms;               /* per request (0: 30000) */
     int64_t microbatch;            /* 0: the whole batch at once */
@@ -34,6 +37,9 @@ typedef struct kc_pipeline_stats {
     double compute_ms[KC_PIPELINE_MAX_STAGES];      /* summed over micro-batches */
     size_t in_bytes[KC_PIPELINE_MAX_STAGES];        /* per micro-batch, into stage k */
 } kc_pipeline_stats;
+
+/* 1 when stage k is placed on a device of this process (it runs here). */
+int kc_pipeline_stage_is_local(const kc_pipeline_options *o, int k);
 
 kc_status kc_pipeline_run(const kc_model *model, const kc_pipeline_options *o,
                           const kc_tensor *const *inputs, int n_inputs, kc_tensor **outputs,

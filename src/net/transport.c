@@ -17,6 +17,7 @@ struct kc_net {
     int zap_running;
     void *zap_socket;
     atomic_uint_fast64_t refused;
+    atomic_uint_fast64_t monitors;   /* names of the inproc monitor endpoints */
 };
 
 /* ------------------------------------------------------------ ZAP */
@@ -327,4 +328,71 @@ void kc_net_rx_free(kc_net_rx *rx)
 {
     free(rx->buf);
     memset(rx, 0, sizeof *rx);
+}
+
+/* ------------------------------------------------------------ watching */
+
+kc_status kc_net_watch(kc_net *net, void *socket, void **monitor)
+{
+    *monitor = NULL;
+    char endpoint[64];
+    snprintf(endpoint, sizeof endpoint, "inproc://kc-monitor-%llu",
+             (unsigned long long)atomic_fetch_add(&net->monitors, 1));
+    int events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    if (zmq_socket_monitor(socket, endpoint, events) != 0)
+        return kc_fail(KC_ERR_IO, "ZeroMQ monitor: %s", zmq_strerror(zmq_errno()));
+    void *pair = zmq_socket(net->ctx, ZMQ_PAIR);
+    int linger = 0;
+    if (pair)
+        zmq_setsockopt(pair, ZMQ_LINGER, &linger, sizeof linger);
+    if (!pair || zmq_connect(pair, endpoint) != 0) {
+        kc_status st = kc_fail(KC_ERR_IO, "ZeroMQ monitor: %s", zmq_strerror(zmq_errno()));
+        if (pair)
+            zmq_close(pair);
+        zmq_socket_monitor(socket, NULL, 0);
+        return st;
+    }
+    *monitor = pair;
+    return KC_OK;
+}
+
+/* One event: [u16 event, u32 value][endpoint]. */
+static int kc_read_event(void *monitor)
+{
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, monitor, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&m);
+        return 0;
+    }
+    uint16_t event = 0;
+    if (zmq_msg_size(&m) >= 2)
+        memcpy(&event, zmq_msg_data(&m), sizeof event);
+    int more = zmq_msg_more(&m);
+    zmq_msg_close(&m);
+    if (more)
+        kc_drain(monitor);
+    return event ? event : -1;
+}
+
+kc_net_event kc_net_watch_event(void *monitor)
+{
+    kc_net_event worst = KC_NET_FINE;
+    for (int e; monitor && (e = kc_read_event(monitor)) != 0;) {
+        if (e == ZMQ_EVENT_DISCONNECTED && worst == KC_NET_FINE)
+            worst = KC_NET_DROPPED;
+        else if (e > 0 && e != ZMQ_EVENT_DISCONNECTED)
+            worst = KC_NET_REFUSED;
+    }
+    return worst;
+}
+
+void kc_net_unwatch(void *socket, void *monitor)
+{
+    if (!monitor)
+        return;
+    if (socket)
+        zmq_socket_monitor(socket, NULL, 0);
+    zmq_close(monitor);
 }

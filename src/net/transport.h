@@ -54,4 +54,19 @@ kc_status kc_net_recv(void *socket, int is_router, int timeout_ms, size_t max_by
                       kc_net_rx *rx, int *got);
 void kc_net_rx_free(kc_net_rx *rx);
 
+/* Watching a DEALER's connection, so a peer that dies (its kernel closes
+ * the connection; or ZMTP heartbeats stop: link down) or refuses our key
+ * is noticed at once instead of at a deadline. `monitor` is a socket to
+ * poll for ZMQ_POLLIN alongside `socket`. */
+typedef enum kc_net_event {
+    KC_NET_FINE = 0,
+    KC_NET_DROPPED,     /* an established connection was lost */
+    KC_NET_REFUSED,     /* the handshake failed: key not authorized */
+} kc_net_event;
+kc_status kc_net_watch(kc_net *net, void *socket, void **monitor);
+/* What happened since the last call (drains the monitor). */
+kc_net_event kc_net_watch_event(void *monitor);
+/* Stop watching (before closing socket). */
+void kc_net_unwatch(void *socket, void *monitor);
+
 #endif

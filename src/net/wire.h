@@ -44,8 +44,15 @@ typedef enum kc_wire_type {
     KC_WIRE_ERROR,           /* text: one-line message */
     KC_WIRE_PING,
     KC_WIRE_PONG,
+    KC_WIRE_PUT_MODEL,       /* text: JSON {sha256,name,offset,total,chunk_sha256};
+                                tensor: the piece of the model file, u8 [n] */
+    KC_WIRE_PUT_REPLY,       /* text: JSON {ok,offset} */
     KC_WIRE_TYPE_END
 } kc_wire_type;
+
+/* flags: an ERROR answering LOAD_STAGE that means "this worker has no copy
+ * of that model file: stream it (PUT_MODEL) and ask again". */
+#define KC_WIRE_FLAG_NEED_MODEL 1u
 
 typedef struct kc_wire_tensor {
     kc_dtype dtype;

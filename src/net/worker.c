@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "base/mem.h"
@@ -21,6 +22,7 @@
 #include "net/digest.h"
 #include "net/msg.h"
 #include "net/planner.h"
+#include "net/receive.h"
 #include "runtime/stage.h"
 
 #define KC_W_MAX_STAGES 16
@@ -35,7 +37,9 @@ typedef struct kc_w_stage {
     kc_stage_plan plan;
     kc_wire_expect expect[KC_WIRE_MAX_TENSORS];
     int64_t batch_max;
+    int deadline_ms;            /* for the next stage's answer */
     void *next;                 /* DEALER to the next stage's worker, or NULL */
+    void *next_mon;             /* its connection's monitor */
     char *spec;                 /* the LOAD_STAGE text it was built from */
     char next_name[96];         /* "/job:worker/task:1" */
 } kc_w_stage;
@@ -66,6 +70,7 @@ typedef struct kc_worker {
     int n_pending;
     kc_w_peer *peers;
     int n_peers;
+    kc_receiver recv;           /* models streamed by clients */
     uint64_t next_fwd_id;
     uint64_t served, errors, rejected;
     char name[96];
@@ -96,8 +101,8 @@ static void kc_log(const kc_worker *w, const char *fmt, ...)
     fprintf(stderr, "kerasc serve %s: %s\n", w->name, line);
 }
 
-static void kc_reply_error(kc_worker *w, const kc_net_rx *rx, uint64_t id, int stage,
-                           const char *why)
+static void kc_reply_error_flags(kc_worker *w, const kc_net_rx *rx, uint64_t id, int stage,
+                                 const char *why, uint32_t flags)
 {
     char text[900];
     snprintf(text, sizeof text, "%s: %s", w->name, why);
@@ -108,8 +113,15 @@ static void kc_reply_error(kc_worker *w, const kc_net_rx *rx, uint64_t id, int s
             *p = '?';
     kc_wire_msg msg;
     kc_msg_text(&msg, KC_WIRE_ERROR, id ? id : 1, (uint32_t)stage, text);
+    msg.flags = flags;
     kc_net_send(w->router, rx->identity, rx->identity_len, &msg);
     w->errors++;
+}
+
+static void kc_reply_error(kc_worker *w, const kc_net_rx *rx, uint64_t id, int stage,
+                           const char *why)
+{
+    kc_reply_error_flags(w, rx, id, stage, why, 0);
 }
 
 /* ------------------------------------------------------------ peers */
@@ -137,19 +149,41 @@ static void kc_stage_release(kc_w_stage *st)
     kc_session_free(st->session);
     kc_model_free(st->model);
     kc_stage_plan_free(&st->plan);
+    kc_net_unwatch(st->next, st->next_mon);
     kc_net_close(st->next);
     free(st->spec);
     memset(st, 0, sizeof *st);
 }
 
-/* The model file in --model-dir named `name` (no path parts). */
-static kc_status kc_find_model(const kc_worker *w, const char *name, char *path, size_t size)
+/* The model file named `name` whose SHA-256 is `sha`: the copy in
+ * --model-dir, else one a client streamed earlier. *missing is set when
+ * there is none, so the client knows to stream it. */
+static kc_status kc_locate_model(const kc_worker *w, const char *name, const char *sha,
+                                 char *path, size_t size, int *missing)
 {
-    if (!name[0] || strchr(name, '/') || !strcmp(name, "..") || !strcmp(name, "."))
+    *missing = 0;
+    if (!kc_receive_name_valid(name))
         return kc_fail(KC_ERR_ARG, "model name '%s' is not a plain file name", name);
-    if (snprintf(path, size, "%s/%s", w->o->model_dir, name) >= (int)size)
-        return kc_fail(KC_ERR_ARG, "model path too long");
-    return KC_OK;
+    char hex[KC_SHA256_HEX] = "";
+    if (w->o->model_dir && snprintf(path, size, "%s/%s", w->o->model_dir, name) < (int)size &&
+        access(path, R_OK) == 0) {
+        KC_TRY(kc_sha256_file_cached(path, hex));
+        if (!strcmp(hex, sha))
+            return KC_OK;
+    }
+    if (kc_receiver_find(&w->recv, sha, name, path, size) == KC_OK) {
+        char got[KC_SHA256_HEX];
+        KC_TRY(kc_sha256_file_cached(path, got));
+        if (!strcmp(got, sha))
+            return KC_OK;
+    }
+    *missing = w->recv.max_bytes > 0;
+    if (hex[0])
+        return kc_fail(KC_ERR_REFUSED, "%s/%s has SHA-256 %.12s..., the client's model %.12s...: "
+                       "not the same file%s", w->o->model_dir, name, hex, sha,
+                       *missing ? "; stream it" : "");
+    return kc_fail(KC_ERR_REFUSED, "no copy of %s (SHA-256 %.12s...) here%s", name, sha,
+                   *missing ? "; stream it" : " and --max-model-mb 0 refuses streamed models");
 }
 
 static kc_status kc_stage_session(kc_worker *w, kc_w_stage *st, const char *device)
@@ -174,13 +208,16 @@ static kc_status kc_stage_next(kc_worker *w, kc_w_stage *st, const cJSON *next)
     kc_cluster_addr a;
     KC_TRY(kc_cluster_parse_addr(addr->valuestring, &a));
     snprintf(st->next_name, sizeof st->next_name, "%s", name->valuestring);
-    return kc_net_connect(w->net, &a, &st->next);
+    KC_TRY(kc_net_connect(w->net, &a, &st->next));
+    return kc_net_watch(w->net, st->next, &st->next_mon);
 }
 
 /* LOAD_STAGE: {"stage":k,"model":"file","sha256":"hex","first":i,"last":j,
  *              "batch_max":B,"device":"/GPU:0","next":{...}|null} */
-static kc_status kc_load_stage(kc_worker *w, const char *text, size_t len, int *stage_out)
+static kc_status kc_load_stage(kc_worker *w, const char *text, size_t len, int *stage_out,
+                               int *missing)
 {
+    *missing = 0;
     cJSON *j = cJSON_ParseWithLength(text, len);
     if (!j)
         return kc_fail(KC_ERR_FORMAT, "stage spec is not JSON");
@@ -192,32 +229,27 @@ static kc_status kc_load_stage(kc_worker *w, const char *text, size_t len, int *
     const cJSON *bmax = cJSON_GetObjectItemCaseSensitive(j, "batch_max");
     const cJSON *device = cJSON_GetObjectItemCaseSensitive(j, "device");
     const cJSON *next = cJSON_GetObjectItemCaseSensitive(j, "next");
+    const cJSON *deadline = cJSON_GetObjectItemCaseSensitive(j, "deadline_ms");
     kc_status s = KC_OK;
     if (!cJSON_IsNumber(k) || k->valueint < 0 || k->valueint >= KC_W_MAX_STAGES ||
-        !cJSON_IsString(model) || !cJSON_IsString(sha) || strlen(sha->valuestring) != 64 ||
+        !cJSON_IsString(model) || !cJSON_IsString(sha) || !kc_sha256_hex_valid(sha->valuestring) ||
         !cJSON_IsNumber(first) || !cJSON_IsNumber(last) || !cJSON_IsNumber(bmax) ||
         bmax->valuedouble < 1 || bmax->valuedouble > 1e6)
         s = kc_fail(KC_ERR_FORMAT, "stage spec: missing or invalid fields");
     kc_w_stage *st = s == KC_OK ? &w->stages[k->valueint] : NULL;
-    char path[4096], hex[KC_SHA256_HEX];
-    /* The same spec again (a client's next run): keep the warm session,
-     * after checking the file still has the promised digest. */
+    char path[4096];
+    if (s == KC_OK)
+        s = kc_locate_model(w, model->valuestring, sha->valuestring, path, sizeof path, missing);
+    /* The same spec again (a client's next run) on the same file: keep the
+     * warm session. */
     if (s == KC_OK && st->loaded && st->spec && strlen(st->spec) == len &&
-        !memcmp(st->spec, text, len) && kc_find_model(w, model->valuestring, path, sizeof path) == KC_OK &&
-        kc_sha256_file(path, hex) == KC_OK && !strcmp(hex, st->sha)) {
+        !memcmp(st->spec, text, len)) {
         *stage_out = k->valueint;
         cJSON_Delete(j);
         return KC_OK;
     }
-    if (s == KC_OK) {
+    if (st)
         kc_stage_release(st);
-        s = kc_find_model(w, model->valuestring, path, sizeof path);
-    }
-    if (s == KC_OK)
-        s = kc_sha256_file(path, hex);
-    if (s == KC_OK && strcmp(hex, sha->valuestring))
-        s = kc_fail(KC_ERR_REFUSED, "%s has SHA-256 %.12s..., the client's model %.12s...: "
-                    "not the same file", path, hex, sha->valuestring);
     if (s == KC_OK)
         s = kc_model_load(path, NULL, &st->model);
     if (s == KC_OK)
@@ -229,8 +261,12 @@ static kc_status kc_load_stage(kc_worker *w, const char *text, size_t len, int *
     if (s == KC_OK && cJSON_IsObject(next))
         s = kc_stage_next(w, st, next);
     if (s == KC_OK) {
-        memcpy(st->sha, hex, sizeof hex);
+        snprintf(st->sha, sizeof st->sha, "%s", sha->valuestring);
         st->batch_max = (int64_t)bmax->valuedouble;
+        st->deadline_ms = cJSON_IsNumber(deadline) && deadline->valuedouble >= 10 &&
+                                  deadline->valuedouble <= 36e6
+                              ? (int)deadline->valuedouble
+                              : (w->o->deadline_ms > 0 ? w->o->deadline_ms : 30000);
         st->spec = kc_strndup(text, len);
         st->loaded = 1;
         *stage_out = k->valueint;
@@ -245,10 +281,13 @@ static kc_status kc_load_stage(kc_worker *w, const char *text, size_t len, int *
 
 static void kc_handle_load(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg *m)
 {
-    int stage = -1;
-    if (kc_load_stage(w, m->text, m->text_len, &stage) != KC_OK) {
+    int stage = -1, missing = 0;
+    if (kc_load_stage(w, m->text, m->text_len, &stage, &missing) != KC_OK) {
         kc_log(w, "load stage %u refused: %s", m->stage, kc_last_error());
-        kc_reply_error(w, rx, m->request_id, (int)m->stage, kc_last_error());
+        kc_reply_error_flags(w, rx, m->request_id, (int)m->stage, kc_last_error(),
+                             missing ? KC_WIRE_FLAG_NEED_MODEL : 0);
+        if (missing)
+            w->errors--; /* not a failure: the client streams the file next */
         return;
     }
     const kc_w_stage *st = &w->stages[stage];
@@ -275,7 +314,7 @@ static kc_status kc_forward(kc_worker *w, kc_w_stage *st, const kc_net_rx *rx,
     p->client_id = m->request_id;
     memcpy(p->identity, rx->identity, rx->identity_len);
     p->identity_len = rx->identity_len;
-    p->deadline = kc_now() + (w->o->deadline_ms > 0 ? w->o->deadline_ms : 30000) / 1000.0;
+    p->deadline = kc_now() + st->deadline_ms / 1000.0;
     p->stage = (int)m->stage;
     p->compute_ms = compute_ms;
     return KC_OK;
@@ -327,6 +366,28 @@ static void kc_handle_run(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg *
         kc_tensor_free(in[i]);
         kc_tensor_free(out[i]);
     }
+}
+
+/* PUT_MODEL: one piece of a model file a client streams here. */
+static void kc_handle_put(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg *m)
+{
+    uint64_t offset = 0;
+    int complete = 0;
+    if (kc_receiver_put(&w->recv, m, &offset, &complete) != KC_OK) {
+        w->rejected++;
+        kc_log(w, "model piece refused: %s", kc_last_error());
+        kc_reply_error(w, rx, m->request_id, 0, kc_last_error());
+        return;
+    }
+    if (complete)
+        kc_log(w, "received %s (%llu bytes, SHA-256 %.12s... verified)", w->recv.name,
+               (unsigned long long)offset, w->recv.sha);
+    char text[128];
+    snprintf(text, sizeof text, "{\"ok\":true,\"offset\":%llu,\"complete\":%s}",
+             (unsigned long long)offset, complete ? "true" : "false");
+    kc_wire_msg reply;
+    kc_msg_text(&reply, KC_WIRE_PUT_REPLY, m->request_id, 0, text);
+    kc_net_send(w->router, rx->identity, rx->identity_len, &reply);
 }
 
 static long kc_free_memory_mb(void)
@@ -399,6 +460,7 @@ static void kc_handle_router(kc_worker *w, kc_net_rx *rx)
     case KC_WIRE_LOAD_STAGE: kc_handle_load(w, rx, &m); break;
     case KC_WIRE_RUN: kc_handle_run(w, rx, &m); break;
     case KC_WIRE_STATUS: kc_handle_status(w, rx, &m); break;
+    case KC_WIRE_PUT_MODEL: kc_handle_put(w, rx, &m); break;
     case KC_WIRE_PING: {
         kc_wire_msg pong;
         kc_msg_text(&pong, KC_WIRE_PONG, m.request_id, 0, NULL);
@@ -439,20 +501,23 @@ static void kc_handle_next(kc_worker *w, kc_net_rx *rx)
     }
 }
 
-/* Requests whose next stage did not answer in time fail with its name. */
-static void kc_expire(kc_worker *w)
+/* Fail the pending requests of `stage` (-1: any; all of them, or only
+ * those past their deadline), naming the next stage's task and `reason`
+ * (NULL: its deadline passed). */
+static void kc_fail_pending(kc_worker *w, int stage, int only_expired, const char *reason)
 {
     double now = kc_now();
     for (int i = 0; i < w->n_pending;) {
         kc_w_pending *p = &w->pending[i];
-        if (p->deadline > now) {
+        if ((stage >= 0 && p->stage != stage) || (only_expired && p->deadline > now)) {
             i++;
             continue;
         }
         const kc_w_stage *st = &w->stages[p->stage];
-        char why[300];
-        snprintf(why, sizeof why, "%s (stage %d) did not answer within %d ms", st->next_name,
-                 p->stage + 1, w->o->deadline_ms > 0 ? w->o->deadline_ms : 30000);
+        char why[400], deadline[64];
+        snprintf(deadline, sizeof deadline, "did not answer within %d ms", st->deadline_ms);
+        snprintf(why, sizeof why, "%s (stage %d) %s", st->next_name, p->stage + 1,
+                 reason ? reason : deadline);
         kc_net_rx to = {0};
         memcpy(to.identity, p->identity, p->identity_len);
         to.identity_len = p->identity_len;
@@ -462,16 +527,37 @@ static void kc_expire(kc_worker *w)
     }
 }
 
+/* Requests whose next stage did not answer in time fail with its name. */
+static void kc_expire(kc_worker *w)
+{
+    kc_fail_pending(w, -1, 1, NULL);
+}
+
+/* The next stage's connection dropped: what was sent to it is lost. */
+static void kc_next_link_event(kc_worker *w, int stage)
+{
+    kc_w_stage *st = &w->stages[stage];
+    kc_net_event e = kc_net_watch_event(st->next_mon);
+    if (e == KC_NET_DROPPED)
+        kc_fail_pending(w, stage, 0, "dropped its connection (it stopped, or the link went "
+                        "down)");
+    else if (e == KC_NET_REFUSED)
+        kc_fail_pending(w, stage, 0, "refused this worker's key: add it to that worker's "
+                        "--authorized-keys");
+}
+
 static int kc_poll_once(kc_worker *w, kc_net_rx *rx)
 {
-    zmq_pollitem_t items[1 + KC_W_MAX_STAGES];
-    int owner[1 + KC_W_MAX_STAGES], n = 0;
+    zmq_pollitem_t items[1 + 2 * KC_W_MAX_STAGES];
+    int owner[1 + 2 * KC_W_MAX_STAGES], n = 0;
     items[n] = (zmq_pollitem_t){w->router, 0, ZMQ_POLLIN, 0};
     owner[n++] = -1;
     for (int k = 0; k < KC_W_MAX_STAGES; k++)
         if (w->stages[k].next) {
             items[n] = (zmq_pollitem_t){w->stages[k].next, 0, ZMQ_POLLIN, 0};
             owner[n++] = k;
+            items[n] = (zmq_pollitem_t){w->stages[k].next_mon, 0, ZMQ_POLLIN, 0};
+            owner[n++] = KC_W_MAX_STAGES + k;
         }
     int rc = zmq_poll(items, n, 100);
     if (rc <= 0)
@@ -479,6 +565,10 @@ static int kc_poll_once(kc_worker *w, kc_net_rx *rx)
     for (int i = 0; i < n; i++) {
         if (!(items[i].revents & ZMQ_POLLIN))
             continue;
+        if (owner[i] >= KC_W_MAX_STAGES) {
+            kc_next_link_event(w, owner[i] - KC_W_MAX_STAGES);
+            continue;
+        }
         int got = 0;
         if (kc_net_recv(items[i].socket, owner[i] < 0, 0, KC_W_MAX_MESSAGE, rx, &got) != KC_OK) {
             w->rejected++;
@@ -506,6 +596,8 @@ int kc_worker_serve(const kc_worker_options *o)
     if (s == KC_OK && (o->replica < 0 || o->replica >= t->n_replicas))
         s = kc_fail(KC_ERR_ARG, "task %d has %d address(es), no replica %d", o->task,
                     t->n_replicas, o->replica);
+    if (s == KC_OK)
+        s = kc_receiver_init(&w->recv, o->cache_dir, o->max_model_bytes);
     if (s == KC_OK)
         s = kc_net_new(&o->sec, &w->net);
     if (s == KC_OK)
@@ -544,6 +636,7 @@ int kc_worker_serve(const kc_worker_options *o)
         kc_stage_release(&w->stages[k]);
     kc_net_close(w->router);
     kc_net_free(w->net);
+    kc_receiver_free(&w->recv);
     free(w->peers);
     free(w);
     return rc;

@@ -1,9 +1,12 @@
 /* `kerasc serve`: one task of a cluster. It runs nothing but the pipeline
  * stages a client loaded into it, from its own copy of the model (found in
- * --model-dir and verified by SHA-256), forwards each stage's outputs to
+ * --model-dir) or one the client streamed to it (kept in --cache-dir),
+ * either verified by SHA-256; it forwards each stage's outputs to
  * the next stage's worker directly and relays the final result back. */
 #ifndef KC_WORKER_H
 #define KC_WORKER_H
+
+#include <stdint.h>
 
 #include "net/cluster.h"
 #include "net/transport.h"
@@ -13,7 +16,9 @@ typedef struct kc_worker_options {
     const char *job;
     int task;
     int replica;              /* which of the task's addresses is this process */
-    const char *model_dir;
+    const char *model_dir;    /* its own copies of model files (may be NULL) */
+    const char *cache_dir;    /* where streamed models are kept (NULL: none) */
+    uint64_t max_model_bytes; /* largest streamed model (0: refuse streaming) */
     int max_clients;          /* distinct peers served (0: 64) */
     int deadline_ms;          /* for answers from the next stage */
     int threads;              /* kernels' threads (0: all cores) */

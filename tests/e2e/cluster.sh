@@ -3,7 +3,8 @@
 # machine allows network namespaces, across two namespaces joined by a
 # veth pair): CURVE on, outputs bit-identical to the local run, micro-batch
 # pipelining, an unauthorized client refused, a killed worker's replica
-# taking over, and a clean error naming the task when none is left.
+# taking over, and a clean error naming the task when none is left; stages
+# on the client itself; the model streamed to a worker without a copy.
 source "$(dirname "$0")/lib.bash"
 KERASC=$(cd "$(dirname "$KERASC")" && pwd)/$(basename "$KERASC")
 T=${KC_TEST_TMP:-/tmp}/cluster_e2e
@@ -75,6 +76,39 @@ err=$("$KERASC" run "$M" --input "$X" --output "$T/plain.npy" --cluster "worker=
       --insecure --split conv4_block6_out --place 0=/job:worker/task:0 --place 1=/job:worker/task:0 2>&1); rc=$?
 [[ $rc -eq 1 ]] && grep -q "only allowed on loopback" <<<"$err" &&
   pass "plaintext to a remote address is refused" || fail "insecure remote: rc=$rc $err"
+
+# Stages on the client itself: first, and between two workers.
+split client_first --place 0=/CPU:0 2>"$T/err" && cmp -s "$T/local.npy" "$T/client_first.npy" &&
+  pass "stage 0 on the client (/CPU:0), stage 1 on a worker: bit-identical" ||
+  fail "client stage: $(cat "$T/err")"
+"$KERASC" run "$M" --input "$X" --output "$T/middle.npy" --cluster "$C" "${CL[@]}" \
+  --split conv2_block3_out,conv4_block1_out --place 0=/job:worker/task:0 --place 1=/CPU:0 \
+  --place 2=/job:worker/task:1 --microbatch 1 2>"$T/err" && cmp -s "$T/local_mb.npy" "$T/middle.npy" &&
+  pass "worker, then the client, then another worker, micro-batched: bit-identical" ||
+  fail "client in the middle: $(cat "$T/err")"
+
+# A worker without a copy of the model: the client streams it once.
+S="worker=127.0.0.1:$((BASE + 3)),127.0.0.1:$((BASE + 4))"
+mkdir -p "$T/empty"
+"$KERASC" serve --cluster "$S" --job worker --task 0 --model-dir "$T/models" "${SEC[@]}" 2>>"$T/serve.log" & PIDS+=($!)
+"$KERASC" serve --cluster "$S" --job worker --task 1 --cache-dir "$T/cache" "${SEC[@]}" 2>>"$T/stream.log" & PIDS+=($!)
+"$KERASC" serve --cluster "worker=127.0.0.1:$((BASE + 7))" --job worker --task 0 --model-dir "$T/empty" \
+  --max-model-mb 0 "${SEC[@]}" 2>>"$T/serve.log" & PIDS+=($!)
+sleep 0.5
+streamed() { "$KERASC" run "$M" --input "$X" --output "$T/$1.npy" --cluster "$S" "${CL[@]}" \
+             --split conv4_block6_out --deadline-ms 5000; }
+streamed streamed 2>"$T/err" && cmp -s "$T/local.npy" "$T/streamed.npy" &&
+  grep -q "no copy of the model: streaming it" "$T/err" && grep -q "verified" "$T/stream.log" &&
+  pass "a worker without the file gets it streamed, SHA-256 verified: bit-identical" ||
+  fail "streamed: $(cat "$T/err") $(tail -3 "$T/stream.log")"
+streamed again 2>"$T/err" && cmp -s "$T/local.npy" "$T/again.npy" && ! grep -q streaming "$T/err" &&
+  [[ $(stat -c %a "$T/cache") == 700 ]] &&
+  pass "the second run reuses the received copy (nothing streamed again)" ||
+  fail "streamed again: $(cat "$T/err")"
+err=$("$KERASC" run "$M" --input "$X" --output "$T/refused.npy" --cluster "worker=127.0.0.1:$((BASE + 7))" \
+      "${CL[@]}" --split conv4_block6_out --place 0=/job:worker/task:0 --place 1=/CPU:0 2>&1); rc=$?
+[[ $rc -eq 1 && ! -e "$T/refused.npy" ]] && grep -q "refuses streamed models" <<<"$err" &&
+  pass "a worker with --max-model-mb 0 and no copy refuses: $err" || fail "no streaming: rc=$rc $err"
 
 kill -9 "$R0"; sleep 0.2
 split failover 2>"$T/err" && cmp -s "$T/local.npy" "$T/failover.npy" &&

@@ -515,7 +515,7 @@ static const wire_patch wire_patches[] = {
     {4, 2, 2, KC_ERR_UNSUPPORTED, "version 2"},
     {4, 0, 2, KC_ERR_UNSUPPORTED, "version 0"},
     {6, 0, 2, KC_ERR_FORMAT, "unknown type 0"},
-    {6, KC_WIRE_TYPE_END, 2, KC_ERR_FORMAT, "unknown type 10"},
+    {6, KC_WIRE_TYPE_END, 2, KC_ERR_FORMAT, "unknown type 12"},
     {6, 0xffff, 2, KC_ERR_FORMAT, "unknown type 65535"},
     {8, 0, 8, KC_ERR_FORMAT, "request id 0"},
     {20, 65, 4, KC_ERR_LIMIT, "tensors (at most 64)"},
