@@ -157,6 +157,8 @@ static void kc_run_pipeline_report(const kc_pipeline_options *o, const kc_pipeli
     double achieved = st->wall_s * 1e3 / m;
     printf("bound: %.3f ms per micro-batch; achieved %.3f ms per micro-batch = %.1f%% of the "
            "bound\n", bound, achieved, achieved > 0 ? 100.0 * bound / achieved : 0.0);
+    if (m > 1)
+        printf("pipeline fill: the first result after %.3f ms\n", st->first_s * 1e3);
 }
 
 static int kc_run_cluster(kc_model *m, const kc_run_args *a, kc_tensor **in, kc_tensor **out,

@@ -464,6 +464,7 @@ typedef struct kc_flow {
     int out_order[KC_WIRE_MAX_TENSORS];
     int64_t batch, rows;          /* rows: per micro-batch */
     kc_tensor **outputs;
+    double t0;                    /* when the first micro-batch started */
 } kc_flow;
 
 static kc_status kc_start(kc_pipe *p, const kc_flow *f, kc_mb *mb, int64_t index)
@@ -500,8 +501,11 @@ static kc_status kc_flow_run(kc_pipe *p, const kc_flow *f)
                 s = kc_poll_answers(p, mbs, n_mb, 100, &took);
         }
         /* Micro-batches finish in order of their index. */
-        while (s == KC_OK && done < started && mbs[done].stage == p->o->n_stages)
+        while (s == KC_OK && done < started && mbs[done].stage == p->o->n_stages) {
             s = kc_finish(p, &mbs[done++], f->out_order, f->batch, f->outputs);
+            if (done == 1 && p->o->stats)
+                p->o->stats->first_s = kc_now() - f->t0;
+        }
     }
     for (int64_t i = 0; i < n_mb; i++)
         kc_mb_clear(&mbs[i]);
@@ -550,11 +554,11 @@ static kc_status kc_attempt(kc_pipe *p, const kc_tensor *const *inputs, int n_in
         s = kc_load_all(p, f.rows);
     if (p->o->stats)
         memset(p->o->stats, 0, sizeof *p->o->stats);
-    double t0 = kc_now();
+    f.t0 = kc_now();
     if (s == KC_OK)
         s = kc_flow_run(p, &f);
     if (s == KC_OK && p->o->stats) {
-        p->o->stats->wall_s = kc_now() - t0;
+        p->o->stats->wall_s = kc_now() - f.t0;
         p->o->stats->n_microbatches = (int)((f.batch + f.rows - 1) / f.rows);
         kc_stage_in_bytes(p, f.rows, p->o->stats->in_bytes);
     }

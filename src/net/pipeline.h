@@ -34,6 +34,7 @@ typedef struct kc_pipeline_options {
 typedef struct kc_pipeline_stats {
     int n_microbatches;
     double wall_s;                                  /* first send to last result */
+    double first_s;                                 /* first send to first result */
     double compute_ms[KC_PIPELINE_MAX_STAGES];      /* summed over micro-batches */
     size_t in_bytes[KC_PIPELINE_MAX_STAGES];        /* per micro-batch, into stage k */
 } kc_pipeline_stats;

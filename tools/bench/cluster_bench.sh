@@ -10,7 +10,7 @@ set -u
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
 RATE=${2:-100}          # Mbit/s per link
-BATCH=${3:-128}
+BATCH=${3:-512}
 MB=${4:-8}
 K=$(pwd)/$BUILD/kerasc
 T=$(mktemp -d /tmp/kc-cluster-bench.XXXXXX)
@@ -56,10 +56,31 @@ for i in 0 1 2; do
 done
 sleep 1
 rate_bps=$(( RATE * 1000000 / 8 ))
+# raw_transfer BYTES: ms per transfer of BYTES over plain TCP, client to
+# worker 1 through the same capped links (20 back-to-back transfers, like
+# micro-batches): what the link itself costs, without kerasc.
+raw_transfer() {
+  ip netns exec "${NS}1" /usr/bin/python3 -c "
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('10.215.0.3', 2299)); s.listen(1); c, _ = s.accept()
+while c.recv(1 << 20): pass
+c.close()" & local srv=$!
+  sleep 0.3
+  /usr/bin/python3 -c "
+import socket, time, sys
+n = int(sys.argv[1]); buf = b'x' * n
+s = socket.create_connection(('10.215.0.3', 2299)); s.sendall(buf)  # warm the window
+t = time.perf_counter()
+for _ in range(20): s.sendall(buf)
+s.shutdown(socket.SHUT_WR); s.recv(1)
+print(f'{(time.perf_counter() - t) * 1e3 / 20:.3f}')" "$1"
+  wait "$srv" 2>/dev/null
+}
 echo "## bench-cluster: $BATCH samples in micro-batches of $MB, links capped at $RATE Mbit/s (tbf), CURVE on"
 echo
-echo "| stages | cuts | slowest compute ms | largest crossing B | link ms | bound ms/mb | achieved ms/mb | achieved/bound |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| stages | cuts | slowest compute ms | largest crossing B | link ms | bound ms/mb | achieved ms/mb | achieved/bound | raw TCP transfer ms | overhead vs raw ms |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for stages in 2 3; do
   places=(); for ((s = 0; s < stages; s++)); do places+=(--place "$s=/job:worker/task:$s"); done
   run() { "$K" run "$T/models/resnet50.keras" --input "$T/x.npy" --output "$T/y.npy" --cluster "$C" \
@@ -73,14 +94,20 @@ for stages in 2 3; do
   bytes=$(sed -n 's/^stage [0-9]*: compute [0-9.]* ms per micro-batch; \([0-9]*\) bytes.*/\1/p' <<<"$out" | sort -g | tail -1)
   achieved=$(sed -n 's/.*achieved \([0-9.]*\) ms per micro-batch.*/\1/p' <<<"$out")
   if [[ -z "$achieved" ]]; then echo "| $stages | run failed: $(tail -1 <<<"$out") |"; continue; fi
-  /usr/bin/python3 - "$stages" "$cuts" "$compute" "${bytes:-0}" "$rate_bps" "$achieved" <<'PY'
+  raw=$(raw_transfer "${bytes:-0}")
+  /usr/bin/python3 - "$stages" "$cuts" "$compute" "${bytes:-0}" "$rate_bps" "$achieved" "$raw" <<'PY'
 import sys
-stages, cuts, compute, nbytes, rate, achieved = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+stages, cuts = sys.argv[1], sys.argv[2]
+compute, nbytes, rate, achieved, raw = (float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]),
+                                        float(sys.argv[6]), float(sys.argv[7]))
 link = nbytes / rate * 1e3
 bound = max(compute, link)
-print(f"| {stages} | {cuts} | {compute:.3f} | {nbytes} | {link:.3f} | {bound:.3f} | {achieved:.3f} | {100 * bound / achieved:.1f}% |")
+print(f"| {stages} | {cuts} | {compute:.3f} | {nbytes} | {link:.3f} | {bound:.3f} | {achieved:.3f} | {100 * bound / achieved:.1f}% | {raw:.3f} | {achieved - raw:.3f} |")
 PY
 done
 echo
 echo "bound = max(slowest stage's compute, largest activation crossing a link / link rate) per"
-echo "micro-batch; achieved = wall time / micro-batches (pipeline fill included)."
+echo "micro-batch, at the nominal link rate. achieved = wall time / micro-batches, the pipeline"
+echo "fill included (so at most M/(M+K-1) of the bound; M = $((BATCH / MB)) here). raw TCP transfer ="
+echo "the largest crossing sent over plain TCP through the same capped links, back to back (no"
+echo "kerasc, no CURVE); overhead vs raw = achieved - raw: what kerasc's hop adds per micro-batch."
