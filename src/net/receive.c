@@ -2,6 +2,7 @@
 #include "net/receive.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -18,6 +19,63 @@ int kc_receive_name_valid(const char *name)
         if (*c == '/' || (unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
             return 0;
     return 1;
+}
+
+/* A store entry: "<64 hex>-<name>" (complete) or "<64 hex>.part". */
+static int kc_store_entry(const char *name, int *is_part)
+{
+    if (strlen(name) < 66)
+        return 0;
+    char hex[KC_SHA256_HEX];
+    memcpy(hex, name, 64);
+    hex[64] = '\0';
+    if (!kc_sha256_hex_valid(hex))
+        return 0;
+    *is_part = !strcmp(name + 64, ".part");
+    return *is_part || name[64] == '-';
+}
+
+/* Remove leftover pieces (when `parts`), then the least recently used
+ * complete files until `need` more bytes fit under keep_bytes. */
+static void kc_receiver_sweep(kc_receiver *r, uint64_t need, int parts)
+{
+    for (;;) {
+        DIR *d = opendir(r->dir);
+        if (!d)
+            return;
+        uint64_t total = 0;
+        char oldest[300] = "";
+        struct timespec oldest_at = {0, 0};
+        for (struct dirent *e; (e = readdir(d));) {
+            int is_part = 0;
+            if (!kc_store_entry(e->d_name, &is_part))
+                continue;
+            char path[3400];
+            snprintf(path, sizeof path, "%s/%s", r->dir, e->d_name);
+            struct stat st;
+            if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
+                continue;
+            if (is_part) {
+                if (parts)
+                    unlink(path);
+                continue;
+            }
+            total += (uint64_t)st.st_size;
+            /* the access time is set on every use (kc_receiver_find) */
+            if (!oldest[0] || st.st_atim.tv_sec < oldest_at.tv_sec ||
+                (st.st_atim.tv_sec == oldest_at.tv_sec && st.st_atim.tv_nsec < oldest_at.tv_nsec)) {
+                snprintf(oldest, sizeof oldest, "%s", e->d_name);
+                oldest_at = st.st_atim;
+            }
+        }
+        closedir(d);
+        if (!oldest[0] || total + need <= r->keep_bytes)
+            return;
+        char path[3400];
+        snprintf(path, sizeof path, "%s/%s", r->dir, oldest);
+        if (unlink(path) != 0)
+            return;
+    }
 }
 
 kc_status kc_receiver_init(kc_receiver *r, const char *dir, uint64_t max_bytes)
@@ -39,6 +97,8 @@ kc_status kc_receiver_init(kc_receiver *r, const char *dir, uint64_t max_bytes)
         return kc_fail(KC_ERR_IO, "--cache-dir %s: must belong to this user with mode 0700",
                        dir);
     r->max_bytes = max_bytes;
+    r->keep_bytes = max_bytes * KC_RECEIVE_KEEP_FILES;
+    kc_receiver_sweep(r, 0, 1);
     return KC_OK;
 }
 
@@ -64,7 +124,14 @@ kc_status kc_receiver_find(const kc_receiver *r, const char *sha, const char *na
     if (snprintf(path, size, "%s/%s-%s", r->dir, sha, name) >= (int)size)
         return KC_ERR_IO;
     struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode) ? KC_OK : KC_ERR_IO;
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return KC_ERR_IO;
+    /* Recently used: evicted last. The access time is set explicitly
+     * (mounts often keep no atime); the mtime stays, so the file's digest
+     * memo (kc_sha256_file_cached) stays valid. */
+    struct timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+    utimensat(AT_FDCWD, path, times, 0);
+    return KC_OK;
 }
 
 /* The piece's header: {"sha256","name","offset","total","chunk_sha256"}. */
@@ -96,6 +163,7 @@ static kc_status kc_piece_parse(const cJSON *j, kc_piece *p)
 static kc_status kc_receiver_start(kc_receiver *r, const kc_piece *p)
 {
     kc_receiver_abandon(r);
+    kc_receiver_sweep(r, p->total, 0);
     char part[3200];
     snprintf(part, sizeof part, "%s/%s.part", r->dir, p->sha);
     r->fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);

@@ -18,6 +18,7 @@
 typedef struct kc_receiver {
     char dir[3072];
     uint64_t max_bytes;       /* 0: receiving is off */
+    uint64_t keep_bytes;      /* the store's size cap: older files go first */
     /* The file now arriving (one at a time). */
     int fd;                   /* -1 when none */
     char sha[KC_SHA256_HEX];
@@ -26,7 +27,12 @@ typedef struct kc_receiver {
     kc_sha256 hash;
 } kc_receiver;
 
-/* dir NULL or "": receiving off. Creates dir (0700) when missing. */
+/* dir NULL or "": receiving off. Creates dir (0700) when missing and
+ * removes pieces a crash left behind. The store keeps at most
+ * KC_RECEIVE_KEEP_FILES × max_bytes: before a new file arrives, the least
+ * recently used ones are removed to make room, so an authorized client
+ * cannot fill the disk. */
+#define KC_RECEIVE_KEEP_FILES 4
 kc_status kc_receiver_init(kc_receiver *r, const char *dir, uint64_t max_bytes);
 void kc_receiver_free(kc_receiver *r);
 

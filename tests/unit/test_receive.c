@@ -163,12 +163,50 @@ static void test_receive_dir_must_be_private(void **state)
     assert_int_equal(unlink(DIR_), 0);
 }
 
+/* The store keeps at most KC_RECEIVE_KEEP_FILES files of the largest
+ * size: a fifth evicts the least recently used; pieces left by a crash are
+ * removed when a worker starts. */
+static void test_receive_store_is_bounded(void **state)
+{
+    (void)state;
+    fresh_dir();
+    kc_receiver r;
+    assert_int_equal(kc_receiver_init(&r, DIR_, sizeof g_file), KC_OK);
+    char sha[6][KC_SHA256_HEX], path[4096];
+    for (int f = 0; f < 5; f++) {
+        g_file[0] = (unsigned char)f;
+        kc_sha256_mem(g_file, sizeof g_file, sha[f]);
+        uint64_t off;
+        int done = 0;
+        assert_int_equal(put(&r, sha[f], "m.keras", 0, sizeof g_file, sizeof g_file, 0, &off,
+                             &done), KC_OK);
+        assert_true(done);
+        if (f == 3) /* file 0 used again: file 1 becomes the oldest */
+            assert_int_equal(kc_receiver_find(&r, sha[0], "m.keras", path, sizeof path), KC_OK);
+        usleep(20000);
+    }
+    assert_int_equal(count_files(), KC_RECEIVE_KEEP_FILES);
+    assert_int_not_equal(kc_receiver_find(&r, sha[1], "m.keras", path, sizeof path), KC_OK);
+    assert_int_equal(kc_receiver_find(&r, sha[0], "m.keras", path, sizeof path), KC_OK);
+    assert_int_equal(kc_receiver_find(&r, sha[4], "m.keras", path, sizeof path), KC_OK);
+    kc_receiver_free(&r);
+    /* a piece left behind by a crash */
+    snprintf(path, sizeof path, DIR_ "/%s.part", sha[1]);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(kc_receiver_init(&r, DIR_, sizeof g_file), KC_OK);
+    assert_int_equal(count_files(), KC_RECEIVE_KEEP_FILES);
+    kc_receiver_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_receive_whole_file),
         cmocka_unit_test(test_receive_refusals),
         cmocka_unit_test(test_receive_dir_must_be_private),
+        cmocka_unit_test(test_receive_store_is_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
