@@ -317,12 +317,16 @@ static kc_status kc_advance(kc_pipe *p, kc_mb *mb)
 
 /* A segment's answer must be exactly the values live after its last stage,
  * at this micro-batch's rows, before any byte of it is used. */
-static kc_status kc_check_answer(const kc_pipe *p, int last, const kc_mb *mb, const kc_wire_msg *m)
+static kc_status kc_check_answer(const kc_pipe *p, int head, const kc_mb *mb,
+                                 const kc_wire_msg *m)
 {
+    int last = p->seg_end[head];
     const kc_stage_plan *plan = &p->plan[last];
+    char who[300];
+    kc_task_name(p, head, who, sizeof who);
     if (m->type != KC_WIRE_RESULT || m->n_tensors != plan->n_outputs)
-        return kc_fail(KC_ERR_FORMAT, "stage %d answered with %d tensors, %d expected", last,
-                       m->n_tensors, plan->n_outputs);
+        return kc_fail(KC_ERR_FORMAT, "%s: stage %d answered with %d tensors, %d expected", who,
+                       last, m->n_tensors, plan->n_outputs);
     for (int i = 0; i < m->n_tensors; i++) {
         const kc_shape *want = &p->m->graph->values[plan->outputs[i]].shape;
         const kc_shape *got = &m->tensors[i].shape;
@@ -331,8 +335,8 @@ static kc_status kc_check_answer(const kc_pipe *p, int last, const kc_mb *mb, co
         for (int d = 1; ok && d < got->rank; d++)
             ok = want->dims[d] < 0 || got->dims[d] == want->dims[d];
         if (!ok)
-            return kc_fail(KC_ERR_FORMAT, "stage %d answered tensor %d with the wrong dtype or "
-                           "shape", last, i);
+            return kc_fail(KC_ERR_FORMAT, "%s: stage %d answered tensor %d with the wrong dtype "
+                           "or shape", who, last, i);
     }
     return KC_OK;
 }
@@ -356,7 +360,7 @@ static kc_status kc_take_answer(kc_pipe *p, kc_mb *mb, const kc_wire_msg *m)
 {
     int head = mb->stage, last = p->seg_end[head];
     p->failed_stage = head;
-    KC_TRY(kc_check_answer(p, last, mb, m));
+    KC_TRY(kc_check_answer(p, head, mb, m));
     kc_add_times(p, head, m);
     KC_TRY(kc_msg_to_tensors(m, mb->t));
     mb->n = m->n_tensors;
