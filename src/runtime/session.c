@@ -87,6 +87,7 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
             return sst;
         }
     }
+    kc_mem_trace("session created");
     *out = s;
     return KC_OK;
 }
@@ -283,6 +284,7 @@ static kc_status kc_session_exec(kc_session *s, const kc_tensor *const *inputs, 
         st = kc_sched_run(s->sched);
     for (int i = 0; !s->sched && st == KC_OK && i < g->n_nodes; i++)
         st = kc_session_run_node(s, i);
+    kc_mem_trace("session run");
     for (int v = 0; v < g->n_values; v++) {
         if (s->mask_owned[v])
             free(s->mask[v]);
