@@ -33,10 +33,10 @@ static char kc_cuda_why[PATH_MAX + 512];
 static void *kc_try_open(const char *dir)
 {
     char path[PATH_MAX];
-    if (dir)
-        snprintf(path, sizeof path, "%s/%s", dir, KC_BACKEND_CUDA_LIBRARY);
-    else
-        snprintf(path, sizeof path, "%s", KC_BACKEND_CUDA_LIBRARY);
+    int n = dir ? snprintf(path, sizeof path, "%s/%s", dir, KC_BACKEND_CUDA_LIBRARY)
+                : snprintf(path, sizeof path, "%s", KC_BACKEND_CUDA_LIBRARY);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return NULL; /* a directory too long for a path cannot hold the plugin */
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h && dir && access(path, F_OK) == 0)
         snprintf(kc_cuda_why, sizeof kc_cuda_why, "%.*s cannot be loaded: %.400s", (int)(PATH_MAX - 1), path, dlerror());

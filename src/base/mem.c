@@ -1,5 +1,6 @@
 #include "mem.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,4 +62,24 @@ kc_status kc_grow(void **items, size_t *cap, size_t need, size_t elem_size)
 int kc_mul_overflows(int64_t a, int64_t b, int64_t *out)
 {
     return __builtin_mul_overflow(a, b, out);
+}
+
+static long kc_status_kb(const char *text, const char *key)
+{
+    const char *p = strstr(text, key);
+    return p ? strtol(p + strlen(key), NULL, 10) : -1;
+}
+
+void kc_mem_trace(const char *stage)
+{
+    if (!getenv("KC_MEM_TRACE"))
+        return;
+    FILE *f = fopen("/proc/self/status", "r");
+    char text[4096];
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f)
+        fclose(f);
+    text[n] = '\0';
+    fprintf(stderr, "kerasc mem: %-28s rss %6ld KiB  peak %6ld KiB\n", stage,
+            kc_status_kb(text, "VmRSS:"), kc_status_kb(text, "VmHWM:"));
 }

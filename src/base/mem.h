@@ -22,4 +22,9 @@ kc_status kc_grow(void **items, size_t *cap, size_t need, size_t elem_size);
 /* a*b into *out; nonzero when it overflows. */
 int kc_mul_overflows(int64_t a, int64_t b, int64_t *out);
 
+/* With KC_MEM_TRACE set in the environment, print this process's resident
+ * and peak resident memory (VmRSS, VmHWM) after `stage` to stderr: how the
+ * memory budget of a load and a session is measured stage by stage. */
+void kc_mem_trace(const char *stage);
+
 #endif

@@ -199,6 +199,7 @@ static kc_status kc_k3_walk(kc_k3 *k, kc_layer *model, const char *prefix)
 kc_status kc_bind_keras3(kc_graph *graph, kc_h5 *h5)
 {
     kc_k3 k = {.h5 = h5, .layers_key = "layers"};
+    kc_h5_release_on_read(h5); /* one pass: each dataset is read once */
     /* tf.keras 2.13-2.14 wrote _layer_checkpoint_dependencies. */
     if (kc_h5_kind(h5, "/layers") != KC_H5_GROUP &&
         kc_h5_kind(h5, "/_layer_checkpoint_dependencies") == KC_H5_GROUP)

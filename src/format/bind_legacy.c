@@ -306,6 +306,7 @@ kc_status kc_bind_legacy(kc_graph *graph, kc_h5 *h5, const char *root)
 {
     char **names = NULL;
     int n = 0;
+    kc_h5_release_on_read(h5); /* one pass: each dataset is read once */
     KC_TRY(kc_h5_attr_strings(h5, root, "layer_names", &names, &n));
     if (n < 0)
         return kc_fail(KC_ERR_FORMAT, "%s: %s has no layer_names attribute", kc_h5_label(h5),

@@ -5,6 +5,7 @@
  * ever parses the snapshot, with every offset and size checked, so a file
  * that crashes or hangs libhdf5 costs a clean error, never the process. */
 #include <cjson/cJSON.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 
 #define KC_H5_PATH_MAX 4096
 #define KC_H5_CHUNKS_MAX 1024
+#define KC_H5_PAGE ((uint64_t)4096) /* hole-punching granularity */
 
 typedef struct kc_h5_obj {
     const char *path;
@@ -37,6 +39,9 @@ struct kc_h5 {
     kc_h5_obj *objs;
     int n_objs;
     int borrowed;       /* weights point into map (disk tier): keep it mapped */
+    int fd;             /* the snapshot file: datasets are read from it with pread */
+    int release;        /* kc_h5_release_on_read: drop each dataset once read */
+    unsigned char *punched; /* pages of the snapshot dropped, one bit each */
 };
 
 const char *kc_h5_label(const kc_h5 *h5) { return h5 ? h5->label : ""; }
@@ -147,13 +152,14 @@ static kc_status kc_h5_open_source(const kc_h5_source *src, uint64_t bytes, kc_h
         free(h5);
         return KC_ERR_NOMEM;
     }
+    h5->fd = -1;
     int fd = -1;
     kc_status st = kc_sandbox_run(src->label, "the HDF5 reader (libhdf5)", kc_h5_dump_work,
                                   (void *)src, kc_h5_cpu_budget(bytes), &fd);
     if (st == KC_OK)
         st = kc_h5_map_snapshot(h5, fd);
-    if (fd >= 0)
-        close(fd);
+    kc_mem_trace("HDF5 snapshot mapped");
+    h5->fd = fd; /* kept: datasets are read with pread, never through the mapping */
     if (st != KC_OK) {
         kc_h5_close(h5);
         return st;
@@ -191,6 +197,9 @@ void kc_h5_close(kc_h5 *h5)
     }
     else if (h5->map)
         munmap(h5->map, h5->map_len);
+    if (h5->fd >= 0)
+        close(h5->fd);
+    free(h5->punched);
     cJSON_Delete(h5->index);
     free(h5->objs);
     free(h5->label);
@@ -476,9 +485,42 @@ kc_status kc_h5_borrow_f32(kc_h5 *h5, const char *path, int64_t count, float **o
     if (kc_shape_count(&shape) != count)
         return kc_fail(KC_ERR_SHAPE, "%s: HDF5 dataset %s has %lld elements, %lld requested",
                        h5->label, path, (long long)kc_shape_count(&shape), (long long)count);
+    if (h5->release)
+        return kc_fail(KC_ERR_ARG, "%s: HDF5 snapshot drops what is read; nothing to borrow",
+                       h5->label);
     h5->borrowed = 1;
     *out = (float *)(h5->blob + offset); /* read-only mapping: kernels only read weights */
     return KC_OK;
+}
+
+void kc_h5_release_on_read(kc_h5 *h5)
+{
+    size_t pages = (h5->map_len + KC_H5_PAGE - 1) / KC_H5_PAGE;
+    if (h5->fd < 0 || h5->borrowed || kc_spill_dir() || !(h5->punched = calloc(pages / 8 + 1, 1)))
+        return; /* then nothing is dropped early: still correct, only larger */
+    h5->release = 1;
+}
+
+/* The whole pages inside bytes [from, to) of the snapshot: a dataset's
+ * own, shared with no other dataset (each path has its own blob range). */
+static void kc_h5_inner_pages(uint64_t from, uint64_t to, uint64_t *first, uint64_t *end)
+{
+    *first = (from + KC_H5_PAGE - 1) / KC_H5_PAGE;
+    *end = to / KC_H5_PAGE;
+}
+
+/* Give the dataset's own pages of the memory file back to the system once
+ * its values are in their final array. */
+static void kc_h5_drop(kc_h5 *h5, uint64_t from, uint64_t to)
+{
+    uint64_t first, end;
+    kc_h5_inner_pages(from, to, &first, &end);
+    if (first >= end || fallocate(h5->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                  (off_t)(first * KC_H5_PAGE),
+                                  (off_t)((end - first) * KC_H5_PAGE)) != 0)
+        return; /* a file system without holes keeps the bytes until close */
+    for (uint64_t p = first; p < end; p++)
+        h5->punched[p / 8] |= (unsigned char)(1u << (p % 8));
 }
 
 kc_status kc_h5_read_f32(kc_h5 *h5, const char *path, float *dst, int64_t count)
@@ -490,6 +532,22 @@ kc_status kc_h5_read_f32(kc_h5 *h5, const char *path, float *dst, int64_t count)
     if (kc_shape_count(&shape) != count)
         return kc_fail(KC_ERR_SHAPE, "%s: HDF5 dataset %s has %lld elements, %lld requested",
                        h5->label, path, (long long)kc_shape_count(&shape), (long long)count);
-    memcpy(dst, h5->blob + offset, (size_t)count * sizeof *dst);
+    size_t bytes = (size_t)count * sizeof *dst;
+    uint64_t from = KC_H5_SNAP_HEADER + offset * sizeof(float), first, end;
+    kc_h5_inner_pages(from, from + bytes, &first, &end);
+    if (h5->punched && first < end && (h5->punched[first / 8] & (1u << (first % 8))))
+        return kc_fail(KC_ERR_ARG, "%s: HDF5 dataset %s was already read and released",
+                       h5->label, path);
+    /* pread, not the mapping: the snapshot's pages never enter this
+     * process's resident set next to the array they are copied into. */
+    for (size_t done = 0; done < bytes;) {
+        ssize_t n = pread(h5->fd, (char *)dst + done, bytes - done, (off_t)(from + done));
+        if (n <= 0)
+            return kc_fail(KC_ERR_IO, "%s: cannot read HDF5 dataset %s from the snapshot",
+                           h5->label, path);
+        done += (size_t)n;
+    }
+    if (h5->release)
+        kc_h5_drop(h5, from, from + bytes);
     return KC_OK;
 }

@@ -19,8 +19,9 @@ typedef struct kc_h5 kc_h5;
 
 /* Open a file on disk, read-only. label names it in errors. */
 kc_status kc_h5_open_file(const char *path, kc_h5 **out);
-/* Open an in-memory image (e.g. a STORED zip member). The buffer is not
- * copied and must outlive the handle. */
+/* Open an in-memory image (e.g. a STORED zip member). The buffer is read
+ * (by the sandboxed reader) only during the call: the caller may free it
+ * as soon as this returns. */
 kc_status kc_h5_open_image(const void *buf, size_t len, const char *label, kc_h5 **out);
 void kc_h5_close(kc_h5 *h5);
 const char *kc_h5_label(const kc_h5 *h5);
@@ -52,6 +53,12 @@ kc_status kc_h5_dataset_info(kc_h5 *h5, const char *path, kc_shape *shape, kc_dt
 /* Read a whole dataset converted to float32 into dst (count elements,
  * which must equal the dataset's element count). */
 kc_status kc_h5_read_f32(kc_h5 *h5, const char *path, float *dst, int64_t count);
+/* The loader's single pass: from now on each dataset's bytes are dropped
+ * from the snapshot once kc_h5_read_f32 has copied them out, so the
+ * snapshot shrinks as the weight arrays grow and the two are never both
+ * whole in memory. Reading a released dataset again fails. Not with
+ * kc_h5_borrow_f32 (the disk tier keeps the snapshot as the weights). */
+void kc_h5_release_on_read(kc_h5 *h5);
 /* The disk tier: a pointer to the dataset's float32 values inside the
  * (file-backed, read-only) snapshot mapping, which then outlives the
  * kc_h5 (adopted by the spill session, see base/spill.h). */

@@ -157,9 +157,12 @@ static kc_status kc_keras3_open_zip(const char *path, kc_keras3_archive *a)
         return st;
     if (!weights)
         return kc_fail(KC_ERR_FORMAT, "%s: zip has no model.weights.h5", path);
-    a->weights_image = weights;
-    a->weights_len = wlen;
-    return kc_h5_open_image(weights, wlen, path, &a->weights);
+    kc_mem_trace("zip member extracted");
+    st = kc_h5_open_image(weights, wlen, path, &a->weights);
+    /* The snapshot holds everything now: the member goes before the
+     * weights are read out of it, so the two are never resident at once. */
+    free(weights);
+    return st;
 }
 
 static kc_status kc_keras3_open_dir(const char *path, kc_keras3_archive *a)
@@ -198,7 +201,6 @@ void kc_keras3_close(kc_keras3_archive *a)
 {
     if (a->weights)
         kc_h5_close(a->weights);
-    free(a->weights_image);
     free(a->config_json);
     free(a->metadata_json);
     memset(a, 0, sizeof *a);

@@ -13,8 +13,6 @@ typedef struct kc_keras3_archive {
     size_t config_len;
     char *metadata_json;   /* metadata.json text, NULL if absent */
     size_t metadata_len;
-    void *weights_image;   /* model.weights.h5 bytes (zip) or NULL (directory) */
-    size_t weights_len;
     kc_h5 *weights;        /* open weights file */
 } kc_keras3_archive;
 

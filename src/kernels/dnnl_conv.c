@@ -356,6 +356,7 @@ kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
             kc_dnnl_conv_free(&st->base);
             return KC_OK; /* not handled: the GEMM path runs instead */
         }
+        st->base.weights_cached = st->w_packed != NULL;
         *ctx->state = &st->base;
     }
     KC_TRY(kc_dnnl_execute(st, ctx->in[0], kc_w(ctx, 0), a->use_bias ? kc_w(ctx, 1) : NULL,

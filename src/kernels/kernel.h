@@ -16,6 +16,11 @@
  * the session frees it through `free`. */
 typedef struct kc_kernel_state {
     void (*free)(struct kc_kernel_state *state);
+    /* Set when the kernel has copied the layer's weight 0 into a layout of
+     * its own (oneDNN's packed weights) and reads only that copy until the
+     * state is rebuilt for another input shape: the session may then free
+     * the layer's array where it owns it (a fused copy, see fuse.h). */
+    int weights_cached;
 } kc_kernel_state;
 
 typedef struct kc_exec_ctx {

@@ -92,6 +92,7 @@ static kc_status kc_load_keras3(kc_model *m, int is_dir)
         st = kc_model_build(m, m->doc);
     if (st == KC_OK)
         st = kc_bind_keras3(m->graph, a.weights);
+    kc_mem_trace("weights bound");
     kc_keras3_close(&a);
     return st;
 }
@@ -309,6 +310,7 @@ kc_status kc_model_load(const char *path, const kc_load_options *options, kc_mod
         return st;
     }
     kc_model_compute_params(m);
+    kc_mem_trace("model loaded");
     *out = m;
     return KC_OK;
 }

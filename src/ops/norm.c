@@ -104,7 +104,7 @@ static kc_status kc_batchnorm_infer(kc_op_ctx *ctx)
 {
     const kc_norm_attrs *a = ctx->layer->attrs;
     KC_TRY(kc_op_expect_inputs(ctx, 1, 1));
-    kc_shape p;
+    kc_shape p = {0};
     KC_TRY(kc_norm_param_shape(ctx, a, &p));
     if (a->scale)
         kc_norm_spec(ctx, "gamma", 1, &p);
@@ -128,7 +128,7 @@ static kc_status kc_layernorm_infer(kc_op_ctx *ctx)
     KC_TRY(kc_op_expect_inputs(ctx, 1, 1));
     if (a->n_axes > 3)
         return kc_fail(KC_ERR_UNSUPPORTED, "LayerNormalization over more than 3 axes");
-    kc_shape p;
+    kc_shape p = {0};
     KC_TRY(kc_norm_param_shape(ctx, a, &p));
     if (a->scale || a->rms_scaling)
         kc_norm_spec(ctx, "gamma", 1, &p);
@@ -152,7 +152,7 @@ static kc_status kc_groupnorm_infer(kc_op_ctx *ctx)
 {
     const kc_norm_attrs *a = ctx->layer->attrs;
     KC_TRY(kc_op_expect_inputs(ctx, 1, 1));
-    kc_shape p;
+    kc_shape p = {0};
     KC_TRY(kc_norm_param_shape(ctx, a, &p));
     int64_t groups = a->groups == -1 ? p.dims[0] : a->groups;
     if (p.dims[0] % groups)

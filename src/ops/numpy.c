@@ -34,7 +34,7 @@ kc_status kc_top_read_axes(const cJSON *item, const char *what, int *axes, int *
     *n = -1;
     if (!item || cJSON_IsNull(item))
         return KC_OK;
-    int64_t v;
+    int64_t v = 0;
     if (cJSON_IsNumber(item)) {
         KC_TRY(kc_json_int(item, what, -KC_MAX_RANK, KC_MAX_RANK, &v));
         axes[0] = (int)v;

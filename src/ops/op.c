@@ -193,7 +193,7 @@ kc_status kc_cfg_ints(const cJSON *cfg, const char *key, int n, int64_t dflt, in
         return KC_OK;
     }
     if (cJSON_IsNumber(item)) {
-        int64_t v;
+        int64_t v = 0;
         KC_TRY(kc_cfg_to_int(item, key, &v));
         for (int i = 0; i < n; i++)
             out[i] = v;
@@ -312,7 +312,7 @@ kc_status kc_cfg_channels_last(const cJSON *cfg)
     KC_TRY(kc_cfg_str(cfg, "data_format", "channels_last", &fmt));
     if (strcmp(fmt, "channels_last") != 0 && strcmp(fmt, "channels_first") != 0)
         return kc_fail(KC_ERR_UNSUPPORTED, "data_format '%s'", fmt);
-    const char *dim;
+    const char *dim = "tf";
     KC_TRY(kc_cfg_str(cfg, "dim_ordering", "tf", &dim));
     if (strcmp(dim, "tf") != 0 && strcmp(dim, "default") != 0)
         return kc_fail(KC_ERR_UNSUPPORTED,

@@ -405,6 +405,16 @@ kc_status kc_fuse(const kc_graph *g, int allowed, kc_fused *f)
     return KC_OK;
 }
 
+void kc_fused_release_kernel(kc_fused *f, int node)
+{
+    kc_layer *l = f->shadow ? f->shadow[node] : NULL;
+    if (!l || !l->weights[0].data)
+        return;
+    free(l->weights[0].data);
+    l->weights[0].data = NULL;
+    f->n_released++;
+}
+
 void kc_fused_free(kc_fused *f, int n_nodes)
 {
     if (f->shadow)

@@ -10,11 +10,18 @@ typedef struct kc_fused {
     unsigned char *skip; /* per node: absorbed into its producer */
     kc_layer **shadow;   /* per node: rewritten copy of its layer, or NULL */
     int n_fused;
+    int n_released;      /* shadow kernels freed by kc_fused_release_kernel */
 } kc_fused;
 
 /* allowed = 0: no rewrites (disk-backed weights: a rewritten layer would
  * copy its weights into memory). */
 kc_status kc_fuse(const kc_graph *graph, int allowed, kc_fused *out);
 void kc_fused_free(kc_fused *fused, int n_nodes);
+/* Free node's rewritten kernel (weight 0) once its kernel keeps a packed
+ * copy of its own (kc_kernel_state.weights_cached): two copies of every
+ * folded convolution would otherwise stay resident. Until kc_fuse runs
+ * again, the node's shadow has no kernel array: the session redoes the
+ * rewrites before any kernel could rebuild (a new plan). */
+void kc_fused_release_kernel(kc_fused *fused, int node);
 
 #endif

@@ -87,6 +87,7 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
             return sst;
         }
     }
+    kc_mem_trace("session created");
     *out = s;
     return KC_OK;
 }
@@ -195,6 +196,8 @@ kc_status kc_session_run_node(kc_session *s, int index)
     kc_status st = kc_cpu_exec(s->kernels[index], &call, &s->state[index]);
     if (st != KC_OK)
         return kc_layer_error(st, node->layer);
+    if (s->state[index] && s->state[index]->weights_cached && !s->sched)
+        kc_fused_release_kernel(&s->fused, index); /* the packed copy is the one read now */
     kc_session_mask_after(s, index, node->n_inputs ? in[0] : NULL);
     return KC_OK;
 }
@@ -212,6 +215,16 @@ void kc_session_mask_after(kc_session *s, int index, const float *in0)
     }
 }
 
+/* A new plan may rebuild any kernel from its layer's weights: bring back
+ * the fused kernels released after packing (same rewrites, same graph). */
+static kc_status kc_session_refuse(kc_session *s)
+{
+    if (!s->fused.n_released)
+        return KC_OK;
+    kc_fused_free(&s->fused, s->graph->n_nodes);
+    return kc_fuse(s->graph, !s->model->disk_weights, &s->fused);
+}
+
 kc_status kc_session_prepare(kc_session *s, const kc_tensor *const *inputs)
 {
     kc_shape shapes[64];
@@ -223,6 +236,7 @@ kc_status kc_session_prepare(kc_session *s, const kc_tensor *const *inputs)
     if (kc_plan_matches(&s->plan, shapes, n))
         return KC_OK;
     kc_plan_free(&s->plan);
+    KC_TRY(kc_session_refuse(s));
     KC_TRY(kc_plan_build(s->model, s->fused.alias, shapes, n, &s->plan));
     if (s->plan.arena_floats > s->arena_floats) {
         free(s->arena);
@@ -283,6 +297,7 @@ static kc_status kc_session_exec(kc_session *s, const kc_tensor *const *inputs, 
         st = kc_sched_run(s->sched);
     for (int i = 0; !s->sched && st == KC_OK && i < g->n_nodes; i++)
         st = kc_session_run_node(s, i);
+    kc_mem_trace("session run");
     for (int v = 0; v < g->n_values; v++) {
         if (s->mask_owned[v])
             free(s->mask[v]);

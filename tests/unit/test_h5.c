@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <hdf5.h>
+
 #include "base/error.h"
 #include "format/h5.h"
 
@@ -649,6 +651,53 @@ static void test_libhdf5_bugs_contained(void **state)
                          KC_OK);
 }
 
+/* ------------------------------------------------------- release on read */
+
+/* A file with one 64 KiB float dataset, written with libhdf5 here. */
+static void write_big_dataset(const char *path, float *values, hsize_t n)
+{
+    for (hsize_t i = 0; i < n; i++)
+        values[i] = (float)i * 0.5f;
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t space = H5Screate_simple(1, &n, NULL);
+    hid_t d = H5Dcreate2(f, "big", H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    assert_true(f >= 0 && space >= 0 && d >= 0);
+    assert_true(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values) >= 0);
+    H5Dclose(d);
+    H5Sclose(space);
+    H5Fclose(f);
+}
+
+/* The loader's single pass drops each dataset from the snapshot once read
+ * (so snapshot and weights are never both whole in memory): a second read
+ * of the same dataset then fails instead of returning the dropped bytes.
+ * Without release_on_read, reads repeat as often as asked. */
+static void test_release_on_read(void **state)
+{
+    (void)state;
+    enum { N = 16384 };
+    static float want[N], got[N];
+    char path[1024];
+    snprintf(path, sizeof path, "%s/test_h5_release.h5", KC_TEST_TMP);
+    write_big_dataset(path, want, N);
+    kc_h5 *h5 = NULL;
+    assert_int_equal(kc_h5_open_file(path, &h5), KC_OK);
+    assert_int_equal(kc_h5_read_f32(h5, "/big", got, N), KC_OK);
+    assert_int_equal(kc_h5_read_f32(h5, "/big", got, N), KC_OK);
+    assert_memory_equal(got, want, sizeof got);
+    kc_h5_close(h5);
+
+    assert_int_equal(kc_h5_open_file(path, &h5), KC_OK);
+    kc_h5_release_on_read(h5);
+    memset(got, 0, sizeof got);
+    assert_int_equal(kc_h5_read_f32(h5, "/big", got, N), KC_OK);
+    assert_memory_equal(got, want, sizeof got);
+    assert_int_equal(kc_h5_read_f32(h5, "/big", got, N), KC_ERR_ARG);
+    assert_error_contains("already read and released");
+    kc_h5_close(h5);
+    unlink(path);
+}
+
 int main(void)
 {
     mkdir(KC_TEST_TMP, 0755);
@@ -660,7 +709,7 @@ int main(void)
         cmocka_unit_test(test_storage_refused),  cmocka_unit_test(test_dtypes),
         cmocka_unit_test(test_image),            cmocka_unit_test(test_real_legacy_h5),
         cmocka_unit_test(test_real_keras_image), cmocka_unit_test(test_quiet_in_threads),
-        cmocka_unit_test(test_libhdf5_bugs_contained),
+        cmocka_unit_test(test_libhdf5_bugs_contained), cmocka_unit_test(test_release_on_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,8 @@
 #include <cmocka.h>
 
 #include "kerasc.h"
+#include "kernels/dnnl_common.h"
+#include "runtime/session_internal.h"
 
 /* x -> relu -> (a) ; a + x -> (b); concat(a, b) -> out0, b -> out1 */
 static const char *kc_model_json =
@@ -257,6 +259,68 @@ static void test_exact_convolutions(void **state)
     kc_model_free(m);
 }
 
+/* The input batch `batch` of app `name`'s golden input (image 0 repeated). */
+static kc_tensor *kc_app_input(const char *name, int64_t batch)
+{
+    char path[512];
+    snprintf(path, sizeof path, KC_TEST_DATA "/../apps/%s/input_0.npy", name);
+    kc_tensor *one = NULL, *t = NULL;
+    assert_int_equal(kc_tensor_load_npy(path, &one), KC_OK);
+    int64_t dims[KC_MAX_RANK];
+    int rank = kc_tensor_rank(one);
+    for (int d = 0; d < rank; d++)
+        dims[d] = kc_tensor_dim(one, d);
+    size_t image = (size_t)(kc_tensor_count(one) / dims[0]) * sizeof(float);
+    dims[0] = batch;
+    assert_int_equal(kc_tensor_new(KC_F32, rank, dims, &t), KC_OK);
+    for (int64_t b = 0; b < batch; b++)
+        memcpy((char *)kc_tensor_data(t) + (size_t)b * image, kc_tensor_cdata(one), image);
+    kc_tensor_free(one);
+    return t;
+}
+
+/* Once oneDNN has packed a folded convolution's kernel, the session's
+ * folded copy is freed (one resident copy per session, not two); a new
+ * batch size rebuilds the primitives from a fresh fold, and every run
+ * still equals a fresh session's. */
+static void test_folded_kernels_released_after_packing(void **state)
+{
+    (void)state;
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(KC_TEST_DATA "/../apps/resnet50/model.keras", NULL, &m),
+                     KC_OK);
+    kc_session *s = NULL;
+    assert_int_equal(kc_session_new(m, NULL, &s), KC_OK);
+    kc_tensor *out[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        int64_t batch = i == 1 ? 2 : 1;
+        kc_tensor *in = kc_app_input("resnet50", batch);
+        assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&in, 1, &out[i], 1), KC_OK);
+        int released = 0;
+        for (int n = 0; n < s->graph->n_nodes; n++)
+            if (s->fused.shadow[n] && !s->fused.shadow[n]->weights[0].data) {
+                assert_non_null(s->state[n]);
+                assert_true(s->state[n]->weights_cached);
+                released++;
+            }
+        if (kc_dnnl_ready())
+            assert_true(released >= 53); /* every BN-folded convolution */
+        kc_session *fresh = NULL;
+        kc_tensor *want = NULL;
+        assert_int_equal(kc_session_new(m, NULL, &fresh), KC_OK);
+        assert_int_equal(kc_session_run(fresh, (const kc_tensor *const *)&in, 1, &want, 1), KC_OK);
+        assert_memory_equal(kc_tensor_cdata(out[i]), kc_tensor_cdata(want),
+                            (size_t)kc_tensor_count(want) * sizeof(float));
+        kc_tensor_free(want);
+        kc_session_free(fresh);
+        kc_tensor_free(in);
+    }
+    for (int i = 0; i < 3; i++)
+        kc_tensor_free(out[i]);
+    kc_session_free(s);
+    kc_model_free(m);
+}
+
 /* run_into checks the caller's tensors. */
 static void test_run_into_checks(void **state)
 {
@@ -295,6 +359,7 @@ int main(void)
         cmocka_unit_test(test_residual_add_fusion),
         cmocka_unit_test(test_run_into_checks),
         cmocka_unit_test(test_exact_convolutions),
+        cmocka_unit_test(test_folded_kernels_released_after_packing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
