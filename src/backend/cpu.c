@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "backend/backend.h"
 #include "backend/cpu_exec.h"
 #include "base/mem.h"
@@ -46,13 +47,6 @@ struct kc_backend {
     int busy, stop;
     double gbps;           /* pacing, 0 = as fast as memcpy */
 };
-
-static double kc_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void kc_event_complete(kc_backend_event *e, uint64_t target)
 {

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 
 /* Message frame from child to parent: status byte + NUL-free text. */
@@ -81,13 +82,6 @@ static void kc_sandbox_child(int msg_fd, int out_fd, kc_sandbox_work work, void 
     (void)w;
     /* _exit: no atexit handlers, no leak reports from the parser's state. */
     _exit(st == KC_OK ? 0 : 1);
-}
-
-static double kc_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* Read the child's message until EOF or the deadline; returns bytes read,

@@ -13,18 +13,14 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "cli/commands.h"
 #include "cli/placement_args.h"
 #include "kerasc.h"
 
 #define KC_BENCH_MAX_IO 64
 
-static double kc_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
+static double kc_now_ms(void) { return kc_now() * 1e3; }
 
 static int kc_cmp_double(const void *a, const void *b)
 {

@@ -2,8 +2,8 @@
 #include "net/msg.h"
 
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/tensor.h"
 
 void kc_msg_tensors(kc_wire_msg *msg, kc_wire_type type, uint64_t id, uint32_t stage,
@@ -52,13 +52,6 @@ kc_status kc_msg_to_tensors(const kc_wire_msg *msg, kc_tensor **out)
     return KC_OK;
 }
 
-static double kc_msg_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 kc_status kc_msg_roundtrip(void *socket, const kc_wire_msg *req, int timeout_ms,
                            size_t max_bytes, const char *who, kc_net_rx *rx,
                            kc_wire_msg *reply, uint32_t *flags)
@@ -66,9 +59,9 @@ kc_status kc_msg_roundtrip(void *socket, const kc_wire_msg *req, int timeout_ms,
     if (flags)
         *flags = 0;
     KC_TRY(kc_net_send(socket, NULL, 0, req));
-    double until = kc_msg_now() + timeout_ms / 1000.0;
+    double until = kc_now() + timeout_ms / 1000.0;
     for (;;) {
-        int left = (int)((until - kc_msg_now()) * 1000);
+        int left = (int)((until - kc_now()) * 1000);
         if (left <= 0)
             return kc_fail(KC_ERR_DEVICE, "%s did not answer within %d ms", who, timeout_ms);
         int got = 0;

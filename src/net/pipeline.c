@@ -11,9 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <zmq.h>
 
+#include "base/clock.h"
 #include "base/mem.h"
 #include "model/model_internal.h"
 #include "net/digest.h"
@@ -50,13 +50,6 @@ typedef struct kc_pipe {
     double last_progress;
     kc_net_rx rx;
 } kc_pipe;
-
-static double kc_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int kc_deadline(const kc_pipe *p) { return p->o->deadline_ms > 0 ? p->o->deadline_ms : 30000; }
 

@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
+#include "base/clock.h"
 #include "base/mem.h"
 #include "backend/registry.h"
 #include "device/devspec.h"
@@ -81,13 +81,6 @@ static void kc_on_signal(int sig)
 {
     (void)sig;
     kc_stop = 1;
-}
-
-static double kc_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void kc_log(const kc_worker *w, const char *fmt, ...) KC_PRINTF(2, 3);

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "backend/cpu_exec.h"
 #include "backend/registry.h"
 #include "base/mem.h"
@@ -28,13 +29,6 @@
 #include "runtime/sched_internal.h"
 
 #define KC_HOST_BIT 1u
-
-static double kc_clock(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static size_t kc_align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -95,13 +89,13 @@ static kc_status kc_measure_link(kc_sdev *d)
         st = d->io->event_new(d->b, &e);
     double best = 0;
     for (int rep = 0; st == KC_OK && rep < 2; rep++) {
-        double t0 = kc_clock();
+        double t0 = kc_now();
         st = d->io->upload_async(d->b, dev, host, bytes);
         if (st == KC_OK)
             st = d->io->record(d->b, KC_STREAM_COPY, e);
         if (st == KC_OK)
             st = d->io->event_sync(d->b, e);
-        double dt = kc_clock() - t0;
+        double dt = kc_now() - t0;
         if (dt > 0 && (double)bytes / dt > best)
             best = (double)bytes / dt;
     }
@@ -685,9 +679,9 @@ static kc_status kc_run_one(kc_sched *sc, int i)
         call.n_w = call.layer->n_weights;
     }
     if (dev == KC_SCHED_HOST) {
-        n->t_start = kc_clock() - sc->run_t0;
+        n->t_start = kc_now() - sc->run_t0;
         st = kc_cpu_exec(s->kernels[i], &call, &s->state[i]);
-        n->t_end = kc_clock() - sc->run_t0;
+        n->t_end = kc_now() - sc->run_t0;
         kc_advise_weights(sc, call.layer, MADV_DONTNEED);
     } else {
         st = kc_run_on_device(sc, i, &call);
@@ -735,12 +729,12 @@ kc_status kc_sched_run(kc_sched *sc)
     for (int i = 0; i < s->n_stage_inputs; i++) /* a stage's inputs arrive on the host */
         sc->where[kc_root(sc, s->stage_inputs[i])] = KC_HOST_BIT;
     sc->boundary_bytes = 0;
-    sc->run_t0 = kc_clock();
+    sc->run_t0 = kc_now();
     kc_status st = KC_OK;
     for (int d = 0; st == KC_OK && d < sc->n_dev; d++) {
         kc_sdev *dv = &sc->dev[d];
         st = dv->io->record(dv->b, KC_STREAM_COMPUTE, dv->ev_base);
-        dv->base_offset = kc_clock() - sc->run_t0;
+        dv->base_offset = kc_now() - sc->run_t0;
         for (int k = 0; st == KC_OK && k < dv->res.depth; k++)
             st = kc_enqueue_upload(sc, d, k);
     }
@@ -768,7 +762,7 @@ kc_status kc_sched_run(kc_sched *sc)
         if (st == KC_OK)
             st = sync;
     }
-    sc->run_s = kc_clock() - sc->run_t0;
+    sc->run_s = kc_now() - sc->run_t0;
     /* Disk tier: the kernel maps neighbouring file pages on a fault
      * ("fault-around"), which the per-layer drops miss; release all. */
     const kc_model *m = s->model;
