@@ -245,7 +245,8 @@ static kc_status kc_load_all(kc_pipe *p, int64_t batch_max)
 
 /* ------------------------------------------------------------ micro-batches */
 
-/* Rows [first, first+rows) of t as a new tensor. */
+/* Rows [first, first+rows) of t, as a view (rows are contiguous): what is
+ * sent or fed to a local stage is read from the caller's batch itself. */
 static kc_status kc_slice(const kc_tensor *t, int64_t first, int64_t rows, kc_tensor **out)
 {
     if (t->dtype != KC_F32)
@@ -253,9 +254,8 @@ static kc_status kc_slice(const kc_tensor *t, int64_t first, int64_t rows, kc_te
     kc_shape s = t->shape;
     size_t row = sizeof(float) * (size_t)(kc_shape_count(&s) / (s.dims[0] ? s.dims[0] : 1));
     s.dims[0] = rows;
-    KC_TRY(kc_tensor_new(KC_F32, s.rank, s.dims, out));
-    memcpy((*out)->data, (const char *)t->data + row * (size_t)first, row * (size_t)rows);
-    return KC_OK;
+    *out = kc_tensor_wrap(KC_F32, &s, (char *)t->data + row * (size_t)first);
+    return *out ? KC_OK : KC_ERR_NOMEM;
 }
 
 static void kc_mb_clear(kc_mb *mb)

@@ -10,6 +10,9 @@
 
 #include "base/mem.h"
 
+_Static_assert(sizeof(zmq_msg_t) <= sizeof(((kc_net_rx *)0)->held),
+               "kc_net_rx.held must hold a zmq_msg_t");
+
 struct kc_net {
     void *ctx;
     kc_net_security sec;
@@ -289,44 +292,37 @@ kc_status kc_net_recv(void *socket, int is_router, int timeout_ms, size_t max_by
         if (!more)
             return kc_fail(KC_ERR_FORMAT, "a message without a body");
     }
-    zmq_msg_init(&m);
-    if (zmq_msg_recv(&m, socket, 0) < 0) {
-        zmq_msg_close(&m);
+    /* The body is received straight into the held message. */
+    zmq_msg_t *body = (zmq_msg_t *)(void *)rx->held;
+    if (rx->holding)
+        zmq_msg_close(body);
+    rx->holding = 0;
+    rx->buf = NULL;
+    rx->len = 0;
+    zmq_msg_init(body);
+    if (zmq_msg_recv(body, socket, 0) < 0) {
+        zmq_msg_close(body);
         return kc_fail(KC_ERR_IO, "receive: %s", zmq_strerror(zmq_errno()));
     }
-    int more = zmq_msg_more(&m);
-    size_t n = zmq_msg_size(&m);
-    const char *key = zmq_msg_gets(&m, "User-Id");
-    (void)key;
-    kc_status st = KC_OK;
+    rx->holding = 1;
+    int more = zmq_msg_more(body);
+    size_t n = zmq_msg_size(body);
     if (more) {
         kc_drain(socket);
-        st = kc_fail(KC_ERR_FORMAT, "a message with extra frames");
-    } else if (n > max_bytes) {
-        st = kc_fail(KC_ERR_LIMIT, "a %zu-byte message (limit %zu)", n, max_bytes);
-    } else {
-        if (n > rx->cap) {
-            unsigned char *grown = realloc(rx->buf, n ? n : 1);
-            if (!grown)
-                st = KC_ERR_NOMEM;
-            else {
-                rx->buf = grown;
-                rx->cap = n ? n : 1;
-            }
-        }
-        if (st == KC_OK) {
-            memcpy(rx->buf, zmq_msg_data(&m), n);
-            rx->len = n;
-            *got = 1;
-        }
+        return kc_fail(KC_ERR_FORMAT, "a message with extra frames");
     }
-    zmq_msg_close(&m);
-    return st;
+    if (n > max_bytes)
+        return kc_fail(KC_ERR_LIMIT, "a %zu-byte message (limit %zu)", n, max_bytes);
+    rx->buf = zmq_msg_data(body);
+    rx->len = n;
+    *got = 1;
+    return KC_OK;
 }
 
 void kc_net_rx_free(kc_net_rx *rx)
 {
-    free(rx->buf);
+    if (rx->holding)
+        zmq_msg_close((zmq_msg_t *)(void *)rx->held);
     memset(rx, 0, sizeof *rx);
 }
 

@@ -42,13 +42,16 @@ void kc_net_close(void *socket);
 kc_status kc_net_send(void *socket, const void *identity, size_t identity_len,
                       const kc_wire_msg *msg);
 /* Receive one frame set within timeout_ms (-1: block). *got = 0 on
- * timeout. The buffer stays valid until the next receive on `rx`. */
+ * timeout. The message stays where ZeroMQ received it (no copy): `buf`
+ * is valid until the next receive on `rx` or kc_net_rx_free. */
 typedef struct kc_net_rx {
     unsigned char identity[256];
     size_t identity_len;
-    unsigned char *buf;
-    size_t len, cap;
+    const unsigned char *buf;
+    size_t len;
     char peer_key[KC_KEY_Z85_LEN + 1]; /* the sender's CURVE key (ROUTER), or "" */
+    _Alignas(8) unsigned char held[64]; /* the zmq_msg_t behind buf */
+    int holding;
 } kc_net_rx;
 kc_status kc_net_recv(void *socket, int is_router, int timeout_ms, size_t max_bytes,
                       kc_net_rx *rx, int *got);

@@ -330,12 +330,21 @@ static void kc_handle_run(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg *
                                                          : kc_last_error());
         return;
     }
-    kc_tensor *in[KC_WIRE_MAX_TENSORS] = {0}, *out[KC_WIRE_MAX_TENSORS] = {0};
-    kc_status s = kc_msg_to_tensors(m, in);
+    /* The request's tensors are read where they arrived and the stage's
+     * outputs sent from the session's memory: no copies of our own. */
+    kc_tensor in_views[KC_WIRE_MAX_TENSORS], out_views[KC_WIRE_MAX_TENSORS];
+    const kc_tensor *in[KC_WIRE_MAX_TENSORS];
+    kc_tensor *out[KC_WIRE_MAX_TENSORS];
+    for (int i = 0; i < m->n_tensors; i++) {
+        in_views[i] = (kc_tensor){.dtype = m->tensors[i].dtype, .shape = m->tensors[i].shape,
+                                  .data = (void *)m->tensors[i].data, .owns_data = 0};
+        in[i] = &in_views[i];
+    }
+    for (int i = 0; i < KC_WIRE_MAX_TENSORS; i++)
+        out[i] = &out_views[i];
     double c0 = kc_now();
-    if (s == KC_OK)
-        s = kc_session_run_stage(st->session, m->tensors[0].shape.dims[0],
-                                 (const kc_tensor *const *)in, out);
+    kc_status s = kc_session_run_stage_views(st->session, m->tensors[0].shape.dims[0], in,
+                                             out_views);
     double compute_ms = (kc_now() - c0) * 1e3;
     if (s == KC_OK && st->next)
         s = kc_forward(w, st, rx, m, out, compute_ms);
@@ -355,10 +364,6 @@ static void kc_handle_run(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg *
         w->served++;
     kc_log(w, "request %llu stage %u: %s, %.1f ms", (unsigned long long)m->request_id, m->stage,
            s == KC_OK ? (st->next ? "forwarded" : "answered") : "error", (kc_now() - t0) * 1e3);
-    for (int i = 0; i < KC_WIRE_MAX_TENSORS; i++) {
-        kc_tensor_free(in[i]);
-        kc_tensor_free(out[i]);
-    }
 }
 
 /* PUT_MODEL: one piece of a model file a client streams here. */

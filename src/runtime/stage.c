@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "base/tensor.h"
 #include "base/threads.h"
 #include "model/model_internal.h"
 #include "runtime/plan.h"
@@ -135,31 +136,37 @@ static kc_status kc_stage_inputs_in(kc_session *s, const kc_tensor *const *in)
     return KC_OK;
 }
 
+/* Output i of the stage, as a view of the session's arena. */
+static kc_status kc_stage_output_view(kc_session *s, int i, kc_tensor *view)
+{
+    int v = s->stage_outputs[i];
+    if (s->mask[v])
+        return kc_fail(KC_ERR_UNSUPPORTED, "a Keras mask would cross this cut: cut the model "
+                       "elsewhere");
+    *view = (kc_tensor){.dtype = KC_F32, .shape = s->plan.shape[v],
+                        .data = s->arena + s->plan.offset[v], .owns_data = 0};
+    return KC_OK;
+}
+
 static kc_status kc_stage_outputs_out(kc_session *s, kc_tensor **out)
 {
     for (int i = 0; i < s->n_stage_outputs; i++) {
-        int v = s->stage_outputs[i];
-        if (s->mask[v])
-            return kc_fail(KC_ERR_UNSUPPORTED, "a Keras mask would cross this cut: cut the "
-                           "model elsewhere");
-        const kc_shape *shape = &s->plan.shape[v];
-        KC_TRY(kc_tensor_new(KC_F32, shape->rank, shape->dims, &out[i]));
-        memcpy(out[i]->data, s->arena + s->plan.offset[v],
-               (size_t)kc_shape_count(shape) * sizeof(float));
+        kc_tensor view;
+        KC_TRY(kc_stage_output_view(s, i, &view));
+        KC_TRY(kc_tensor_new(KC_F32, view.shape.rank, view.shape.dims, &out[i]));
+        memcpy(out[i]->data, view.data, (size_t)kc_shape_count(&view.shape) * sizeof(float));
     }
     return KC_OK;
 }
 
-kc_status kc_session_run_stage(kc_session *s, int64_t batch, const kc_tensor *const *in,
-                               kc_tensor **out)
+/* Inputs in, the stage's nodes run; outputs stay in the arena. */
+static kc_status kc_stage_compute(kc_session *s, int64_t batch, const kc_tensor *const *in)
 {
     kc_error_clear();
     if (s->stage_first < 0)
         return kc_fail(KC_ERR_ARG, "kc_session_run_stage: the session has no stage");
     if (batch < 1)
         return kc_fail(KC_ERR_SHAPE, "stage batch %lld", (long long)batch);
-    for (int i = 0; i < s->n_stage_outputs; i++)
-        out[i] = NULL;
     KC_TRY(kc_session_prepare_batch(s, batch, 0, "a pipeline stage needs fixed shapes"));
     KC_TRY(kc_stage_inputs_in(s, in));
     kc_threads_enter(s->threads);
@@ -168,6 +175,15 @@ kc_status kc_session_run_stage(kc_session *s, int64_t batch, const kc_tensor *co
         st = kc_sched_run(s->sched);
     for (int i = s->stage_first; !s->sched && st == KC_OK && i <= s->stage_last; i++)
         st = kc_session_run_node(s, i);
+    return st;
+}
+
+kc_status kc_session_run_stage(kc_session *s, int64_t batch, const kc_tensor *const *in,
+                               kc_tensor **out)
+{
+    for (int i = 0; i < s->n_stage_outputs; i++)
+        out[i] = NULL;
+    kc_status st = kc_stage_compute(s, batch, in);
     if (st == KC_OK)
         st = kc_stage_outputs_out(s, out);
     kc_clear_masks(s);
@@ -176,5 +192,15 @@ kc_status kc_session_run_stage(kc_session *s, int64_t batch, const kc_tensor *co
             kc_tensor_free(out[i]);
             out[i] = NULL;
         }
+    return st;
+}
+
+kc_status kc_session_run_stage_views(kc_session *s, int64_t batch, const kc_tensor *const *in,
+                                     kc_tensor *views)
+{
+    kc_status st = kc_stage_compute(s, batch, in);
+    for (int i = 0; st == KC_OK && i < s->n_stage_outputs; i++)
+        st = kc_stage_output_view(s, i, &views[i]);
+    kc_clear_masks(s);
     return st;
 }

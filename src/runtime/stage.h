@@ -7,6 +7,7 @@
 #ifndef KC_STAGE_H
 #define KC_STAGE_H
 
+#include "base/tensor.h"
 #include "kerasc.h"
 
 typedef struct kc_stage_plan {
@@ -35,5 +36,10 @@ kc_status kc_session_set_stage(kc_session *s, const kc_stage_plan *plan);
  * this batch), out[i] receives plan->outputs[i] (new tensors). */
 kc_status kc_session_run_stage(kc_session *s, int64_t batch, const kc_tensor *const *in,
                                kc_tensor **out);
+
+/* The same, with outputs as views of the session's memory (no copy): valid
+ * until the session's next run. For a worker that sends them straight on. */
+kc_status kc_session_run_stage_views(kc_session *s, int64_t batch, const kc_tensor *const *in,
+                                     kc_tensor *views);
 
 #endif
