@@ -5,10 +5,13 @@
  * a nonempty one-line message and leaves no tensors behind; a success
  * re-encodes to exactly the input bytes (the format has one encoding per
  * message) and decodes again to identical fields. */
+#include <dirent.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/tensor.h"
 #include "kerasc.h"
@@ -16,15 +19,32 @@
 #include "net/wire.h"
 
 /* A decoded PUT_MODEL goes on into a worker's model store (its JSON header
- * and piece checks), in a private directory made once per process. */
+ * and piece checks), in a private directory made once per process and
+ * removed at exit. */
+static char kc_fuzz_dir[] = "/tmp/kc_fuzz_receive_XXXXXX";
+
+static void kc_wire_fuzz_cleanup(void)
+{
+    DIR *d = opendir(kc_fuzz_dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/%s", kc_fuzz_dir, e->d_name);
+        if (e->d_name[0] != '.')
+            unlink(path);
+    }
+    if (d)
+        closedir(d);
+    rmdir(kc_fuzz_dir);
+}
+
 static void kc_wire_fuzz_receive(const kc_wire_msg *m)
 {
     static kc_receiver r;
     static int ready;
     if (!ready) {
-        char dir[] = "/tmp/kc_fuzz_receive_XXXXXX";
-        if (!mkdtemp(dir) || kc_receiver_init(&r, dir, 1 << 20) != KC_OK)
+        if (!mkdtemp(kc_fuzz_dir) || kc_receiver_init(&r, kc_fuzz_dir, 1 << 20) != KC_OK)
             abort();
+        atexit(kc_wire_fuzz_cleanup);
         ready = 1;
     }
     uint64_t offset = 0;
