@@ -116,6 +116,19 @@ static void kc_receiver_abandon(kc_receiver *r)
 
 void kc_receiver_free(kc_receiver *r) { kc_receiver_abandon(r); }
 
+int kc_receiver_count(const kc_receiver *r)
+{
+    DIR *d = r->max_bytes ? opendir(r->dir) : NULL;
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        int is_part = 0;
+        n += kc_store_entry(e->d_name, &is_part) && !is_part;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
 kc_status kc_receiver_find(const kc_receiver *r, const char *sha, const char *name, char *path,
                            size_t size)
 {

@@ -41,6 +41,9 @@ void kc_receiver_free(kc_receiver *r);
 kc_status kc_receiver_find(const kc_receiver *r, const char *sha, const char *name, char *path,
                            size_t size);
 
+/* Complete files in the store (0 when receiving is off). */
+int kc_receiver_count(const kc_receiver *r);
+
 /* One PUT_MODEL message. *offset: the bytes now held (the next piece's
  * offset); *complete: the file is whole, verified and stored. */
 kc_status kc_receiver_put(kc_receiver *r, const kc_wire_msg *m, uint64_t *offset, int *complete);

@@ -419,15 +419,15 @@ static void kc_handle_status(kc_worker *w, const kc_net_rx *rx, const kc_wire_ms
         if (w->stages[k].loaded && used < sizeof stages - 32)
             used += (size_t)snprintf(stages + used, sizeof stages - used, "%s%d",
                                      used ? "," : "", k);
-    char text[1024], devices[256];
+    char text[2048], devices[256];
     kc_device_list(devices, sizeof devices);
     snprintf(text, sizeof text,
              "{\"task\":\"%s\",\"devices\":[%s],\"free_memory_mb\":%ld,"
              "\"gflops\":%.1f,\"stages\":[%s],\"served\":%llu,\"errors\":%llu,"
-             "\"rejected\":%llu,\"refused_connections\":%llu}",
+             "\"rejected\":%llu,\"refused_connections\":%llu,\"received_models\":%d}",
              w->name, devices, kc_free_memory_mb(), w->gflops, stages, (unsigned long long)w->served,
              (unsigned long long)w->errors, (unsigned long long)w->rejected,
-             (unsigned long long)kc_net_refused(w->net));
+             (unsigned long long)kc_net_refused(w->net), kc_receiver_count(&w->recv));
     kc_wire_msg reply;
     kc_msg_text(&reply, KC_WIRE_STATUS_REPLY, m->request_id, 0, text);
     kc_net_send(w->router, rx->identity, rx->identity_len, &reply);

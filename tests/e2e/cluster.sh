@@ -103,6 +103,7 @@ streamed streamed 2>"$T/err" && cmp -s "$T/local.npy" "$T/streamed.npy" &&
   fail "streamed: $(cat "$T/err") $(tail -3 "$T/stream.log")"
 streamed again 2>"$T/err" && cmp -s "$T/local.npy" "$T/again.npy" && ! grep -q streaming "$T/err" &&
   [[ $(stat -c %a "$T/cache") == 700 ]] &&
+  "$KERASC" status --cluster "$S" "${CL[@]}" 2>&1 | grep -q '"received_models":1' &&
   pass "the second run reuses the received copy (nothing streamed again)" ||
   fail "streamed again: $(cat "$T/err")"
 err=$("$KERASC" run "$M" --input "$X" --output "$T/refused.npy" --cluster "worker=127.0.0.1:$((BASE + 7))" \
