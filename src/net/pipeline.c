@@ -45,6 +45,7 @@ typedef struct kc_pipe {
     kc_session *local[KC_PIPELINE_MAX_STAGES]; /* stages run here */
     char sha[KC_SHA256_HEX];
     uint64_t next_id;
+    int uploaded[KC_PIPELINE_MAX_STAGES];     /* the model was streamed to stage k's worker */
     int failed_stage;              /* set by a failure that names a stage */
     uint32_t failed_flags;         /* its ERROR's flags */
     double last_progress;
@@ -188,10 +189,17 @@ static kc_status kc_load_remote(kc_pipe *p, int k, int64_t batch_max, double unt
     if (s != KC_OK && (p->failed_flags & KC_WIRE_FLAG_NEED_MODEL)) {
         char who[300];
         kc_task_name(p, k, who, sizeof who);
-        fprintf(stderr, "kerasc: %s has no copy of the model: streaming it\n", who);
         p->failed_stage = k;
-        KC_TRY(kc_upload_model(p->sock[k], p->o->model_path, p->sha, kc_deadline(p), who,
-                               &p->next_id, &p->rx));
+        /* A worker serving two stages asked twice: it has the file by now. */
+        int sent = 0;
+        for (int j = 0; j < k && !sent; j++)
+            sent = p->uploaded[j] && p->task[j] == p->task[k] && p->replica[j] == p->replica[k];
+        if (!sent) {
+            fprintf(stderr, "kerasc: %s has no copy of the model: streaming it\n", who);
+            KC_TRY(kc_upload_model(p->sock[k], p->o->model_path, p->sha, kc_deadline(p), who,
+                                   &p->next_id, &p->rx));
+            p->uploaded[k] = 1;
+        }
         KC_TRY(kc_send_load(p, k, batch_max));
         s = kc_await(p, k, kc_now() + kc_deadline(p) / 1000.0, &reply);
     }
@@ -214,6 +222,7 @@ static kc_status kc_load_local(kc_pipe *p, int k)
 static kc_status kc_load_all(kc_pipe *p, int64_t batch_max)
 {
     int n = p->o->n_stages;
+    memset(p->uploaded, 0, sizeof p->uploaded);
     for (int k = 0; k < n; k++) {
         KC_TRY(kc_stage_plan_build(p->m, kc_first_node(p, k), p->o->last_node[k], &p->plan[k]));
         if (p->plan[k].n_inputs > KC_WIRE_MAX_TENSORS || p->plan[k].n_outputs > KC_WIRE_MAX_TENSORS)

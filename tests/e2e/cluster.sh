@@ -91,7 +91,7 @@ split client_first --place 0=/CPU:0 2>"$T/err" && cmp -s "$T/local.npy" "$T/clie
 S="worker=127.0.0.1:$((BASE + 3)),127.0.0.1:$((BASE + 4))"
 mkdir -p "$T/empty"
 "$KERASC" serve --cluster "$S" --job worker --task 0 --model-dir "$T/models" "${SEC[@]}" 2>>"$T/serve.log" & PIDS+=($!)
-"$KERASC" serve --cluster "$S" --job worker --task 1 --cache-dir "$T/cache" "${SEC[@]}" 2>>"$T/stream.log" & PIDS+=($!)
+"$KERASC" serve --cluster "$S" --job worker --task 1 --cache-dir "$T/cache" "${SEC[@]}" 2>>"$T/stream.log" & PIDS+=($!); S1=$!
 "$KERASC" serve --cluster "worker=127.0.0.1:$((BASE + 7))" --job worker --task 0 --model-dir "$T/empty" \
   --max-model-mb 0 "${SEC[@]}" 2>>"$T/serve.log" & PIDS+=($!)
 sleep 0.5
@@ -106,6 +106,16 @@ streamed again 2>"$T/err" && cmp -s "$T/local.npy" "$T/again.npy" && ! grep -q s
   "$KERASC" status --cluster "$S" "${CL[@]}" 2>&1 | grep -q '"received_models":1' &&
   pass "the second run reuses the received copy (nothing streamed again)" ||
   fail "streamed again: $(cat "$T/err")"
+# A worker serving two of three stages, without the file: streamed once.
+kill -9 "$S1"; wait "$S1" 2>/dev/null
+"$KERASC" serve --cluster "$S" --job worker --task 1 --cache-dir "$T/cache2" "${SEC[@]}" 2>>"$T/stream2.log" & PIDS+=($!)
+sleep 0.5
+"$KERASC" run "$M" --input "$X" --output "$T/streamed3.npy" --cluster "$S" "${CL[@]}" \
+  --split conv2_block3_out,conv4_block1_out --place 0=/job:worker/task:1 --place 1=/job:worker/task:0 \
+  --place 2=/job:worker/task:1 2>"$T/err" && cmp -s "$T/local.npy" "$T/streamed3.npy" &&
+  [[ $(grep -c "streaming it" "$T/err") -eq 1 && $(grep -c "received" "$T/stream2.log") -eq 1 ]] &&
+  pass "a worker serving two stages without the file gets it streamed once: bit-identical" ||
+  fail "streamed to a two-stage worker: $(cat "$T/err")"
 err=$("$KERASC" run "$M" --input "$X" --output "$T/refused.npy" --cluster "worker=127.0.0.1:$((BASE + 7))" \
       "${CL[@]}" --split conv4_block6_out --place 0=/job:worker/task:0 --place 1=/CPU:0 2>&1); rc=$?
 [[ $rc -eq 1 && ! -e "$T/refused.npy" ]] && grep -q "refuses streamed models" <<<"$err" &&
