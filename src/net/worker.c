@@ -560,23 +560,33 @@ static int kc_poll_once(kc_worker *w, kc_net_rx *rx)
     int rc = zmq_poll(items, n, 100);
     if (rc <= 0)
         return rc;
-    for (int i = 0; i < n; i++) {
+    /* Answers from next stages first, all that have arrived: relaying is
+     * cheap, and the request waiting on the ROUTER may compute for long. */
+    for (int i = 1; i < n; i++) {
         if (!(items[i].revents & ZMQ_POLLIN))
             continue;
         if (owner[i] >= KC_W_MAX_STAGES) {
             kc_next_link_event(w, owner[i] - KC_W_MAX_STAGES);
             continue;
         }
+        for (int got = 1; got;) {
+            if (kc_net_recv(items[i].socket, 0, 0, KC_W_MAX_MESSAGE, rx, &got) != KC_OK) {
+                w->rejected++;
+                kc_log(w, "receive: %s", kc_last_error());
+                break;
+            }
+            if (got)
+                kc_handle_next(w, rx);
+        }
+    }
+    if (items[0].revents & ZMQ_POLLIN) {
         int got = 0;
-        if (kc_net_recv(items[i].socket, owner[i] < 0, 0, KC_W_MAX_MESSAGE, rx, &got) != KC_OK) {
+        if (kc_net_recv(w->router, 1, 0, KC_W_MAX_MESSAGE, rx, &got) != KC_OK) {
             w->rejected++;
             kc_log(w, "receive: %s", kc_last_error());
-            continue;
-        }
-        if (got && owner[i] < 0)
+        } else if (got) {
             kc_handle_router(w, rx);
-        else if (got)
-            kc_handle_next(w, rx);
+        }
     }
     return rc;
 }
