@@ -89,7 +89,7 @@ static kc_layer *kc_fuse_own(kc_fused *f, int node, const kc_graph *g)
     memcpy(l->attrs, src->attrs, attrs_size);
     for (int i = 0; i < src->n_weights; i++) {
         l->weights[i] = src->weights[i];
-        if (f->taken) { /* the only reader from here on (kc_fuse's taken) */
+        if (f->taken && src->n_calls == 1) { /* the only reader from here on */
             src->weights[i].data = NULL;
             ++*f->taken;
             continue;
@@ -154,7 +154,7 @@ static kc_status kc_fold_bn(kc_fused *f, const kc_graph *g, int h, int bn)
     }
     f->alias[g->nodes[bn].outputs[0]] = g->nodes[h].outputs[0];
     f->skip[bn] = 1;
-    for (int i = 0; f->taken && i < b->n_weights; i++) { /* folded: never read again */
+    for (int i = 0; f->taken && b->n_calls == 1 && i < b->n_weights; i++) { /* folded */
         kc_wfree(b->weights[i].data);
         b->weights[i].data = NULL;
         ++*f->taken;
