@@ -190,11 +190,93 @@ static void test_release_every_test_model(void **state)
     kc_compare_dir(KC_TEST_DATA "/../apps");
 }
 
+/* A tfjs model whose one Conv2D is called on two inputs, summed. */
+static const char *kc_shared_conv_json =
+    "{\"format\": \"layers-model\", \"modelTopology\": {\"class_name\": \"Model\", "
+    "\"config\": {\"name\": \"shared_conv\", \"layers\": ["
+    "{\"name\": \"a\", \"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": "
+    "[null, 8, 8, 3], \"dtype\": \"float32\", \"name\": \"a\"}, \"inbound_nodes\": []},"
+    "{\"name\": \"b\", \"class_name\": \"InputLayer\", \"config\": {\"batch_input_shape\": "
+    "[null, 8, 8, 3], \"dtype\": \"float32\", \"name\": \"b\"}, \"inbound_nodes\": []},"
+    "{\"name\": \"conv\", \"class_name\": \"Conv2D\", \"config\": {\"filters\": 16, "
+    "\"kernel_size\": [3, 3], \"strides\": [1, 1], \"padding\": \"same\", \"data_format\": "
+    "\"channels_last\", \"dilation_rate\": [1, 1], \"activation\": \"linear\", \"use_bias\": "
+    "true, \"name\": \"conv\", \"trainable\": true}, \"inbound_nodes\": [[[\"a\", 0, 0, {}]], "
+    "[[\"b\", 0, 0, {}]]]},"
+    "{\"name\": \"add\", \"class_name\": \"Add\", \"config\": {\"name\": \"add\"}, "
+    "\"inbound_nodes\": [[[\"conv\", 0, 0, {}], [\"conv\", 1, 0, {}]]]}], "
+    "\"input_layers\": [[\"a\", 0, 0], [\"b\", 0, 0]], \"output_layers\": [[\"add\", 0, 0]]}, "
+    "\"keras_version\": \"tfjs-layers 4.22.0\"}, \"weightsManifest\": [{\"paths\": "
+    "[\"weights.bin\"], \"weights\": [{\"name\": \"conv/kernel\", \"shape\": [3, 3, 3, 16], "
+    "\"dtype\": \"float32\"}, {\"name\": \"conv/bias\", \"shape\": [16], \"dtype\": "
+    "\"float32\"}]}]}";
+
+static void kc_write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A layer called at two nodes keeps its kernel until both have packed
+ * their own copy (the second node builds after the first released
+ * nothing it needs), through re-reads from a TensorFlow.js model. */
+static void test_release_shared_layer(void **state)
+{
+    (void)state;
+    const char *dir = KC_TEST_TMP "/release_shared_conv";
+    mkdir(dir, 0755);
+    char path[512];
+    float w[3 * 3 * 3 * 16 + 16];
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        w[i] = (float)((int)(i * 37 % 23) - 11) / 16.0f;
+    snprintf(path, sizeof path, "%s/weights.bin", dir);
+    kc_write_file(path, w, sizeof w);
+    for (int k = 0; k < 2; k++) {
+        int64_t dims[4] = {1, 8, 8, 3};
+        kc_tensor *t = NULL;
+        assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &t), KC_OK);
+        float *p = kc_tensor_data(t);
+        for (int64_t i = 0; i < kc_tensor_count(t); i++)
+            p[i] = (float)((i * (k + 3)) % 17) / 8.0f - 1.0f;
+        snprintf(path, sizeof path, "%s/input_%d.npy", dir, k);
+        assert_int_equal(kc_tensor_save_npy(t, path), KC_OK);
+        kc_tensor_free(t);
+    }
+    snprintf(path, sizeof path, "%s/model.json", dir);
+    kc_write_file(path, kc_shared_conv_json, strlen(kc_shared_conv_json));
+    kc_model *m = NULL, *ref_m = NULL;
+    assert_int_equal(kc_model_load(path, NULL, &m), KC_OK);
+    assert_int_equal(kc_model_load(path, NULL, &ref_m), KC_OK);
+    kc_session_options on = {.release_packed_weights = 1};
+    kc_session *s = NULL, *ref = NULL;
+    assert_int_equal(kc_session_new(m, &on, &s), KC_OK);
+    assert_int_equal(kc_session_new(ref_m, NULL, &ref), KC_OK);
+    const kc_layer *conv = NULL;
+    for (int n = 0; n < s->graph->n_nodes; n++)
+        if (!strcmp(s->graph->nodes[n].layer->class_name, "Conv2D"))
+            conv = s->graph->nodes[n].layer;
+    assert_non_null(conv);
+    assert_int_equal(conv->n_calls, 2);
+    for (int i = 0; i < 3; i++) {
+        kc_expect_same(dir, s, ref, m, kc_batches[i]);
+        if (kc_dnnl_ready())
+            assert_null(conv->weights[0].data); /* both calls packed */
+        assert_non_null(conv->weights[1].data); /* the bias is read each run */
+    }
+    kc_session_free(s);
+    kc_session_free(ref);
+    kc_model_free(m);
+    kc_model_free(ref_m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_release_resnet50),
         cmocka_unit_test(test_release_every_test_model),
+        cmocka_unit_test(test_release_shared_layer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
