@@ -158,6 +158,22 @@ typedef struct kc_session_options {
      * from direct convolution by ~1e-6 relative, inside kerasc's 1e-4
      * fidelity tolerance). KC_WINOGRAD=0 in the environment does the same. */
     int exact;
+    /* 1: the session may free the model's arrays it does not read: those
+     * of layers rewritten into copies of its own at creation (a
+     * BatchNormalization folded into its convolution: the rewritten layer
+     * takes the arrays over) and the kernels its oneDNN convolutions hold
+     * packed, so the weights are resident once, not twice. The model can then
+     * serve only this session: kc_session_new fails with KC_ERR_ARG when
+     * the model already has a session, and any kc_session_new on the model
+     * fails while this one lives. A later plan that needs a released array
+     * (a new batch size or input shape) re-reads the model's weights from
+     * its file (which must be unchanged since kc_model_load); a session
+     * created after this one is freed gets them back the same way. Outputs
+     * are bit-identical with and without it. No effect with disk-backed
+     * weights or when a scheduler runs (placement, budgets, a trace).
+     * Create and free the sessions of one model from one thread at a
+     * time: the model counts them without a lock. */
+    int release_packed_weights;
 } kc_session_options;
 
 /* A session executes a loaded model on the CPU. It borrows the model,

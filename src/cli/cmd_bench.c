@@ -113,7 +113,9 @@ int kc_cmd_bench(int argc, char **argv)
     double t0 = kc_now_ms();
     kc_model *m = NULL;
     kc_session *s = NULL;
-    kc_session_options so = {.threads = (int)threads, .exact = exact};
+    /* one session per model: its packed weights need no second copy */
+    kc_session_options so = {.threads = (int)threads, .exact = exact,
+                             .release_packed_weights = 1};
     kc_cli_placement_apply(&placement, &so);
     kc_load_options lo = {0};
     kc_cli_placement_load(&placement, &lo);

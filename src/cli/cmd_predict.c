@@ -468,7 +468,9 @@ static kc_status kc_predict_with_model(const kc_model *model, const kc_predict_a
         return KC_ERR_IO;
     if (p->classes > 0 && p->labels_loaded && kc_predict_check_labels(a, p) != KC_OK)
         return KC_ERR_SHAPE;
-    kc_session_options options = {0};
+    /* one session per model: its packed weights need no second copy (the
+     * smaller last batch re-reads them from the file) */
+    kc_session_options options = {.release_packed_weights = 1};
     kc_session *session = NULL;
     if (kc_session_new(model, &options, &session) != KC_OK) {
         fprintf(stderr, "kerasc: error: %s\n", kc_last_error());

@@ -206,7 +206,9 @@ int kc_cmd_run(int argc, char **argv)
     for (int i = 0; !rc && i < a.n_inputs; i++)
         if (kc_tensor_load_npy(files[i], &in[i]) != KC_OK)
             rc = kc_run_fail(NULL);
-    kc_session_options so = {.threads = a.threads, .exact = a.exact};
+    /* one session per model: its packed weights need no second copy */
+    kc_session_options so = {.threads = a.threads, .exact = a.exact,
+                             .release_packed_weights = 1};
     kc_cli_placement_apply(&a.placement, &so);
     if (!rc && a.net.cluster) {
         rc = kc_run_cluster(m, &a, in, out, n_out);

@@ -255,6 +255,22 @@ static kc_status kc_model_load_any(kc_model *m, const kc_load_options *options)
     return kc_fail(KC_ERR_FORMAT, "%s: unrecognised file format", m->path);
 }
 
+/* Size and modification time of the model's files: a released array is
+ * re-read from them, so a file rewritten since the load must be noticed
+ * (its arrays could differ from the ones still held). */
+static void kc_model_stamp(const kc_model *m, int64_t stamp[2][2])
+{
+    const char *paths[2] = {m->path, m->weights_path};
+    for (int i = 0; i < 2; i++) {
+        struct stat sb;
+        stamp[i][0] = stamp[i][1] = -1;
+        if (paths[i] && stat(paths[i], &sb) == 0) {
+            stamp[i][0] = (int64_t)sb.st_size;
+            stamp[i][1] = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+        }
+    }
+}
+
 static void kc_model_compute_params(kc_model *m)
 {
     kc_graph_count_params(m->graph, m->graph->root, &m->params.total, &m->params.trainable);
@@ -285,6 +301,11 @@ kc_status kc_model_load(const char *path, const kc_load_options *options, kc_mod
         free(m);
         return KC_ERR_NOMEM;
     }
+    if (options && options->weights_path && !(m->weights_path = kc_strdup(options->weights_path))) {
+        kc_model_free(m);
+        return KC_ERR_NOMEM;
+    }
+    kc_model_stamp(m, m->src_stamp);
     const char *spill = NULL;
     if (options && options->disk_weights) {
         spill = options->spill_dir ? options->spill_dir : getenv("TMPDIR");
@@ -326,6 +347,7 @@ void kc_model_free(kc_model *m)
     free(m->spill_lens);
     cJSON_Delete(m->doc);
     free(m->keras_version);
+    free(m->weights_path);
     free(m->path);
     free(m);
 }
@@ -368,3 +390,65 @@ int kc_model_output_shape(const kc_model *m, int i, int64_t dims[KC_MAX_RANK])
 }
 
 kc_param_counts kc_model_params(const kc_model *m) { return m->params; }
+
+/* ------------------------------------------------------ released arrays */
+
+void kc_model_release_weight(kc_model *m, kc_layer *layer, int w)
+{
+    if (w >= layer->n_weights || !layer->weights[w].data)
+        return;
+    kc_wfree(layer->weights[w].data);
+    layer->weights[w].data = NULL;
+    m->n_released++;
+}
+
+/* Move fresh's arrays into m's empty slots: the same file builds the same
+ * layer list, which is checked name by name and shape by shape. */
+static kc_status kc_model_adopt(kc_model *m, kc_model *fresh)
+{
+    const kc_graph *g = m->graph, *f = fresh->graph;
+    if (g->n_layers != f->n_layers)
+        return kc_fail(KC_ERR_FORMAT, "%s: re-read %d layers, the model has %d", m->path,
+                       f->n_layers, g->n_layers);
+    for (int i = 0; i < g->n_layers; i++) {
+        kc_layer *l = g->layers[i], *fl = f->layers[i];
+        if (strcmp(l->name, fl->name) || l->n_weights != fl->n_weights)
+            return kc_fail(KC_ERR_FORMAT, "%s: re-read layer '%s' differs from '%s'", m->path,
+                           fl->name, l->name);
+        for (int w = 0; w < l->n_weights; w++) {
+            if (l->weights[w].data)
+                continue;
+            if (!kc_shape_equal(&l->weights[w].shape, &fl->weights[w].shape))
+                return kc_fail(KC_ERR_SHAPE, "%s: re-read weight %s of layer '%s' has another "
+                               "shape", m->path, l->weights[w].name, l->name);
+            l->weights[w].data = fl->weights[w].data;
+            fl->weights[w].data = NULL;
+            m->n_released--;
+        }
+    }
+    return KC_OK;
+}
+
+kc_status kc_model_restore_weights(kc_model *m)
+{
+    if (!m->n_released)
+        return KC_OK;
+    int64_t now[2][2];
+    kc_model_stamp(m, now);
+    if (memcmp(now, m->src_stamp, sizeof now) != 0)
+        return kc_fail(KC_ERR_IO, "%s: the model's files changed since it was loaded; weights "
+                       "released by its session (release_packed_weights) cannot be re-read",
+                       m->path);
+    /* The whole set is read again and only the missing arrays kept: every
+     * format's binder stays the single way weights reach a layer. */
+    kc_load_options o = {.weights_path = m->weights_path};
+    kc_model *fresh = NULL;
+    kc_status st = kc_model_load(m->path, &o, &fresh);
+    if (st == KC_OK)
+        st = kc_model_adopt(m, fresh);
+    kc_model_free(fresh);
+    if (st != KC_OK)
+        return kc_fail_context(st, "re-reading released weights");
+    kc_mem_trace("released weights re-read");
+    return KC_OK;
+}

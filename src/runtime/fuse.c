@@ -23,6 +23,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "base/spill.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
 #include "ops/core.h"
@@ -69,7 +70,7 @@ static kc_layer *kc_fuse_own(kc_fused *f, int node, const kc_graph *g)
 {
     if (f->shadow[node])
         return f->shadow[node];
-    const kc_layer *src = g->nodes[node].layer;
+    kc_layer *src = g->nodes[node].layer;
     kc_layer *l = kc_calloc(1, sizeof *l);
     if (!l)
         return NULL;
@@ -88,6 +89,11 @@ static kc_layer *kc_fuse_own(kc_fused *f, int node, const kc_graph *g)
     memcpy(l->attrs, src->attrs, attrs_size);
     for (int i = 0; i < src->n_weights; i++) {
         l->weights[i] = src->weights[i];
+        if (f->taken && src->n_calls == 1) { /* the only reader from here on */
+            src->weights[i].data = NULL;
+            ++*f->taken;
+            continue;
+        }
         int64_t n = kc_shape_count(&src->weights[i].shape);
         l->weights[i].data = kc_calloc((size_t)(n ? n : 1), sizeof(float));
         if (!l->weights[i].data)
@@ -114,7 +120,7 @@ static const char **kc_host_activation(kc_layer *l)
 /* Fold BN (node bn) into host node h. */
 static kc_status kc_fold_bn(kc_fused *f, const kc_graph *g, int h, int bn)
 {
-    const kc_layer *b = g->nodes[bn].layer;
+    kc_layer *b = g->nodes[bn].layer;
     const kc_norm_attrs *na = b->attrs;
     const kc_shape *out = &g->values[g->nodes[h].outputs[0]].shape;
     if (na->n_axes != 1 || (na->axes[0] != -1 && na->axes[0] != out->rank - 1))
@@ -148,6 +154,11 @@ static kc_status kc_fold_bn(kc_fused *f, const kc_graph *g, int h, int bn)
     }
     f->alias[g->nodes[bn].outputs[0]] = g->nodes[h].outputs[0];
     f->skip[bn] = 1;
+    for (int i = 0; f->taken && b->n_calls == 1 && i < b->n_weights; i++) { /* folded */
+        kc_wfree(b->weights[i].data);
+        b->weights[i].data = NULL;
+        ++*f->taken;
+    }
     f->n_fused++;
     return KC_OK;
 }
@@ -348,9 +359,10 @@ static kc_status kc_fuse_zeropad(kc_fused *f, const kc_graph *g, int i)
     return KC_OK;
 }
 
-kc_status kc_fuse(const kc_graph *g, int allowed, kc_fused *f)
+kc_status kc_fuse(const kc_graph *g, int allowed, int *taken, kc_fused *f)
 {
     memset(f, 0, sizeof *f);
+    f->taken = taken;
     f->alias = kc_calloc((size_t)g->n_values + 1, sizeof *f->alias);
     f->skip = kc_calloc((size_t)g->n_nodes + 1, 1);
     f->shadow = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->shadow);

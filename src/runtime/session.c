@@ -28,12 +28,91 @@ static kc_status kc_layer_error(kc_status st, const kc_layer *layer)
     return kc_fail_context(st, "layer '%s' (%s)", layer->name, layer->class_name);
 }
 
+/* The model's sessions are counted so that one may free the model's
+ * arrays it has packed (release_packed_weights) only while it is the sole
+ * user. The API borrows the model const, but kc_model_load allocated it
+ * mutable, and only these counters and the released arrays change. */
+static kc_status kc_session_check_model(const kc_model *model, const kc_session_options *o)
+{
+    kc_model *m = (kc_model *)model;
+    if (m->exclusive)
+        return kc_fail(KC_ERR_ARG, "%s: the model's session frees weights it has packed "
+                       "(release_packed_weights); free it before creating another", m->path);
+    if (o->release_packed_weights && m->n_sessions)
+        return kc_fail(KC_ERR_ARG, "%s: release_packed_weights needs the model's only session; "
+                       "it has %d already", m->path, m->n_sessions);
+    /* arrays a previous session released: back before kc_fuse reads them */
+    return kc_model_restore_weights(m);
+}
+
+/* The scheduler runs whenever placement, a budget, a trace or disk-backed
+ * weights (which it pages in and out) are involved. */
+static int kc_session_scheduled(const kc_model *model, const kc_session_options *o)
+{
+    return o->device || o->n_place || o->variables || o->device_memory || o->trace_path ||
+           o->host_memory || model->disk_weights;
+}
+
+/* kc_fuse's `taken`: the model's count of released arrays when this
+ * session may take them over. */
+static int *kc_session_taken(kc_session *s)
+{
+    return s->release_originals ? &((kc_model *)s->model)->n_released : NULL;
+}
+
+static void kc_session_join_model(kc_session *s)
+{
+    kc_model *m = (kc_model *)s->model;
+    m->exclusive = s->release_originals;
+    m->n_sessions++;
+    s->counted = 1;
+}
+
+static void kc_session_leave_model(kc_session *s)
+{
+    kc_model *m = (kc_model *)s->model;
+    if (!s->counted)
+        return;
+    m->n_sessions--;
+    if (s->release_originals)
+        m->exclusive = 0; /* released arrays stay freed until a session needs them */
+}
+
+/* A node reads a copy of its own: packed by its kernel, rewritten by
+ * kc_fuse (a shadow), or none at all (absorbed into its producer). */
+static int kc_node_packed(const kc_session *s, int j)
+{
+    return s->fused.skip[j] || s->fused.shadow[j] ||
+           (s->state[j] && s->state[j]->weights_cached);
+}
+
+/* release_packed_weights, after node `index` ran: its layer's kernel array
+ * once every node calling the layer (a shared layer has several) reads a
+ * packed copy of its own. */
+static void kc_session_release_packed(kc_session *s, int index)
+{
+    kc_layer *layer = s->graph->nodes[index].layer;
+    if (!layer->n_weights || !layer->weights[0].data)
+        return;
+    for (int j = 0; j < s->graph->n_nodes; j++)
+        if ((j == index || (layer->n_calls != 1 && s->graph->nodes[j].layer == layer)) &&
+            !kc_node_packed(s, j))
+            return;
+    kc_model_release_weight((kc_model *)s->model, layer, 0);
+    s->n_packed_released++;
+}
+
 kc_status kc_session_new(const kc_model *model, const kc_session_options *options,
                          kc_session **out)
 {
     *out = NULL;
     if (!model)
         return kc_fail(KC_ERR_ARG, "kc_session_new: no model");
+    static const kc_session_options no_options;
+    const kc_session_options *o = options ? options : &no_options;
+    if (o->microbatch < 0)
+        return kc_fail(KC_ERR_ARG, "micro-batch size %lld is negative", (long long)o->microbatch);
+    KC_TRY(kc_session_check_model(model, o));
     const kc_graph *g = model->graph;
     kc_session *s = kc_calloc(1, sizeof *s);
     if (!s)
@@ -65,28 +144,20 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
             return st;
         }
     }
-    kc_status fst = kc_fuse(g, !model->disk_weights, &s->fused);
+    s->release_originals = o->release_packed_weights && !kc_session_scheduled(model, o);
+    kc_status fst = kc_fuse(g, !model->disk_weights, kc_session_taken(s), &s->fused);
     if (fst != KC_OK) {
         kc_session_free(s);
         return fst;
     }
-    if (options && options->microbatch < 0) {
-        kc_session_free(s);
-        return kc_fail(KC_ERR_ARG, "micro-batch size %lld is negative",
-                       (long long)options->microbatch);
-    }
-    static const kc_session_options no_options;
-    const kc_session_options *o = options ? options : &no_options;
-    /* The scheduler runs whenever placement, a budget, a trace or
-     * disk-backed weights (which it pages in and out) are involved. */
-    if (o->device || o->n_place || o->variables || o->device_memory || o->trace_path ||
-        o->host_memory || model->disk_weights) {
+    if (kc_session_scheduled(model, o)) {
         kc_status sst = kc_sched_new(s, o, &s->sched);
         if (sst != KC_OK) {
             kc_session_free(s);
             return sst;
         }
     }
+    kc_session_join_model(s);
     kc_mem_trace("session created");
     *out = s;
     return KC_OK;
@@ -96,6 +167,7 @@ void kc_session_free(kc_session *s)
 {
     if (!s)
         return;
+    kc_session_leave_model(s);
     kc_sched_free(s->sched);
     kc_plan_free(&s->plan);
     kc_fused_free(&s->fused, s->graph->n_nodes);
@@ -196,8 +268,11 @@ kc_status kc_session_run_node(kc_session *s, int index)
     kc_status st = kc_cpu_exec(s->kernels[index], &call, &s->state[index]);
     if (st != KC_OK)
         return kc_layer_error(st, node->layer);
-    if (s->state[index] && s->state[index]->weights_cached && !s->sched)
+    if (s->state[index] && s->state[index]->weights_cached && !s->sched) {
         kc_fused_release_kernel(&s->fused, index); /* the packed copy is the one read now */
+        if (s->release_originals)
+            kc_session_release_packed(s, index);
+    }
     kc_session_mask_after(s, index, node->n_inputs ? in[0] : NULL);
     return KC_OK;
 }
@@ -215,14 +290,34 @@ void kc_session_mask_after(kc_session *s, int index, const float *in0)
     }
 }
 
+/* release_packed_weights: before a new plan, the arrays released are read
+ * back from the model's file when a kernel or a fold could need one. The
+ * packed kernels go first (rebuilt for the new shapes anyway), so the
+ * re-read arrays never sit next to a full packed set; kc_fuse then takes
+ * them over again. Nothing is reset before the re-read succeeds. */
+static kc_status kc_session_reread(kc_session *s)
+{
+    for (int i = 0; i < s->graph->n_nodes; i++)
+        if (s->state[i] && s->state[i]->weights_cached) {
+            s->state[i]->free(s->state[i]);
+            s->state[i] = NULL;
+        }
+    KC_TRY(kc_model_restore_weights((kc_model *)s->model));
+    s->n_packed_released = 0;
+    return KC_OK;
+}
+
 /* A new plan may rebuild any kernel from its layer's weights: bring back
  * the fused kernels released after packing (same rewrites, same graph). */
 static kc_status kc_session_refuse(kc_session *s)
 {
-    if (!s->fused.n_released)
+    int reread = s->release_originals && (s->fused.n_released || s->n_packed_released);
+    if (!reread && !s->fused.n_released)
         return KC_OK;
+    if (reread)
+        KC_TRY(kc_session_reread(s));
     kc_fused_free(&s->fused, s->graph->n_nodes);
-    return kc_fuse(s->graph, !s->model->disk_weights, &s->fused);
+    return kc_fuse(s->graph, !s->model->disk_weights, kc_session_taken(s), &s->fused);
 }
 
 kc_status kc_session_prepare(kc_session *s, const kc_tensor *const *inputs)

@@ -22,6 +22,11 @@ struct kc_session {
     unsigned char *mask_owned;
     int threads;
     int exact;               /* kc_session_options.exact: no Winograd */
+    int counted;             /* counted in model->n_sessions */
+    /* release_packed_weights in effect (no scheduler): the model's arrays
+     * this session never reads are freed, re-read before a new plan. */
+    int release_originals;
+    int n_packed_released;   /* of them, kernels of nodes reading a packed copy */
     struct kc_sched *sched;  /* placement / residency, or NULL: all on the host */
     int64_t microbatch;      /* throughput mode, 0 = off */
     /* A pipeline stage (stage.c): only nodes [first, last] run, fed the
