@@ -15,6 +15,8 @@
 
 #include "npy.h"
 
+#include "base/fdio.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -724,23 +726,6 @@ kc_status kc_npy_encode_header(const kc_tensor *t, unsigned char *out, size_t ca
     return *len ? KC_OK : kc_fail(KC_ERR_LIMIT, "npy header does not fit in %zu bytes", cap);
 }
 
-static kc_status kc_npy_write_all(int fd, const void *buf, size_t len)
-{
-    const unsigned char *p = buf;
-    while (len > 0) {
-        size_t chunk = len < ((size_t)1 << 30) ? len : ((size_t)1 << 30);
-        ssize_t wrote = write(fd, p, chunk);
-        if (wrote < 0 && errno == EINTR)
-            continue;
-        if (wrote <= 0)
-            return kc_fail(KC_ERR_IO, "write failed: %s",
-                           wrote < 0 ? strerror(errno) : "no progress");
-        p += wrote;
-        len -= (size_t)wrote;
-    }
-    return KC_OK;
-}
-
 /* A fresh temporary next to the destination (same file system, so rename
  * is atomic). open() with 0666 lets the umask set the final mode, unlike
  * mkstemp's 0600. */
@@ -773,9 +758,9 @@ static kc_status kc_npy_write_file(const kc_tensor *t, const unsigned char *head
     char *tmp = NULL;
     int fd = -1;
     KC_TRY(kc_npy_open_temp(path, &tmp, &fd));
-    kc_status status = kc_npy_write_all(fd, header, hlen);
+    kc_status status = kc_write_full(fd, header, hlen, path);
     if (status == KC_OK)
-        status = kc_npy_write_all(fd, t->data, nbytes);
+        status = kc_write_full(fd, t->data, nbytes, path);
     /* fsync before rename: otherwise a crash can leave the new name
      * pointing at a file whose data never reached the disk. */
     if (status == KC_OK && fsync(fd) != 0)

@@ -16,6 +16,7 @@
 #include <sodium.h>
 #include <zmq.h>
 
+#include "base/fdio.h"
 #include "base/mem.h"
 #include "format/fileio.h"
 
@@ -56,15 +57,7 @@ kc_status kc_keypair_generate(kc_keypair *out)
 
 static kc_status kc_keys_write_all(int fd, const char *tmp, const char *data, size_t len)
 {
-    while (len > 0) {
-        ssize_t n = write(fd, data, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return kc_fail(KC_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-        data += n;
-        len -= (size_t)n;
-    }
+    KC_TRY(kc_write_full(fd, data, len, tmp));
     if (fsync(fd) != 0)
         return kc_fail(KC_ERR_IO, "%s: cannot sync: %s", tmp, strerror(errno));
     return KC_OK;

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fdio.h"
+
 int kc_receive_name_valid(const char *name)
 {
     size_t n = name ? strlen(name) : 0;
@@ -190,21 +192,6 @@ static kc_status kc_receiver_start(kc_receiver *r, const kc_piece *p)
     return KC_OK;
 }
 
-static kc_status kc_write_all(int fd, const unsigned char *data, size_t len)
-{
-    while (len) {
-        ssize_t n = write(fd, data, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return kc_fail(KC_ERR_IO, "writing a received model: %s",
-                           n < 0 ? strerror(errno) : "no progress");
-        data += n;
-        len -= (size_t)n;
-    }
-    return KC_OK;
-}
-
 /* The last piece arrived: check the whole, then give it its final name. */
 static kc_status kc_receiver_finish(kc_receiver *r)
 {
@@ -251,7 +238,7 @@ static kc_status kc_receiver_piece(kc_receiver *r, const kc_piece *p, const kc_w
         return kc_fail(KC_ERR_FORMAT, "model piece at offset %llu: expected offset %llu of "
                        "the file in progress", (unsigned long long)p->offset,
                        (unsigned long long)r->offset);
-    KC_TRY(kc_write_all(r->fd, t->data, t->bytes));
+    KC_TRY(kc_write_full(r->fd, t->data, t->bytes, "a received model"));
     kc_sha256_add(&r->hash, t->data, t->bytes);
     r->offset += t->bytes;
     *offset = r->offset;
