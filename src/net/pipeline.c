@@ -286,8 +286,11 @@ static kc_status kc_run_local(kc_pipe *p, kc_mb *mb)
         p->failed_stage = k;
         return s;
     }
+    double took = kc_now() - t0;
     if (p->o->stats)
-        p->o->stats->compute_ms[k] += (kc_now() - t0) * 1e3;
+        p->o->stats->compute_ms[k] += took * 1e3;
+    /* Time spent computing here is not time the workers were silent. */
+    p->last_progress += took;
     kc_mb_clear(mb);
     memcpy(mb->t, out, sizeof out);
     mb->n = p->plan[k].n_outputs;
