@@ -212,22 +212,15 @@ int kc_cmd_run(int argc, char **argv)
     kc_cli_placement_apply(&a.placement, &so);
     if (!rc && a.net.cluster) {
         rc = kc_run_cluster(m, &a, in, out, n_out);
-        for (int i = 0; !rc && i < n_out; i++)
-            if (kc_tensor_save_npy(out[i], a.outputs[i]) != KC_OK)
-                rc = kc_run_fail(NULL);
-        for (int i = 0; i < KC_RUN_MAX_IO; i++) {
-            kc_tensor_free(in[i]);
-            kc_tensor_free(out[i]);
-        }
-        kc_model_free(m);
-        return rc;
+    } else {
+        if (!rc && kc_session_new(m, &so, &s) != KC_OK)
+            rc = kc_run_fail(NULL);
+        if (!rc &&
+            kc_session_run(s, (const kc_tensor *const *)in, a.n_inputs, out, n_out) != KC_OK)
+            rc = kc_run_fail(a.model);
+        if (!rc && a.placement.stats)
+            fputs(kc_session_stats(s), stdout);
     }
-    if (!rc && kc_session_new(m, &so, &s) != KC_OK)
-        rc = kc_run_fail(NULL);
-    if (!rc && kc_session_run(s, (const kc_tensor *const *)in, a.n_inputs, out, n_out) != KC_OK)
-        rc = kc_run_fail(a.model);
-    if (!rc && a.placement.stats)
-        fputs(kc_session_stats(s), stdout);
     for (int i = 0; !rc && i < n_out; i++)
         if (kc_tensor_save_npy(out[i], a.outputs[i]) != KC_OK)
             rc = kc_run_fail(NULL);
