@@ -80,6 +80,15 @@ void kc_gemm_ld(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, co
                 accumulate ? 1.0f : 0.0f, c, (blasint)ldc);
 }
 
+void *kc_kernel_state_drop(const kc_exec_ctx *ctx)
+{
+    kc_kernel_state *st = *ctx->state;
+    *ctx->state = NULL;
+    if (st)
+        st->free(st);
+    return NULL;
+}
+
 float *kc_scratch(int64_t floats)
 {
     if (floats < 1)

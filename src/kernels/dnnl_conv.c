@@ -366,11 +366,8 @@ kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     int64_t groups = a->kind == KC_CONV_DEPTHWISE ? cin : a->groups;
     kc_dnnl_conv_state *st = (kc_dnnl_conv_state *)*ctx->state;
     if (st && (!kc_shape_equal(&st->in_shape, &ctx->in_shape[0]) ||
-               st->w_plain != (ctx->w_ext != NULL) || st->exact != ctx->exact)) {
-        st->base.free(&st->base);
-        *ctx->state = NULL;
-        st = NULL;
-    }
+               st->w_plain != (ctx->w_ext != NULL) || st->exact != ctx->exact))
+        st = kc_kernel_state_drop(ctx);
     if (!st) {
         st = kc_calloc(1, sizeof *st);
         if (!st)

@@ -63,11 +63,8 @@ kc_status kc_dnnl_dense(const kc_exec_ctx *ctx, int *handled)
     if (!ctx->state || !kc_dnnl_ready())
         return KC_OK;
     kc_dnnl_matmul_state *st = (kc_dnnl_matmul_state *)*ctx->state;
-    if (st && !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])) {
-        st->base.free(&st->base);
-        *ctx->state = NULL;
-        st = NULL;
-    }
+    if (st && !kc_shape_equal(&st->in_shape, &ctx->in_shape[0]))
+        st = kc_kernel_state_drop(ctx);
     if (!st) {
         st = kc_calloc(1, sizeof *st);
         if (!st)

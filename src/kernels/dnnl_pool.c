@@ -73,11 +73,8 @@ kc_status kc_dnnl_pool(const kc_exec_ctx *ctx, int *handled)
     if (!ctx->state || a->global || a->spatial < 1 || a->spatial > 3 || !kc_dnnl_ready())
         return KC_OK;
     kc_dnnl_pool_state *st = (kc_dnnl_pool_state *)*ctx->state;
-    if (st && !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])) {
-        st->base.free(&st->base);
-        *ctx->state = NULL;
-        st = NULL;
-    }
+    if (st && !kc_shape_equal(&st->in_shape, &ctx->in_shape[0]))
+        st = kc_kernel_state_drop(ctx);
     if (!st) {
         st = kc_calloc(1, sizeof *st);
         if (!st)

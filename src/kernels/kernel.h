@@ -73,6 +73,9 @@ extern const kc_kernel_entry kc_kernels_attention[];
 int64_t kc_count(const kc_shape *s);
 /* Weight i of the executing layer (NULL if absent). */
 const float *kc_w(const kc_exec_ctx *ctx, int i);
+/* Free the node's kernel state (built for another input shape or mode)
+ * and empty its slot; returns NULL, the state the kernel now has. */
+void *kc_kernel_state_drop(const kc_exec_ctx *ctx);
 /* Apply a Keras activation by name in place over n values. */
 kc_status kc_activation_apply(const char *name, int keras_major, float *x, int64_t n,
                              int64_t last_dim);
