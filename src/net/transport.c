@@ -163,14 +163,38 @@ static void kc_common_options(void *s)
     zmq_setsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &timeout, sizeof timeout);
 }
 
+/* A socket of `type` with the options every kerasc socket shares. */
+static kc_status kc_net_socket(kc_net *net, const kc_cluster_addr *addr, int type, void **s)
+{
+    *s = NULL;
+    KC_TRY(kc_check_plaintext(net, addr));
+    *s = zmq_socket(net->ctx, type);
+    if (!*s)
+        return kc_fail(KC_ERR_IO, "ZeroMQ: %s", zmq_strerror(zmq_errno()));
+    kc_common_options(*s);
+    return KC_OK;
+}
+
+/* Bind or connect s to addr; on failure s is closed. */
+static kc_status kc_net_attach(void *s, const kc_cluster_addr *addr, int bind, void **socket)
+{
+    char endpoint[KC_CLUSTER_HOST_MAX + 32];
+    kc_cluster_endpoint(addr, endpoint, sizeof endpoint);
+    if ((bind ? zmq_bind(s, endpoint) : zmq_connect(s, endpoint)) != 0) {
+        kc_status st = kc_fail(KC_ERR_IO, "cannot %s %s: %s", bind ? "listen on" : "connect to",
+                               endpoint, zmq_strerror(zmq_errno()));
+        zmq_close(s);
+        return st;
+    }
+    *socket = s;
+    return KC_OK;
+}
+
 kc_status kc_net_bind(kc_net *net, const kc_cluster_addr *addr, void **socket)
 {
+    void *s = NULL;
     *socket = NULL;
-    KC_TRY(kc_check_plaintext(net, addr));
-    void *s = zmq_socket(net->ctx, ZMQ_ROUTER);
-    if (!s)
-        return kc_fail(KC_ERR_IO, "ZeroMQ: %s", zmq_strerror(zmq_errno()));
-    kc_common_options(s);
+    KC_TRY(kc_net_socket(net, addr, ZMQ_ROUTER, &s));
     int one = 1;
     const char *domain = "kerasc";
     zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, domain, strlen(domain));
@@ -179,26 +203,14 @@ kc_status kc_net_bind(kc_net *net, const kc_cluster_addr *addr, void **socket)
         zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof one);
         zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, net->sec.own.secret_z85, KC_KEY_Z85_LEN);
     }
-    char endpoint[KC_CLUSTER_HOST_MAX + 32];
-    kc_cluster_endpoint(addr, endpoint, sizeof endpoint);
-    if (zmq_bind(s, endpoint) != 0) {
-        kc_status st = kc_fail(KC_ERR_IO, "cannot listen on %s: %s", endpoint,
-                               zmq_strerror(zmq_errno()));
-        zmq_close(s);
-        return st;
-    }
-    *socket = s;
-    return KC_OK;
+    return kc_net_attach(s, addr, 1, socket);
 }
 
 kc_status kc_net_connect(kc_net *net, const kc_cluster_addr *addr, void **socket)
 {
+    void *s = NULL;
     *socket = NULL;
-    KC_TRY(kc_check_plaintext(net, addr));
-    void *s = zmq_socket(net->ctx, ZMQ_DEALER);
-    if (!s)
-        return kc_fail(KC_ERR_IO, "ZeroMQ: %s", zmq_strerror(zmq_errno()));
-    kc_common_options(s);
+    KC_TRY(kc_net_socket(net, addr, ZMQ_DEALER, &s));
     int reconnect = 200;
     zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &reconnect, sizeof reconnect);
     if (!net->sec.insecure) {
@@ -206,16 +218,7 @@ kc_status kc_net_connect(kc_net *net, const kc_cluster_addr *addr, void **socket
         zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, net->sec.own.public_z85, KC_KEY_Z85_LEN);
         zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, net->sec.own.secret_z85, KC_KEY_Z85_LEN);
     }
-    char endpoint[KC_CLUSTER_HOST_MAX + 32];
-    kc_cluster_endpoint(addr, endpoint, sizeof endpoint);
-    if (zmq_connect(s, endpoint) != 0) {
-        kc_status st = kc_fail(KC_ERR_IO, "cannot connect to %s: %s", endpoint,
-                               zmq_strerror(zmq_errno()));
-        zmq_close(s);
-        return st;
-    }
-    *socket = s;
-    return KC_OK;
+    return kc_net_attach(s, addr, 0, socket);
 }
 
 void kc_net_close(void *socket)
