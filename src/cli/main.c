@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/procfs.h"
 #include "cli/commands.h"
 #include "kerasc.h"
 
@@ -109,14 +110,7 @@ static int kc_machine_idle(void)
 {
     int idle_looks = 0;
     for (int look = 0; look < 5; look++) {
-        FILE *f = fopen("/proc/stat", "r");
-        char line[256];
-        long running = -1;
-        while (f && fgets(line, sizeof line, f))
-            if (sscanf(line, "procs_running %ld", &running) == 1)
-                break;
-        if (f)
-            fclose(f);
+        long running = kc_proc_value("/proc/stat", "procs_running %ld");
         idle_looks += running >= 0 && running - kc_own_running() <= 0;
         usleep(2000);
     }

@@ -16,6 +16,7 @@
 
 #include "base/clock.h"
 #include "base/mem.h"
+#include "base/procfs.h"
 #include "backend/registry.h"
 #include "device/devspec.h"
 #include "model/model_internal.h"
@@ -390,14 +391,7 @@ static void kc_handle_put(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg *
 
 static long kc_free_memory_mb(void)
 {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %ld kB", &kb) == 1)
-            break;
-    if (f)
-        fclose(f);
+    long kb = kc_proc_value("/proc/meminfo", "MemAvailable: %ld kB");
     return kb < 0 ? -1 : kb / 1024;
 }
 
