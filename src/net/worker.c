@@ -109,7 +109,9 @@ static void kc_reply_error_flags(kc_worker *w, const kc_net_rx *rx, uint64_t id,
     kc_msg_text(&msg, KC_WIRE_ERROR, id ? id : 1, (uint32_t)stage, text);
     msg.flags = flags;
     kc_net_send(w->router, rx->identity, rx->identity_len, &msg);
-    w->errors++;
+    /* "stream me the model" is a step of loading, not a failure */
+    if (!(flags & KC_WIRE_FLAG_NEED_MODEL))
+        w->errors++;
 }
 
 static void kc_reply_error(kc_worker *w, const kc_net_rx *rx, uint64_t id, int stage,
@@ -280,8 +282,6 @@ static void kc_handle_load(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg 
         kc_log(w, "load stage %u refused: %s", m->stage, kc_last_error());
         kc_reply_error_flags(w, rx, m->request_id, (int)m->stage, kc_last_error(),
                              missing ? KC_WIRE_FLAG_NEED_MODEL : 0);
-        if (missing)
-            w->errors--; /* not a failure: the client streams the file next */
         return;
     }
     const kc_w_stage *st = &w->stages[stage];
