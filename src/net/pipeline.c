@@ -384,7 +384,9 @@ static kc_mb *kc_mb_of(kc_mb *mbs, int64_t n, uint64_t id)
 }
 
 /* Wait up to timeout_ms (0: just look) for an answer from a segment head
- * with work in flight, and take it. Silence past the deadline since the
+ * with work in flight, and take it. mbs: the micro-batches started and not
+ * yet finished (only these can be in flight, at most KC_P_WINDOW of them
+ * waiting), so a long batch is not rescanned on every call. Silence past the deadline since the
  * last answer fails, naming the oldest waiting micro-batch's task. */
 static kc_status kc_poll_answers(kc_pipe *p, kc_mb *mbs, int64_t n_mb, int timeout_ms, int *took)
 {
@@ -499,7 +501,7 @@ static kc_status kc_flow_run(kc_pipe *p, const kc_flow *f)
     p->last_progress = kc_now();
     while (s == KC_OK && done < n_mb) {
         int took = 0;
-        s = kc_poll_answers(p, mbs, n_mb, 0, &took);
+        s = kc_poll_answers(p, mbs + done, started - done, 0, &took);
         if (s == KC_OK && !took) {
             int64_t in_flight = 0;
             for (int64_t i = done; i < started; i++)
@@ -507,7 +509,7 @@ static kc_status kc_flow_run(kc_pipe *p, const kc_flow *f)
             if (started < n_mb && in_flight < KC_P_WINDOW)
                 s = kc_start(p, f, &mbs[started], started), started++;
             else
-                s = kc_poll_answers(p, mbs, n_mb, 100, &took);
+                s = kc_poll_answers(p, mbs + done, started - done, 100, &took);
         }
         /* Micro-batches finish in order of their index. */
         while (s == KC_OK && done < started && mbs[done].stage == p->o->n_stages) {
