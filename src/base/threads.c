@@ -22,6 +22,10 @@
  * (the fuzz build uses clang, whose OpenMP runtime differs). */
 void omp_set_num_threads(int n);
 int omp_get_num_procs(void);
+int omp_get_max_threads(void);
+int omp_get_thread_num(void);
+int omp_get_num_threads(void);
+void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags);
 
 int kc_dnnl_enabled(void)
 {
@@ -42,4 +46,34 @@ void kc_threads_enter(int threads)
     applied = key;
     omp_set_num_threads(want);
     openblas_set_num_threads(kc_dnnl_enabled() ? 1 : want);
+}
+
+int kc_threads_max(void) { return omp_get_max_threads(); }
+
+typedef struct kc_parallel_job {
+    void (*fn)(void *arg, int index);
+    void *arg;
+    int n;
+} kc_parallel_job;
+
+/* OpenMP may give a smaller team than asked (a thread limit, nesting):
+ * every index still runs, some threads then taking several. */
+static void kc_parallel_body(void *data)
+{
+    const kc_parallel_job *job = data;
+    int team = omp_get_num_threads();
+    for (int i = omp_get_thread_num(); i < job->n; i += team)
+        job->fn(job->arg, i);
+}
+
+void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg)
+{
+    if (n <= 1) {
+        fn(arg, 0);
+        return;
+    }
+    /* What `#pragma omp parallel num_threads(n)` compiles to, called
+     * directly so that the library needs no -fopenmp (see above). */
+    kc_parallel_job job = {fn, arg, n};
+    GOMP_parallel(kc_parallel_body, &job, (unsigned)n, 0);
 }

@@ -10,6 +10,17 @@
  * the start of every run (OpenMP's thread count is per calling thread). */
 void kc_threads_enter(int threads);
 
+/* Run fn(arg, i) for i in [0, n) on n threads of the OpenMP pool, one
+ * index per thread, and return when all have. Thread i is the same pool
+ * thread on every call (libgomp keeps its team), so work cut the same way
+ * in consecutive layers stays in the cache of the core that made it.
+ * Inside the call, oneDNN primitives run on their calling thread alone.
+ * n <= 1 runs fn(arg, 0) on the calling thread. */
+void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg);
+
+/* The OpenMP thread count a primitive built now would be sized for. */
+int kc_threads_max(void);
+
 /* 1 when oneDNN runs the convolutions and GEMMs (KC_DNNL unset or not 0). */
 int kc_dnnl_enabled(void);
 

@@ -36,6 +36,10 @@ void kc_dnnl_solo_leave(int solo, int prev)
 
 static dnnl_engine_t kc_engine;
 static dnnl_stream_t kc_stream;
+/* Streams for lanes 1.. (lane 0 is kc_stream); made on the building
+ * thread before any parallel run, so never raced. */
+static dnnl_stream_t kc_lane_stream[KC_DNNL_MAX_CUTS];
+static pthread_mutex_t kc_lane_lock = PTHREAD_MUTEX_INITIALIZER;
 static int kc_engine_ok;
 static pthread_once_t kc_engine_once = PTHREAD_ONCE_INIT;
 
@@ -109,8 +113,43 @@ kc_status kc_dnnl_prim_init(kc_dnnl_prim *p, const_dnnl_primitive_desc_t pd, int
     return KC_OK;
 }
 
-kc_status kc_dnnl_run(kc_dnnl_prim *p, void *const *ptrs)
+int kc_dnnl_plan_cuts(int64_t batch, int64_t out_rows, int64_t work, kc_dnnl_cut *cuts)
 {
+    (void)work;
+    const char *env = getenv("KC_CUT");
+    int threads = kc_threads_max();
+    int64_t along = batch > 1 ? batch : out_rows;
+    int n = threads < KC_DNNL_MAX_CUTS ? threads : KC_DNNL_MAX_CUTS;
+    if (along < n)
+        n = (int)along;
+    if ((env && !strcmp(env, "0")) || n < 2) {
+        cuts[0] = (kc_dnnl_cut){0, 0, batch};
+        return 1;
+    }
+    for (int k = 0; k < n; k++)
+        cuts[k] = (kc_dnnl_cut){batch == 1, along * k / n, along * (k + 1) / n};
+    return n;
+}
+
+kc_status kc_dnnl_lanes(int n)
+{
+    kc_status s = KC_OK;
+    pthread_mutex_lock(&kc_lane_lock);
+    for (int i = 1; i < n && i < KC_DNNL_MAX_CUTS && s == KC_OK; i++)
+        if (!kc_lane_stream[i] && dnnl_stream_create(&kc_lane_stream[i], kc_engine,
+                                                     dnnl_stream_default_flags) != dnnl_success) {
+            kc_lane_stream[i] = NULL;
+            s = kc_fail(KC_ERR_UNSUPPORTED, "oneDNN could not create a stream");
+        }
+    pthread_mutex_unlock(&kc_lane_lock);
+    return s;
+}
+
+kc_status kc_dnnl_run(kc_dnnl_prim *p, void *const *ptrs) { return kc_dnnl_run_lane(p, ptrs, 0); }
+
+kc_status kc_dnnl_run_lane(kc_dnnl_prim *p, void *const *ptrs, int lane)
+{
+    dnnl_stream_t stream = lane > 0 ? kc_lane_stream[lane] : kc_stream;
     dnnl_exec_arg_t args[KC_DNNL_MAX_ARGS + 1];
     for (int i = 0; i < p->n; i++) {
         if (dnnl_memory_set_data_handle(p->mem[i], ptrs[i]) != dnnl_success)
@@ -127,8 +166,8 @@ kc_status kc_dnnl_run(kc_dnnl_prim *p, void *const *ptrs)
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->scratch};
     }
     int prev = kc_dnnl_solo_enter(p->solo);
-    int bad = dnnl_primitive_execute(p->prim, kc_stream, n, args) != dnnl_success ||
-              dnnl_stream_wait(kc_stream) != dnnl_success;
+    int bad = dnnl_primitive_execute(p->prim, stream, n, args) != dnnl_success ||
+              dnnl_stream_wait(stream) != dnnl_success;
     kc_dnnl_solo_leave(p->solo, prev);
     if (bad)
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN primitive failed to execute");

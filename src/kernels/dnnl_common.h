@@ -32,6 +32,28 @@ typedef struct kc_dnnl_prim {
 int kc_dnnl_solo_enter(int solo);
 void kc_dnnl_solo_leave(int solo, int prev);
 
+/* A layer cut into parts, one per thread of the pool, each its own
+ * primitive run alone on that thread (kc_parallel). Cut the same way in
+ * consecutive layers, the data a thread reads is mostly what it wrote
+ * itself, still in its core's cache: oneDNN's own threading partitions
+ * each layer its own way, and on 2 cores MobileNetV2's depthwise layers
+ * ran slower on 2 threads than on 1 for reading the other core's output.
+ * A part covers images [lo, hi), or, for one image, output rows [lo, hi)
+ * of the first spatial axis. */
+#define KC_DNNL_MAX_CUTS 64
+typedef struct kc_dnnl_cut {
+    int by_rows;
+    int64_t lo, hi;
+} kc_dnnl_cut;
+
+/* The parts for a layer of `batch` images and `out_rows` output rows on
+ * its first spatial axis (1 when it has none): fills cuts and returns how
+ * many; 1 means run whole. KC_CUT=0 turns cutting off. */
+int kc_dnnl_plan_cuts(int64_t batch, int64_t out_rows, int64_t work, kc_dnnl_cut *cuts);
+
+/* Make sure lanes 0..n-1 have a stream each (call before kc_parallel). */
+kc_status kc_dnnl_lanes(int n);
+
 /* Per-thread buffers every primitive on the thread shares, each grown to
  * the largest request and then kept: the scratchpad, and the blocked
  * copies of a Winograd convolution's source and destination. */
@@ -50,6 +72,8 @@ kc_status kc_dnnl_prim_init(kc_dnnl_prim *p, const_dnnl_primitive_desc_t pd, int
                             const int *args, const dnnl_memory_desc_t *const *mds);
 /* Execute with ptrs[i] as argument i and wait. */
 kc_status kc_dnnl_run(kc_dnnl_prim *p, void *const *ptrs);
+/* The same on lane `lane`'s stream: parts run concurrently on their own. */
+kc_status kc_dnnl_run_lane(kc_dnnl_prim *p, void *const *ptrs, int lane);
 void kc_dnnl_prim_destroy(kc_dnnl_prim *p);
 
 #endif

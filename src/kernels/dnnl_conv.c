@@ -9,34 +9,63 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "base/threads.h"
 #include "kernels/dnnl_common.h"
 #include "ops/conv.h"
 
-typedef struct kc_dnnl_conv_state {
-    kc_kernel_state base;
-    kc_shape in_shape;      /* the shape the primitive was built for */
+/* The geometry of one oneDNN convolution: logical dims (N, C, spatial...)
+ * and the padding on each side, already split into parts if cut. */
+typedef struct kc_conv_geom {
+    int sp;
+    dnnl_dims_t src, dst;
+    dnnl_dims_t strides, dilates, pad_l, pad_r;
+    int64_t extent0;        /* the kernel's reach along the first spatial axis */
+} kc_conv_geom;
+
+/* One part of the layer, run by one thread: a primitive for its images or
+ * output rows, reading and writing at these offsets (floats) into the
+ * layer's whole NHWC buffers. */
+typedef struct kc_dnnl_conv_part {
     kc_dnnl_prim prim;      /* with its src, weights, (bias,) dst memories */
-    dnnl_memory_desc_t src_md, w_md, b_md, dst_md;
+    dnnl_memory_desc_t src_md, dst_md;
     dnnl_memory_desc_t w_prim_md; /* the layout the primitive wants */
-    float *w_packed;        /* weights reordered once into w_prim_md, or NULL */
-    int has_bias;
-    int act_fused;          /* the activation runs as a oneDNN post-op */
-    int w_plain;            /* weights read in Keras layout (ctx->w_ext) */
-    int exact;              /* built for ctx->exact (direct only) */
+    float *w_packed;        /* weights reordered into w_prim_md, or NULL */
+    int w_owner;            /* w_packed is this part's (else an earlier part's) */
+    size_t src_off, dst_off;
     /* Winograd: the primitive reads and writes blocked layouts; NHWC is
      * reordered into and out of per-thread buffers around it. */
     int wino;
     dnnl_memory_desc_t src_blk_md, dst_blk_md;
     kc_dnnl_prim to_src, from_dst;
+} kc_dnnl_conv_part;
+
+typedef struct kc_dnnl_conv_state {
+    kc_kernel_state base;
+    kc_shape in_shape;      /* the shape the primitives were built for */
+    dnnl_memory_desc_t w_md, b_md;
+    int has_bias;
+    int act_fused;          /* the activation runs as a oneDNN post-op */
+    int w_plain;            /* weights read in Keras layout (ctx->w_ext) */
+    int exact;              /* built for ctx->exact (direct only) */
+    int n_parts;            /* 1: one primitive over the whole layer */
+    kc_dnnl_conv_part part[KC_DNNL_MAX_CUTS];
 } kc_dnnl_conv_state;
+
+static void kc_dnnl_conv_part_free(kc_dnnl_conv_part *p)
+{
+    kc_dnnl_prim_destroy(&p->prim);
+    kc_dnnl_prim_destroy(&p->to_src);
+    kc_dnnl_prim_destroy(&p->from_dst);
+    if (p->w_owner)
+        free(p->w_packed);
+    memset(p, 0, sizeof *p);
+}
 
 static void kc_dnnl_conv_free(kc_kernel_state *s)
 {
     kc_dnnl_conv_state *c = (kc_dnnl_conv_state *)s;
-    kc_dnnl_prim_destroy(&c->prim);
-    kc_dnnl_prim_destroy(&c->to_src);
-    kc_dnnl_prim_destroy(&c->from_dst);
-    free(c->w_packed);
+    for (int i = 0; i < c->n_parts; i++)
+        kc_dnnl_conv_part_free(&c->part[i]);
     free(c);
 }
 
@@ -69,15 +98,15 @@ static dnnl_primitive_attr_t kc_dnnl_post_ops_attr(const char *act, int accumula
     return attr;
 }
 
-/* Reorder the Keras-layout weights into the primitive's layout once. */
-static kc_status kc_dnnl_pack_weights(kc_dnnl_conv_state *st, const float *w)
+/* Reorder the Keras-layout weights into the part's layout once. */
+static kc_status kc_dnnl_pack_weights(const dnnl_memory_desc_t *w_md, kc_dnnl_conv_part *pt,
+                                      const float *w)
 {
-    if (dnnl_memory_desc_equal(&st->w_prim_md, &st->w_md))
-        return KC_OK;
-    size_t bytes = dnnl_memory_desc_get_size(&st->w_prim_md);
-    st->w_packed = kc_calloc(bytes / sizeof(float) + 1, sizeof(float));
-    if (!st->w_packed)
+    size_t bytes = dnnl_memory_desc_get_size(&pt->w_prim_md);
+    pt->w_packed = kc_calloc(bytes / sizeof(float) + 1, sizeof(float));
+    if (!pt->w_packed)
         return KC_ERR_NOMEM;
+    pt->w_owner = 1;
     dnnl_primitive_desc_t rpd = NULL;
     dnnl_primitive_t reorder = NULL;
     dnnl_memory_t from = NULL, to = NULL;
@@ -85,9 +114,9 @@ static kc_status kc_dnnl_pack_weights(kc_dnnl_conv_state *st, const float *w)
     dnnl_engine_t eng = kc_dnnl_engine();
     dnnl_stream_t stream = NULL;
     if (dnnl_stream_create(&stream, eng, dnnl_stream_default_flags) ||
-        dnnl_memory_create(&from, &st->w_md, eng, (void *)w) ||
-        dnnl_memory_create(&to, &st->w_prim_md, eng, st->w_packed) ||
-        dnnl_reorder_primitive_desc_create(&rpd, &st->w_md, eng, &st->w_prim_md, eng, NULL) ||
+        dnnl_memory_create(&from, w_md, eng, (void *)w) ||
+        dnnl_memory_create(&to, &pt->w_prim_md, eng, pt->w_packed) ||
+        dnnl_reorder_primitive_desc_create(&rpd, w_md, eng, &pt->w_prim_md, eng, NULL) ||
         dnnl_primitive_create(&reorder, rpd)) {
         status = kc_fail(KC_ERR_UNSUPPORTED, "oneDNN cannot reorder the convolution weights");
     } else {
@@ -108,45 +137,108 @@ static kc_status kc_dnnl_pack_weights(kc_dnnl_conv_state *st, const float *w)
     return status;
 }
 
-/* Logical dims: activations (N, C, spatial...), weights (O, I, k...) or
- * (G, O/G, I/G, k...). */
-static kc_status kc_dnnl_descs(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
-                               kc_dnnl_conv_state *st, int64_t groups)
+/* The whole layer's geometry. The padding follows TensorFlow: for "same"
+ * the extra pixel goes after; "causal" pads only before; a folded
+ * ZeroPadding adds its own. */
+static void kc_conv_geom_whole(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_conv_geom *g)
+{
+    const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
+    int sp = a->spatial;
+    int64_t dims[KC_MAX_RANK];
+    memcpy(dims, in->dims, sizeof dims);
+    kc_conv_data_shape(a, dims, in->rank);
+    memset(g, 0, sizeof *g);
+    g->sp = sp;
+    g->src[0] = in->dims[0];
+    g->src[1] = in->dims[in->rank - 1];
+    g->dst[0] = out->dims[0];
+    g->dst[1] = out->dims[out->rank - 1];
+    for (int i = 0; i < sp; i++) {
+        int64_t len = in->dims[1 + i], olen = out->dims[1 + i];
+        int64_t keff = (a->kernel[i] - 1) * a->dilation[i] + 1;
+        int64_t total = (olen - 1) * a->strides[i] + keff - len;
+        g->src[2 + i] = dims[1 + i];
+        g->dst[2 + i] = olen;
+        g->strides[i] = a->strides[i];
+        g->dilates[i] = a->dilation[i] - 1;
+        if (i == 0)
+            g->extent0 = keff;
+        if (a->padding == 2) { /* causal: everything before */
+            g->pad_l[i] = keff - 1;
+            g->pad_r[i] = 0;
+        } else if (a->padding == 1 && total > 0) { /* TF same: extra after */
+            g->pad_l[i] = total / 2;
+            g->pad_r[i] = total - total / 2;
+        }
+        g->pad_l[i] += a->pad_before[i];
+        g->pad_r[i] += a->pad_after[i];
+    }
+}
+
+/* Floats in one step of axis `from` onwards (the product of the later
+ * dims, NHWC order: spatial axes then channels). */
+static size_t kc_conv_stride(const dnnl_dims_t d, int sp, int axis)
+{
+    size_t n = (size_t)d[1];
+    for (int i = sp - 1; i >= axis; i--)
+        n *= (size_t)d[2 + i];
+    return n;
+}
+
+/* The part of `whole` that cut covers, and where it starts in the input
+ * and output buffers. A row cut takes output rows [lo, hi) of the first
+ * spatial axis and the input rows they read, padding only where the
+ * whole layer pads. */
+static void kc_conv_geom_cut(const kc_conv_geom *whole, const kc_dnnl_cut *cut,
+                             kc_conv_geom *g, size_t *src_off, size_t *dst_off)
+{
+    *g = *whole;
+    if (!cut->by_rows) {
+        g->src[0] = g->dst[0] = cut->hi - cut->lo;
+        *src_off = (size_t)cut->lo * kc_conv_stride(whole->src, whole->sp, 0);
+        *dst_off = (size_t)cut->lo * kc_conv_stride(whole->dst, whole->sp, 0);
+        return;
+    }
+    int64_t len = whole->src[2], s = whole->strides[0];
+    int64_t first = cut->lo * s - whole->pad_l[0];
+    int64_t last = first + (cut->hi - cut->lo - 1) * s + whole->extent0; /* one past */
+    g->pad_l[0] = first < 0 ? -first : 0;
+    g->pad_r[0] = last > len ? last - len : 0;
+    int64_t r0 = first < 0 ? 0 : first, r1 = last > len ? len : last;
+    g->src[2] = r1 - r0;
+    g->dst[2] = cut->hi - cut->lo;
+    *src_off = (size_t)r0 * kc_conv_stride(whole->src, whole->sp, 1);
+    *dst_off = (size_t)cut->lo * kc_conv_stride(whole->dst, whole->sp, 1);
+}
+/* Memory descriptors for a part: NHWC activations, Keras's hwio / hwigo
+ * weights, the bias. Weights (O, I, k...) or (G, O/G, I/G, k...). */
+static kc_status kc_dnnl_descs(const kc_conv_geom *g, int64_t groups, const int64_t *kernel,
+                               kc_dnnl_conv_state *st, kc_dnnl_conv_part *pt)
 {
     static const dnnl_format_tag_t act_tag[] = {dnnl_nwc, dnnl_nhwc, dnnl_ndhwc};
     static const dnnl_format_tag_t w_tag[] = {dnnl_wio, dnnl_hwio, dnnl_dhwio};
     static const dnnl_format_tag_t gw_tag[] = {dnnl_wigo, dnnl_hwigo, dnnl_dhwigo};
-    const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
-    int sp = a->spatial, nd = sp + 2;
-    int64_t dims[KC_MAX_RANK];
-    memcpy(dims, in->dims, sizeof dims);
-    kc_conv_data_shape(a, dims, in->rank);
-    dnnl_dims_t src = {in->dims[0], in->dims[in->rank - 1]};
-    dnnl_dims_t dst = {out->dims[0], out->dims[out->rank - 1]};
-    for (int i = 0; i < sp; i++) {
-        src[2 + i] = dims[1 + i];
-        dst[2 + i] = out->dims[1 + i];
-    }
-    int64_t cin = src[1], cout = dst[1];
+    int sp = g->sp, nd = sp + 2;
+    int64_t cin = g->src[1], cout = g->dst[1];
     dnnl_dims_t w;
     int wnd;
     if (groups == 1) {
         w[0] = cout;
         w[1] = cin;
         for (int i = 0; i < sp; i++)
-            w[2 + i] = a->kernel[i];
+            w[2 + i] = kernel[i];
         wnd = nd;
     } else {
         w[0] = groups;
         w[1] = cout / groups;
         w[2] = cin / groups;
         for (int i = 0; i < sp; i++)
-            w[3 + i] = a->kernel[i];
+            w[3 + i] = kernel[i];
         wnd = nd + 1;
     }
     dnnl_dims_t b = {cout};
-    if (dnnl_memory_desc_init_by_tag(&st->src_md, nd, src, dnnl_f32, act_tag[sp - 1]) ||
-        dnnl_memory_desc_init_by_tag(&st->dst_md, nd, dst, dnnl_f32, act_tag[sp - 1]) ||
+    if (dnnl_memory_desc_init_by_tag(&pt->src_md, nd, g->src, dnnl_f32, act_tag[sp - 1]) ||
+        dnnl_memory_desc_init_by_tag(&pt->dst_md, nd, g->dst, dnnl_f32, act_tag[sp - 1]) ||
         dnnl_memory_desc_init_by_tag(&st->w_md, wnd, w, dnnl_f32,
                                      groups == 1 ? w_tag[sp - 1] : gw_tag[sp - 1]) ||
         dnnl_memory_desc_init_by_tag(&st->b_md, 1, b, dnnl_f32, dnnl_a))
@@ -192,11 +284,13 @@ static kc_status kc_dnnl_reorder_prim(kc_dnnl_prim *p, const dnnl_memory_desc_t 
 }
 
 /* The Winograd primitive descriptor (blocked src/dst), or NULL. */
-static dnnl_primitive_desc_t kc_dnnl_wino_pd(kc_dnnl_conv_state *st, const dnnl_memory_desc_t *w_any,
-                                             const dnnl_dims_t pad_l, const dnnl_dims_t pad_r,
+static dnnl_primitive_desc_t kc_dnnl_wino_pd(const kc_dnnl_conv_state *st,
+                                             const kc_dnnl_conv_part *pt,
+                                             const dnnl_memory_desc_t *w_any,
+                                             const kc_conv_geom *g,
                                              const_dnnl_primitive_attr_t attr)
 {
-    dnnl_memory_desc_t src_any = st->src_md, dst_any = st->dst_md;
+    dnnl_memory_desc_t src_any = pt->src_md, dst_any = pt->dst_md;
     src_any.format_kind = dnnl_format_kind_any;
     dst_any.format_kind = dnnl_format_kind_any;
     dnnl_dims_t strides = {1, 1};
@@ -205,20 +299,20 @@ static dnnl_primitive_desc_t kc_dnnl_wino_pd(kc_dnnl_conv_state *st, const dnnl_
     if (dnnl_convolution_forward_desc_init(&desc, dnnl_forward_inference,
                                            dnnl_convolution_winograd, &src_any, w_any,
                                            st->has_bias ? &st->b_md : NULL, &dst_any, strides,
-                                           pad_l, pad_r) != dnnl_success ||
+                                           g->pad_l, g->pad_r) != dnnl_success ||
         dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL) != dnnl_success)
         return NULL;
     return pd;
 }
 
 /* The reorders around a Winograd primitive whose pd is given. */
-static kc_status kc_dnnl_wino_setup(kc_dnnl_conv_state *st, const_dnnl_primitive_desc_t pd)
+static kc_status kc_dnnl_wino_setup(kc_dnnl_conv_part *pt, const_dnnl_primitive_desc_t pd)
 {
-    st->src_blk_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
-    st->dst_blk_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-    KC_TRY(kc_dnnl_reorder_prim(&st->to_src, &st->src_md, &st->src_blk_md));
-    KC_TRY(kc_dnnl_reorder_prim(&st->from_dst, &st->dst_blk_md, &st->dst_md));
-    st->wino = 1;
+    pt->src_blk_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+    pt->dst_blk_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    KC_TRY(kc_dnnl_reorder_prim(&pt->to_src, &pt->src_md, &pt->src_blk_md));
+    KC_TRY(kc_dnnl_reorder_prim(&pt->from_dst, &pt->dst_blk_md, &pt->dst_md));
+    pt->wino = 1;
     return KC_OK;
 }
 
@@ -254,31 +348,28 @@ static dnnl_primitive_desc_t kc_dnnl_conv_pd(const dnnl_convolution_desc_t *desc
     return pd;
 }
 
-static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
-                               kc_dnnl_conv_state *st, int64_t groups)
+/* Weights for part k: an earlier part's packed copy when it wants the
+ * same layout (the usual case: parts differ only in rows or images),
+ * else a copy of its own. */
+static kc_status kc_dnnl_part_weights(kc_dnnl_conv_state *st, int k, const float *w)
 {
-    KC_TRY(kc_dnnl_descs(ctx, a, st, groups));
-    const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
-    dnnl_dims_t strides, dilates, pad_l, pad_r;
-    for (int i = 0; i < a->spatial; i++) {
-        int64_t len = in->dims[1 + i], olen = out->dims[1 + i];
-        int64_t keff = (a->kernel[i] - 1) * a->dilation[i] + 1;
-        int64_t total = (olen - 1) * a->strides[i] + keff - len;
-        strides[i] = a->strides[i];
-        dilates[i] = a->dilation[i] - 1;
-        if (a->padding == 2) { /* causal: everything before */
-            pad_l[i] = keff - 1;
-            pad_r[i] = 0;
-        } else if (a->padding == 1 && total > 0) { /* TF same: extra after */
-            pad_l[i] = total / 2;
-            pad_r[i] = total - total / 2;
-        } else {
-            pad_l[i] = 0;
-            pad_r[i] = 0;
+    kc_dnnl_conv_part *pt = &st->part[k];
+    if (dnnl_memory_desc_equal(&pt->w_prim_md, &st->w_md))
+        return KC_OK;
+    for (int j = 0; j < k; j++)
+        if (st->part[j].w_packed && dnnl_memory_desc_equal(&st->part[j].w_prim_md, &pt->w_prim_md)) {
+            pt->w_packed = st->part[j].w_packed;
+            return KC_OK;
         }
-        pad_l[i] += a->pad_before[i]; /* a folded ZeroPadding */
-        pad_r[i] += a->pad_after[i];
-    }
+    return kc_dnnl_pack_weights(&st->w_md, pt, w);
+}
+
+static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
+                                    kc_dnnl_conv_state *st, int64_t groups, int k,
+                                    const kc_conv_geom *g)
+{
+    kc_dnnl_conv_part *pt = &st->part[k];
+    KC_TRY(kc_dnnl_descs(g, groups, a->kernel, st, pt));
     /* Weights in whatever blocked layout the fastest implementation
      * wants ("any"), reordered once below; activations stay NHWC. */
     dnnl_memory_desc_t w_any = st->w_md;
@@ -293,55 +384,131 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
     if (!attr)
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN rejected the convolution's post-ops");
     if (kc_dnnl_wino_eligible(ctx, a, groups, st))
-        pd = kc_dnnl_wino_pd(st, &w_any, pad_l, pad_r, attr);
-    if (pd && kc_dnnl_wino_setup(st, pd) != KC_OK) {
+        pd = kc_dnnl_wino_pd(st, pt, &w_any, g, attr);
+    if (pd && kc_dnnl_wino_setup(pt, pd) != KC_OK) {
         kc_error_clear();
-        kc_dnnl_prim_destroy(&st->to_src);
-        kc_dnnl_prim_destroy(&st->from_dst);
-        st->wino = 0;
+        kc_dnnl_prim_destroy(&pt->to_src);
+        kc_dnnl_prim_destroy(&pt->from_dst);
+        pt->wino = 0;
         dnnl_primitive_desc_destroy(pd);
         pd = NULL;
     }
     int depthwise = a->kind == KC_CONV_DEPTHWISE && a->depth_multiplier == 1;
     if (!pd && (dnnl_dilated_convolution_forward_desc_init(
-                    &desc, dnnl_forward_inference, dnnl_convolution_direct, &st->src_md, &w_any,
-                    st->has_bias ? &st->b_md : NULL, &st->dst_md, strides, dilates, pad_l,
-                    pad_r) != dnnl_success ||
+                    &desc, dnnl_forward_inference, dnnl_convolution_direct, &pt->src_md, &w_any,
+                    st->has_bias ? &st->b_md : NULL, &pt->dst_md, g->strides, g->dilates,
+                    g->pad_l, g->pad_r) != dnnl_success ||
                 !(pd = kc_dnnl_conv_pd(&desc, attr, depthwise)))) {
         dnnl_primitive_attr_destroy(attr);
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN has no convolution for this configuration");
     }
     dnnl_primitive_attr_destroy(attr);
-    st->w_prim_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    pt->w_prim_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     static const int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
-    const dnnl_memory_desc_t *mds[4] = {st->wino ? &st->src_blk_md : &st->src_md, &st->w_prim_md,
-                                        st->wino ? &st->dst_blk_md : &st->dst_md, &st->b_md};
-    kc_status s = kc_dnnl_prim_init(&st->prim, pd, st->has_bias ? 4 : 3, args, mds);
+    const dnnl_memory_desc_t *mds[4] = {pt->wino ? &pt->src_blk_md : &pt->src_md, &pt->w_prim_md,
+                                        pt->wino ? &pt->dst_blk_md : &pt->dst_md, &st->b_md};
+    kc_status s = kc_dnnl_prim_init(&pt->prim, pd, st->has_bias ? 4 : 3, args, mds);
     dnnl_primitive_desc_destroy(pd);
     if (s != KC_OK)
         return s;
     if (!st->w_plain)
-        KC_TRY(kc_dnnl_pack_weights(st, kc_w(ctx, 0)));
-    st->in_shape = *in;
+        KC_TRY(kc_dnnl_part_weights(st, k, kc_w(ctx, 0)));
     return KC_OK;
+}
+
+/* Build the n parts of cuts (n == 1: the whole layer), each sized for the
+ * threads that will run it: a part of a cut layer runs alone on one pool
+ * thread; an uncut layer uses the pool unless it is too small to be worth
+ * waking it (solo). */
+static kc_status kc_dnnl_build_parts(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
+                                     kc_dnnl_conv_state *st, int64_t groups,
+                                     const kc_conv_geom *whole, const kc_dnnl_cut *cuts, int n,
+                                     int64_t work)
+{
+    int solo = n > 1 || work < KC_DNNL_SOLO_WORK;
+    int prev = kc_dnnl_solo_enter(solo);
+    kc_status s = KC_OK;
+    for (int k = 0; k < n && s == KC_OK; k++) {
+        kc_conv_geom g = *whole;
+        kc_dnnl_conv_part *pt = &st->part[k];
+        if (n > 1)
+            kc_conv_geom_cut(whole, &cuts[k], &g, &pt->src_off, &pt->dst_off);
+        st->n_parts = k + 1;
+        s = kc_dnnl_build_part(ctx, a, st, groups, k, &g);
+        pt->prim.solo = pt->to_src.solo = pt->from_dst.solo = n == 1 && solo;
+    }
+    kc_dnnl_solo_leave(solo, prev);
+    if (s == KC_OK && n > 1)
+        s = kc_dnnl_lanes(n);
+    return s;
+}
+
+/* Cut when kc_dnnl_plan_cuts says so; should oneDNN refuse a part, the
+ * layer runs whole instead (a cut is only ever a speed choice). */
+static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
+                               kc_dnnl_conv_state *st, int64_t groups, int64_t work)
+{
+    kc_conv_geom whole;
+    kc_conv_geom_whole(ctx, a, &whole);
+    kc_dnnl_cut cuts[KC_DNNL_MAX_CUTS];
+    int n = kc_dnnl_plan_cuts(whole.src[0], whole.dst[2], work, cuts);
+    st->in_shape = ctx->in_shape[0];
+    kc_status s = kc_dnnl_build_parts(ctx, a, st, groups, &whole, cuts, n, work);
+    if (s == KC_OK || n == 1)
+        return s;
+    kc_error_clear();
+    for (int k = 0; k < st->n_parts; k++)
+        kc_dnnl_conv_part_free(&st->part[k]);
+    st->n_parts = 0;
+    return kc_dnnl_build_parts(ctx, a, st, groups, &whole, cuts, 1, work);
+}
+
+static kc_status kc_dnnl_execute_part(kc_dnnl_conv_part *pt, int lane, const float *src,
+                                      const float *w, const float *b, float *dst)
+{
+    void *wp = pt->w_packed ? (void *)pt->w_packed : (void *)w;
+    src += pt->src_off;
+    dst += pt->dst_off;
+    if (!pt->wino) {
+        void *ptrs[4] = {(void *)src, wp, dst, (void *)b};
+        return kc_dnnl_run_lane(&pt->prim, ptrs, lane);
+    }
+    void *sb = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, dnnl_memory_desc_get_size(&pt->src_blk_md));
+    void *db = kc_dnnl_workspace(KC_DNNL_SLOT_DST, dnnl_memory_desc_get_size(&pt->dst_blk_md));
+    if (!sb || !db)
+        return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
+    void *in[2] = {(void *)src, sb}, *conv[4] = {sb, wp, db, (void *)b}, *out[2] = {db, dst};
+    KC_TRY(kc_dnnl_run_lane(&pt->to_src, in, lane));
+    KC_TRY(kc_dnnl_run_lane(&pt->prim, conv, lane));
+    return kc_dnnl_run_lane(&pt->from_dst, out, lane);
+}
+
+/* A cut layer's run: the buffers, and each part's outcome. */
+typedef struct kc_dnnl_conv_job {
+    kc_dnnl_conv_state *st;
+    const float *src, *w, *b;
+    float *dst;
+    kc_status status[KC_DNNL_MAX_CUTS];
+} kc_dnnl_conv_job;
+
+static void kc_dnnl_conv_job_part(void *arg, int k)
+{
+    kc_dnnl_conv_job *job = arg;
+    job->status[k] =
+        kc_dnnl_execute_part(&job->st->part[k], k, job->src, job->w, job->b, job->dst);
 }
 
 static kc_status kc_dnnl_execute(kc_dnnl_conv_state *st, const float *src, const float *w,
                                  const float *b, float *dst)
 {
-    void *wp = st->w_packed ? (void *)st->w_packed : (void *)w;
-    if (!st->wino) {
-        void *ptrs[4] = {(void *)src, wp, dst, (void *)b};
-        return kc_dnnl_run(&st->prim, ptrs);
-    }
-    void *sb = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, dnnl_memory_desc_get_size(&st->src_blk_md));
-    void *db = kc_dnnl_workspace(KC_DNNL_SLOT_DST, dnnl_memory_desc_get_size(&st->dst_blk_md));
-    if (!sb || !db)
-        return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
-    void *in[2] = {(void *)src, sb}, *conv[4] = {sb, wp, db, (void *)b}, *out[2] = {db, dst};
-    KC_TRY(kc_dnnl_run(&st->to_src, in));
-    KC_TRY(kc_dnnl_run(&st->prim, conv));
-    return kc_dnnl_run(&st->from_dst, out);
+    if (st->n_parts == 1)
+        return kc_dnnl_execute_part(&st->part[0], 0, src, w, b, dst);
+    kc_dnnl_conv_job job = {st, src, w, b, dst, {KC_OK}};
+    kc_parallel(st->n_parts, kc_dnnl_conv_job_part, &job);
+    for (int k = 0; k < st->n_parts; k++)
+        if (job.status[k] != KC_OK) /* the message stayed on the failing thread */
+            return kc_fail(job.status[k], "oneDNN failed on part %d of a convolution", k);
+    return KC_OK;
 }
 
 /* Multiply-accumulates of the convolution (all images). */
@@ -376,16 +543,14 @@ kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         st->has_bias = a->use_bias;
         st->w_plain = ctx->w_ext != NULL;
         st->exact = ctx->exact;
-        int solo = kc_dnnl_conv_work(ctx, a, groups) < KC_DNNL_SOLO_WORK;
-        int prev = kc_dnnl_solo_enter(solo);
-        kc_status bst = kc_dnnl_build(ctx, a, st, groups);
-        kc_dnnl_solo_leave(solo, prev);
-        st->prim.solo = st->to_src.solo = st->from_dst.solo = solo;
+        kc_status bst = kc_dnnl_build(ctx, a, st, groups, kc_dnnl_conv_work(ctx, a, groups));
         if (bst != KC_OK) {
             kc_dnnl_conv_free(&st->base);
             return KC_OK; /* not handled: the GEMM path runs instead */
         }
-        st->base.weights_cached = st->w_packed != NULL;
+        st->base.weights_cached = 1;
+        for (int k = 0; k < st->n_parts; k++)
+            st->base.weights_cached &= st->part[k].w_packed != NULL;
         *ctx->state = &st->base;
     }
     KC_TRY(kc_dnnl_execute(st, ctx->in[0], kc_w(ctx, 0), a->use_bias ? kc_w(ctx, 1) : NULL,
@@ -393,4 +558,11 @@ kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     *handled = 1;
     *act_done = st->act_fused;
     return KC_OK;
+}
+
+int kc_dnnl_conv_parts(const kc_kernel_state *state)
+{
+    if (!state || state->free != kc_dnnl_conv_free)
+        return 0;
+    return ((const kc_dnnl_conv_state *)state)->n_parts;
 }

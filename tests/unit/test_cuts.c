@@ -1,0 +1,244 @@
+/* Layers cut into parts, one per thread (kernels/dnnl_common.h): every
+ * cut convolution must equal the plain im2col + GEMM path (KC_DNNL=0)
+ * over the geometries where a cut's edges are easy to get wrong: "same"
+ * padding split between parts, strides that leave input rows unread,
+ * dilation, causal 1-D padding, a folded ZeroPadding, more threads than
+ * rows, batches that do not divide, Winograd, a fused residual sum. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base/threads.h"
+#include "kernels/dnnl_conv.h"
+#include "kernels/kernel.h"
+#include "ops/conv.h"
+
+typedef struct conv_case {
+    const char *what;
+    const char *cls;
+    kc_conv_kind kind;
+    int spatial;
+    int64_t n, h, w, c, f; /* f: filters, or the depth multiplier */
+    int64_t k, s, d;
+    int padding;           /* 0 valid, 1 same, 2 causal */
+    int64_t zero_pad;      /* a folded ZeroPadding on every spatial side */
+    int accumulate;
+    const char *act;
+} conv_case;
+
+static uint32_t g_seed = 12345;
+
+static float rnd(void)
+{
+    g_seed = g_seed * 1664525u + 1013904223u;
+    return (float)(g_seed >> 8) / (float)(1u << 24) - 0.5f;
+}
+
+static float *rand_buf(int64_t n)
+{
+    float *p = malloc((size_t)n * sizeof *p);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = rnd();
+    return p;
+}
+
+static int64_t out_len(int64_t len, const conv_case *c)
+{
+    int64_t keff = (c->k - 1) * c->d + 1;
+    if (c->padding == 0)
+        return (len + 2 * c->zero_pad - keff) / c->s + 1;
+    return (len + c->s - 1) / c->s;
+}
+
+typedef struct conv_run {
+    kc_conv_attrs a;
+    kc_layer layer;
+    kc_weight weights[2];
+    kc_shape in_shape, out_shape;
+    float *x, *residual;
+    int64_t out_count;
+} conv_run;
+
+static void setup(const conv_case *c, conv_run *r)
+{
+    memset(r, 0, sizeof *r);
+    kc_conv_attrs *a = &r->a;
+    a->kind = c->kind;
+    a->spatial = c->spatial;
+    a->filters = c->kind == KC_CONV_DEPTHWISE ? 0 : c->f;
+    a->depth_multiplier = c->kind == KC_CONV_DEPTHWISE ? c->f : 1;
+    a->groups = 1;
+    a->padding = c->padding;
+    a->use_bias = 1;
+    a->activation = c->act;
+    a->accumulate = c->accumulate;
+    for (int i = 0; i < 3; i++) {
+        a->kernel[i] = i < c->spatial ? c->k : 1;
+        a->strides[i] = a->dilation[i] = 1;
+        a->output_padding[i] = -1;
+    }
+    int64_t wn = c->c * c->f, fo = c->kind == KC_CONV_DEPTHWISE ? c->c * c->f : c->f;
+    int64_t sp_in[3] = {c->h, c->w, c->w}, sp_out[3];
+    r->in_shape.rank = r->out_shape.rank = c->spatial + 2;
+    r->in_shape.dims[0] = r->out_shape.dims[0] = c->n;
+    int64_t xn = c->n * c->c, on = c->n * fo;
+    for (int i = 0; i < c->spatial; i++) {
+        a->strides[i] = c->s;
+        a->dilation[i] = c->d;
+        a->pad_before[i] = a->pad_after[i] = c->zero_pad;
+        int64_t len = c->spatial == 1 ? c->w : sp_in[i];
+        sp_out[i] = out_len(len, c);
+        /* a folded ZeroPadding: the value has the padded shape */
+        r->in_shape.dims[1 + i] = len + 2 * c->zero_pad;
+        r->out_shape.dims[1 + i] = sp_out[i];
+        xn *= len;
+        on *= sp_out[i];
+        wn *= c->k;
+    }
+    r->in_shape.dims[c->spatial + 1] = c->c;
+    r->out_shape.dims[c->spatial + 1] = fo;
+    r->x = rand_buf(xn);
+    r->residual = c->accumulate ? rand_buf(on) : NULL;
+    r->out_count = on;
+    r->weights[0].data = rand_buf(wn);
+    r->weights[1].data = rand_buf(fo);
+    r->layer.name = (char *)c->what;
+    r->layer.class_name = (char *)c->cls;
+    r->layer.def = kc_op_lookup(NULL, c->cls);
+    r->layer.attrs = a;
+    r->layer.weights = r->weights;
+    r->layer.n_weights = 2;
+}
+
+static void teardown(conv_run *r)
+{
+    free(r->x);
+    free(r->residual);
+    free(r->weights[0].data);
+    free(r->weights[1].data);
+}
+
+/* One run of the CPU kernel; returns the parts its oneDNN state used. */
+static int run(conv_run *r, int exact, float *out)
+{
+    kc_kernel_state *state = NULL;
+    const float *ins[1] = {r->x};
+    float *outs[1] = {out};
+    kc_exec_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.layer = &r->layer;
+    ctx.in = ins;
+    ctx.in_shape = &r->in_shape;
+    ctx.n_in = 1;
+    ctx.out = outs;
+    ctx.out_shape = &r->out_shape;
+    ctx.n_out = 1;
+    ctx.keras_major = 3;
+    ctx.state = &state;
+    ctx.exact = exact;
+    kc_kernel_fn fn = kc_kernel_lookup(r->layer.def);
+    assert_non_null(fn);
+    if (r->residual)
+        memcpy(out, r->residual, (size_t)r->out_count * sizeof *out);
+    assert_int_equal(fn(&ctx), KC_OK);
+    int parts = kc_dnnl_conv_parts(state);
+    if (state)
+        state->free(state);
+    return parts;
+}
+
+static void check_case(const conv_case *c)
+{
+    conv_run r;
+    setup(c, &r);
+    float *want = malloc((size_t)r.out_count * sizeof *want);
+    float *got = malloc((size_t)r.out_count * sizeof *got);
+    setenv("KC_DNNL", "0", 1);
+    kc_threads_enter(1);
+    assert_int_equal(run(&r, 1, want), 0);
+    unsetenv("KC_DNNL");
+    float peak = 1.0f;
+    for (int64_t i = 0; i < r.out_count; i++)
+        peak = fmaxf(peak, fabsf(want[i]));
+    static const int threads[] = {1, 2, 3, 5};
+    for (int t = 0; t < 4; t++)
+        for (int exact = 0; exact < 2; exact++) {
+            kc_threads_enter(threads[t]);
+            int parts = run(&r, exact, got);
+            int64_t along = c->n > 1 ? c->n : r.out_shape.dims[1];
+            int expect = threads[t] < along ? threads[t] : (int)along;
+            if (parts != expect)
+                fail_msg("%s, %d threads: %d parts, expected %d", c->what, threads[t], parts,
+                         expect);
+            for (int64_t i = 0; i < r.out_count; i++)
+                if (fabsf(got[i] - want[i]) > 1e-4f * peak)
+                    fail_msg("%s, %d threads%s: element %lld is %g, want %g", c->what, threads[t],
+                             exact ? ", exact" : "", (long long)i, got[i], want[i]);
+        }
+    kc_threads_enter(0);
+    free(want);
+    free(got);
+    teardown(&r);
+}
+
+static void test_conv2d_cuts(void **state)
+{
+    (void)state;
+    static const conv_case cases[] = {
+        {"3x3 same s1 (Winograd when not exact), 7 rows", "Conv2D", KC_CONV_PLAIN, 2,
+         1, 7, 9, 5, 6, 3, 1, 1, 1, 0, 0, "relu"},
+        {"3x3 same s2, even rows", "Conv2D", KC_CONV_PLAIN, 2, 1, 10, 8, 3, 4, 3, 2, 1, 1, 0,
+         0, NULL},
+        {"3x3 same s2, odd rows", "Conv2D", KC_CONV_PLAIN, 2, 1, 11, 7, 3, 4, 3, 2, 1, 1, 0, 0,
+         "relu6"},
+        {"3x3 valid s2, last row unread", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 4, 5, 3, 2, 1, 0,
+         0, 0, NULL},
+        {"5x5 same dilation 2", "Conv2D", KC_CONV_PLAIN, 2, 1, 12, 6, 3, 4, 5, 1, 2, 1, 0, 0,
+         NULL},
+        {"7x7 same s1, pad 3 reaching past a part", "Conv2D", KC_CONV_PLAIN, 2, 1, 6, 6, 2, 3, 7,
+         1, 1, 1, 0, 0, NULL},
+        {"1x1, 2 rows (fewer rows than threads)", "Conv2D", KC_CONV_PLAIN, 2, 1, 2, 5, 8, 16, 1,
+         1, 1, 0, 0, 0, "relu"},
+        {"folded ZeroPadding 1 then valid 3x3 s2", "Conv2D", KC_CONV_PLAIN, 2, 1, 9, 9, 3, 8, 3,
+         2, 1, 0, 1, 0, "relu"},
+        {"residual sum fused, 1x1", "Conv2D", KC_CONV_PLAIN, 2, 1, 9, 4, 6, 6, 1, 1, 1, 1, 0, 1,
+         NULL},
+        {"batch 3 (parts of 1 and 2 images)", "Conv2D", KC_CONV_PLAIN, 2, 3, 6, 6, 4, 4, 3, 1, 1,
+         1, 0, 0, "relu"},
+        {"depthwise 3x3 same s1", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 1, 9, 9, 16, 1, 3, 1,
+         1, 1, 0, 0, "relu6"},
+        {"depthwise 3x3 s2 multiplier 2", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 1, 8, 9, 4,
+         2, 3, 2, 1, 1, 0, 0, NULL},
+        {"depthwise batch 5, residual", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 5, 5, 5, 8, 1,
+         3, 1, 1, 1, 0, 1, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_case(&cases[i]);
+}
+
+static void test_conv1d_cuts(void **state)
+{
+    (void)state;
+    static const conv_case cases[] = {
+        {"Conv1D causal dilation 2", "Conv1D", KC_CONV_PLAIN, 1, 1, 1, 13, 3, 4, 3, 1, 2, 2, 0, 0,
+         NULL},
+        {"Conv1D same s3", "Conv1D", KC_CONV_PLAIN, 1, 1, 1, 14, 3, 4, 4, 3, 1, 1, 0, 0, "relu"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_case(&cases[i]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv2d_cuts),
+        cmocka_unit_test(test_conv1d_cuts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
