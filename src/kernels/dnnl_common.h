@@ -47,9 +47,14 @@ typedef struct kc_dnnl_cut {
 } kc_dnnl_cut;
 
 /* The parts for a layer of `batch` images and `out_rows` output rows on
- * its first spatial axis (1 when it has none): fills cuts and returns how
- * many; 1 means run whole. KC_CUT=0 turns cutting off. */
-int kc_dnnl_plan_cuts(int64_t batch, int64_t out_rows, int64_t work, kc_dnnl_cut *cuts);
+ * its first spatial axis (1 when it has none), reading and writing
+ * act_bytes of activations and reading weight_bytes of weights: fills
+ * cuts and returns how many; 1 means run whole. Every part reads all the
+ * weights, so a layer whose weights outweigh its activations (ResNet's
+ * 7x7 blocks: 9.4 MB of 3x3 kernels, 0.1 MB of data) runs whole, its
+ * weights shared out by oneDNN's own partition. KC_CUT=0: never cut. */
+int kc_dnnl_plan_cuts(int64_t batch, int64_t out_rows, int64_t act_bytes, int64_t weight_bytes,
+                      kc_dnnl_cut *cuts);
 
 /* Make sure lanes 0..n-1 have a stream each (call before kc_parallel). */
 kc_status kc_dnnl_lanes(int n);

@@ -451,7 +451,11 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
     kc_conv_geom whole;
     kc_conv_geom_whole(ctx, a, &whole);
     kc_dnnl_cut cuts[KC_DNNL_MAX_CUTS];
-    int n = kc_dnnl_plan_cuts(whole.src[0], whole.dst[2], work, cuts);
+    int64_t act = (int64_t)(kc_count(&ctx->in_shape[0]) + kc_count(&ctx->out_shape[0])) * 4;
+    int64_t wbytes = (int64_t)sizeof(float) * whole.dst[1] * (whole.src[1] / groups);
+    for (int i = 0; i < a->spatial; i++)
+        wbytes *= a->kernel[i];
+    int n = kc_dnnl_plan_cuts(whole.src[0], whole.dst[2], act, wbytes, cuts);
     st->in_shape = ctx->in_shape[0];
     kc_status s = kc_dnnl_build_parts(ctx, a, st, groups, &whole, cuts, n, work);
     if (s == KC_OK || n == 1)

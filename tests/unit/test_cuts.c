@@ -30,6 +30,7 @@ typedef struct conv_case {
     int64_t zero_pad;      /* a folded ZeroPadding on every spatial side */
     int accumulate;
     const char *act;
+    int whole;             /* weights outweigh the data: never cut */
 } conv_case;
 
 static uint32_t g_seed = 12345;
@@ -172,7 +173,7 @@ static void check_case(const conv_case *c)
             kc_threads_enter(threads[t]);
             int parts = run(&r, exact, got);
             int64_t along = c->n > 1 ? c->n : r.out_shape.dims[1];
-            int expect = threads[t] < along ? threads[t] : (int)along;
+            int expect = c->whole ? 1 : threads[t] < along ? threads[t] : (int)along;
             if (parts != expect)
                 fail_msg("%s, %d threads: %d parts, expected %d", c->what, threads[t], parts,
                          expect);
@@ -192,20 +193,22 @@ static void test_conv2d_cuts(void **state)
     (void)state;
     static const conv_case cases[] = {
         {"3x3 same s1 (Winograd when not exact), 7 rows", "Conv2D", KC_CONV_PLAIN, 2,
-         1, 7, 9, 5, 6, 3, 1, 1, 1, 0, 0, "relu"},
-        {"3x3 same s2, even rows", "Conv2D", KC_CONV_PLAIN, 2, 1, 10, 8, 3, 4, 3, 2, 1, 1, 0,
+         1, 7, 20, 5, 6, 3, 1, 1, 1, 0, 0, "relu", 0},
+        {"3x3 64 -> 64 on 4x4: weights outweigh data, run whole", "Conv2D", KC_CONV_PLAIN, 2,
+         1, 4, 4, 64, 64, 3, 1, 1, 1, 0, 0, NULL, 1},
+        {"3x3 same s2, even rows", "Conv2D", KC_CONV_PLAIN, 2, 1, 10, 30, 3, 4, 3, 2, 1, 1, 0,
          0, NULL},
-        {"3x3 same s2, odd rows", "Conv2D", KC_CONV_PLAIN, 2, 1, 11, 7, 3, 4, 3, 2, 1, 1, 0, 0,
+        {"3x3 same s2, odd rows", "Conv2D", KC_CONV_PLAIN, 2, 1, 11, 31, 3, 4, 3, 2, 1, 1, 0, 0,
          "relu6"},
-        {"3x3 valid s2, last row unread", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 4, 5, 3, 2, 1, 0,
+        {"3x3 valid s2, last row unread", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 30, 4, 5, 3, 2, 1, 0,
          0, 0, NULL},
-        {"5x5 same dilation 2", "Conv2D", KC_CONV_PLAIN, 2, 1, 12, 6, 3, 4, 5, 1, 2, 1, 0, 0,
+        {"5x5 same dilation 2", "Conv2D", KC_CONV_PLAIN, 2, 1, 12, 30, 3, 4, 5, 1, 2, 1, 0, 0,
          NULL},
-        {"7x7 same s1, pad 3 reaching past a part", "Conv2D", KC_CONV_PLAIN, 2, 1, 6, 6, 2, 3, 7,
+        {"7x7 same s1, pad 3 reaching past a part", "Conv2D", KC_CONV_PLAIN, 2, 1, 6, 40, 2, 3, 7,
          1, 1, 1, 0, 0, NULL},
         {"1x1, 2 rows (fewer rows than threads)", "Conv2D", KC_CONV_PLAIN, 2, 1, 2, 5, 8, 16, 1,
          1, 1, 0, 0, 0, "relu"},
-        {"folded ZeroPadding 1 then valid 3x3 s2", "Conv2D", KC_CONV_PLAIN, 2, 1, 9, 9, 3, 8, 3,
+        {"folded ZeroPadding 1 then valid 3x3 s2", "Conv2D", KC_CONV_PLAIN, 2, 1, 9, 30, 3, 8, 3,
          2, 1, 0, 1, 0, "relu"},
         {"residual sum fused, 1x1", "Conv2D", KC_CONV_PLAIN, 2, 1, 9, 4, 6, 6, 1, 1, 1, 1, 0, 1,
          NULL},
@@ -226,9 +229,9 @@ static void test_conv1d_cuts(void **state)
 {
     (void)state;
     static const conv_case cases[] = {
-        {"Conv1D causal dilation 2", "Conv1D", KC_CONV_PLAIN, 1, 1, 1, 13, 3, 4, 3, 1, 2, 2, 0, 0,
-         NULL},
-        {"Conv1D same s3", "Conv1D", KC_CONV_PLAIN, 1, 1, 1, 14, 3, 4, 4, 3, 1, 1, 0, 0, "relu"},
+        {"Conv1D causal dilation 2", "Conv1D", KC_CONV_PLAIN, 1, 1, 1, 40, 3, 4, 3, 1, 2, 2, 0, 0,
+         NULL, 0},
+        {"Conv1D same s3", "Conv1D", KC_CONV_PLAIN, 1, 1, 1, 60, 3, 4, 4, 3, 1, 1, 0, 0, "relu"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_case(&cases[i]);
