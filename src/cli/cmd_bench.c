@@ -177,8 +177,9 @@ int kc_cmd_bench(int argc, char **argv)
         else
             printf("threads: all\n");
         const char *policy = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
-        printf("omp: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s\n", policy ? policy : "(unset)",
-               spin ? spin : "(unset)");
+        const char *blas = getenv("OPENBLAS_NUM_THREADS");
+        printf("omp: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s OPENBLAS_NUM_THREADS=%s\n",
+               policy ? policy : "(unset)", spin ? spin : "(unset)", blas ? blas : "(unset)");
         printf("load_ms: %.1f\nfirst_run_ms: %.2f\nmedian_ms: %.3f\nmedian_ms_per_image: %.3f\n"
                "min_ms: %.3f\nmax_ms: %.3f\narena_bytes: %zu\npeak_rss_kb: %ld\n",
                load_ms, first_ms, median, median / (double)batch, times[0], times[iters - 1],
