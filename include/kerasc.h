@@ -174,6 +174,11 @@ typedef struct kc_session_options {
      * Create and free the sessions of one model from one thread at a
      * time: the model counts them without a lock. */
     int release_packed_weights;
+    /* 1: time every layer of every run on the host CPU loop;
+     * kc_session_stats then reports each layer's mean time per run and
+     * the totals per layer class. A scheduled session (placement, budgets,
+     * a trace) reports its own per-layer stats with or without it. */
+    int profile;
 } kc_session_options;
 
 /* A session executes a loaded model on the CPU. It borrows the model,
@@ -207,8 +212,10 @@ size_t kc_session_arena_bytes(const kc_session *session);
 int kc_session_fused_nodes(const kc_session *session);
 
 /* Per-layer compute and transfer times of the last run, achieved GB/s and
- * the run's lower bound max(compute, streamed bytes / bandwidth); "" when
- * the session has no device placement. Valid until the next run. */
+ * the run's lower bound max(compute, streamed bytes / bandwidth) when the
+ * session has device placement; else, with options.profile, each layer's
+ * mean time over the runs so far and the time per layer class; else "".
+ * Valid until the next run or call. */
 const char *kc_session_stats(const kc_session *session);
 /* Most device bytes held at once under the budget (activations + resident
  * weights + streaming ring + workspace), over all managed devices; 0 when

@@ -113,6 +113,7 @@ void kc_cli_placement_apply(const kc_cli_placement *p, kc_session_options *o)
     o->trace_path = p->trace;
     o->microbatch = p->microbatch;
     o->host_memory = p->host_memory;
+    o->profile = p->stats;
 }
 
 void kc_cli_placement_load(const kc_cli_placement *p, kc_load_options *o)

@@ -6,7 +6,7 @@
  *   --device-memory SIZE   budget per compute device (e.g. 2GiB, 512MiB)
  *   --prefetch-depth N     ring slots for streamed weights (1-8)
  *   --trace FILE           Chrome/Perfetto trace of the run
- *   --stats                per-layer compute/transfer times and the bound
+ *   --stats                per-layer times (and with placement, transfers and the bound)
  *   --microbatch N         run a larger batch as micro-batches of N
  *   --host-memory SIZE     disk tier: weights stay in a disk file, at most SIZE paged in ahead
  *   --spill-dir DIR        where the disk tier's weight file goes ($TMPDIR, /var/tmp) */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "base/threads.h"
@@ -123,6 +124,10 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     s->microbatch = options && options->microbatch > 0 ? options->microbatch : 0;
     s->stage_first = s->stage_last = -1;
     s->exact = options && options->exact;
+    if (o->profile && !kc_session_scheduled(model, o) && !(s->profile = kc_profile_new(g->n_nodes))) {
+        free(s);
+        return KC_ERR_NOMEM;
+    }
     s->kernels = kc_calloc((size_t)g->n_nodes + 1, sizeof *s->kernels);
     s->mask = kc_calloc((size_t)g->n_values + 1, sizeof *s->mask);
     s->state = kc_calloc((size_t)g->n_nodes + 1, sizeof *s->state);
@@ -131,6 +136,7 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
         free(s->state);
         free(s->mask);
         free(s->mask_owned);
+        kc_profile_free(s->profile);
         free(s);
         return KC_ERR_NOMEM;
     }
@@ -179,6 +185,7 @@ void kc_session_free(kc_session *s)
     free(s->kernels);
     free(s->mask);
     free(s->mask_owned);
+    kc_profile_free(s->profile);
     free(s);
 }
 
@@ -333,6 +340,8 @@ kc_status kc_session_prepare(kc_session *s, const kc_tensor *const *inputs)
     kc_plan_free(&s->plan);
     KC_TRY(kc_session_refuse(s));
     KC_TRY(kc_plan_build(s->model, s->fused.alias, shapes, n, &s->plan));
+    if (s->profile)
+        kc_profile_new_plan(s->profile);
     if (s->plan.arena_floats > s->arena_floats) {
         free(s->arena);
         s->arena = kc_calloc(s->plan.arena_floats, sizeof *s->arena);
@@ -390,8 +399,16 @@ static kc_status kc_session_exec(kc_session *s, const kc_tensor *const *inputs, 
     kc_status st = KC_OK;
     if (s->sched)
         st = kc_sched_run(s->sched);
-    for (int i = 0; !s->sched && st == KC_OK && i < g->n_nodes; i++)
+    for (int i = 0; !s->sched && !s->profile && st == KC_OK && i < g->n_nodes; i++)
         st = kc_session_run_node(s, i);
+    for (int i = 0; !s->sched && s->profile && st == KC_OK && i < g->n_nodes; i++) {
+        double start = kc_now();
+        st = kc_session_run_node(s, i);
+        if (!s->fused.skip[i]) /* absorbed into its producer: nothing ran */
+            kc_profile_add(s->profile, i, kc_now() - start);
+    }
+    if (!s->sched && s->profile && st == KC_OK)
+        kc_profile_run_done(s->profile);
     kc_mem_trace("session run");
     for (int v = 0; v < g->n_values; v++) {
         if (s->mask_owned[v])
@@ -461,7 +478,9 @@ int kc_session_fused_nodes(const kc_session *s) { return s ? s->fused.n_fused : 
 
 const char *kc_session_stats(const kc_session *s)
 {
-    return s && s->sched ? kc_sched_stats(s->sched) : "";
+    if (s && s->sched)
+        return kc_sched_stats(s->sched);
+    return s && s->profile ? kc_profile_report(s->profile, s->graph) : "";
 }
 
 size_t kc_session_device_peak_bytes(const kc_session *s)

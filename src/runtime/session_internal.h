@@ -6,6 +6,7 @@
 #include "kernels/kernel.h"
 #include "runtime/fuse.h"
 #include "runtime/plan.h"
+#include "runtime/profile.h"
 
 struct kc_sched;
 
@@ -36,6 +37,7 @@ struct kc_session {
     int n_stage_inputs;
     const int *stage_outputs; /* value ids read after it */
     int n_stage_outputs;
+    kc_profile *profile;      /* options.profile on the host loop, or NULL */
 };
 
 /* After node `index` ran with input 0 at `in0`: derive its output mask. */

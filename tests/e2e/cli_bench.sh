@@ -11,6 +11,13 @@ if [[ $? -eq 0 ]] && grep -q '^median_ms_per_image: [0-9.]*$' <<<"$out" &&
 else
   fail "bench output: $out"
 fi
+out=$("$KERASC" bench "$M" --iters 3 --warmup 1 --stats 2>&1)
+if [[ $? -eq 0 ]] && grep -q '^profile: mean ms per run over 3 run(s)' <<<"$out" &&
+   grep -q '^  dense .* Dense ' <<<"$out" && grep -q '^by class:$' <<<"$out"; then
+  pass "bench --stats prints each layer's time and the time per class"
+else
+  fail "bench --stats output: $out"
+fi
 "$KERASC" bench "$M" --iters 0 >/dev/null 2>&1; rc=$?
 [[ $rc -eq 2 ]] && pass "bench --iters 0 is a usage error" || fail "bench --iters 0 exit $rc"
 "$KERASC" bench /nonexistent.keras >/dev/null 2>&1; rc=$?

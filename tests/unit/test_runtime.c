@@ -165,6 +165,56 @@ static void test_fusion_matches_unfused(void **state)
     kc_model_free(m);
 }
 
+/* options.profile: per-layer mean times from the second run on (the first
+ * on a plan is a warm-up), a new plan starts over, fused layers are not
+ * listed, and without the option the host loop reports nothing. */
+static void test_profile_per_layer(void **state)
+{
+    (void)state;
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(KC_TEST_DATA "/../zoo/batchnorm_conv/model.keras", NULL, &m),
+                     KC_OK);
+    kc_tensor *in = NULL, *out = NULL;
+    assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/../zoo/batchnorm_conv/input_0.npy", &in),
+                     KC_OK);
+    kc_session *plain = NULL, *timed = NULL;
+    kc_session_options o = {0};
+    assert_int_equal(kc_session_new(m, &o, &plain), KC_OK);
+    o.profile = 1;
+    assert_int_equal(kc_session_new(m, &o, &timed), KC_OK);
+    assert_int_equal(kc_session_run(plain, (const kc_tensor *const *)&in, 1, &out, 1), KC_OK);
+    kc_tensor_free(out);
+    assert_string_equal(kc_session_stats(plain), "");
+    assert_non_null(strstr(kc_session_stats(timed), "over 0 run(s)"));
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(kc_session_run(timed, (const kc_tensor *const *)&in, 1, &out, 1), KC_OK);
+        kc_tensor_free(out);
+    }
+    const char *report = kc_session_stats(timed);
+    assert_non_null(strstr(report, "over 2 run(s)"));
+    assert_non_null(strstr(report, "Conv2D"));
+    assert_non_null(strstr(report, "by class:"));
+    assert_null(strstr(report, "batch_normalization ")); /* folded into the conv */
+    assert_non_null(strstr(report, "batch_normalization_1 ")); /* after the activation */
+    /* another batch size: a new plan, counted afresh */
+    kc_tensor *two = NULL;
+    int64_t dims[KC_MAX_RANK];
+    for (int d = 0; d < kc_tensor_rank(in); d++)
+        dims[d] = kc_tensor_dim(in, d);
+    dims[0] += 1;
+    assert_int_equal(kc_tensor_new(KC_F32, kc_tensor_rank(in), dims, &two), KC_OK);
+    assert_int_equal(kc_session_run(timed, (const kc_tensor *const *)&two, 1, &out, 1), KC_OK);
+    kc_tensor_free(out);
+    const char *again = kc_session_stats(timed);
+    if (!strstr(again, "over 0 run(s)"))
+        fail_msg("after a new plan: %s", again);
+    kc_tensor_free(two);
+    kc_tensor_free(in);
+    kc_session_free(plain);
+    kc_session_free(timed);
+    kc_model_free(m);
+}
+
 /* Run app `name` fused and unfused on its golden input; outputs agree. */
 static int kc_app_fused_count(const char *name)
 {
@@ -358,6 +408,7 @@ int main(void)
         cmocka_unit_test(test_fusion_matches_unfused),
         cmocka_unit_test(test_residual_add_fusion),
         cmocka_unit_test(test_run_into_checks),
+        cmocka_unit_test(test_profile_per_layer),
         cmocka_unit_test(test_exact_convolutions),
         cmocka_unit_test(test_folded_kernels_released_after_packing),
     };

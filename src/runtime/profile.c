@@ -1,0 +1,153 @@
+/* Per-layer timing (see profile.h). Adding a time is two loads and a
+ * store; the report is built only when asked for, so a profiled run
+ * allocates nothing more than an unprofiled one. */
+#include "runtime/profile.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mem.h"
+
+struct kc_profile {
+    double *node_s; /* seconds summed over the counted runs, per node */
+    double *run_s;  /* this run's, per node */
+    int n_nodes;
+    int64_t runs;
+    int warming;    /* the next run is the first on its plan */
+    char *text;
+    size_t len, cap;
+};
+
+kc_profile *kc_profile_new(int n_nodes)
+{
+    kc_profile *p = kc_calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->node_s = kc_calloc((size_t)n_nodes + 1, sizeof *p->node_s);
+    p->run_s = kc_calloc((size_t)n_nodes + 1, sizeof *p->run_s);
+    if (!p->node_s || !p->run_s) {
+        kc_profile_free(p);
+        return NULL;
+    }
+    p->warming = 1;
+    p->n_nodes = n_nodes;
+    return p;
+}
+
+void kc_profile_free(kc_profile *p)
+{
+    if (!p)
+        return;
+    free(p->node_s);
+    free(p->run_s);
+    free(p->text);
+    free(p);
+}
+
+void kc_profile_add(kc_profile *p, int node, double seconds)
+{
+    if (node >= 0 && node < p->n_nodes)
+        p->run_s[node] += seconds;
+}
+
+void kc_profile_run_done(kc_profile *p)
+{
+    for (int i = 0; i < p->n_nodes; i++) {
+        if (!p->warming)
+            p->node_s[i] += p->run_s[i];
+        p->run_s[i] = 0;
+    }
+    p->runs += !p->warming;
+    p->warming = 0;
+}
+
+void kc_profile_new_plan(kc_profile *p)
+{
+    memset(p->node_s, 0, (size_t)p->n_nodes * sizeof *p->node_s);
+    memset(p->run_s, 0, (size_t)p->n_nodes * sizeof *p->run_s);
+    p->runs = 0;
+    p->warming = 1;
+}
+
+/* Append to the report; a failed growth leaves the text cut short. */
+static void kc_profile_printf(kc_profile *p, const char *fmt, ...)
+{
+    for (int tries = 0; tries < 2; tries++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(p->text ? p->text + p->len : NULL, p->text ? p->cap - p->len : 0, fmt,
+                          ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if (p->text && p->len + (size_t)n < p->cap) {
+            p->len += (size_t)n;
+            return;
+        }
+        size_t cap = (p->cap + (size_t)n + 1) * 2;
+        char *grown = realloc(p->text, cap);
+        if (!grown)
+            return;
+        p->text = grown;
+        p->cap = cap;
+    }
+}
+
+typedef struct kc_class_time {
+    const char *name;
+    double ms;
+    int layers;
+} kc_class_time;
+
+static int kc_class_time_cmp(const void *a, const void *b)
+{
+    double x = ((const kc_class_time *)a)->ms, y = ((const kc_class_time *)b)->ms;
+    return (x < y) - (x > y);
+}
+
+const char *kc_profile_report(kc_profile *p, const kc_graph *g)
+{
+    p->len = 0;
+    if (p->text)
+        p->text[0] = 0;
+    double runs = p->runs > 0 ? (double)p->runs : 1.0, total = 0;
+    for (int i = 0; i < p->n_nodes; i++)
+        total += p->node_s[i] * 1e3 / runs;
+    kc_profile_printf(p,
+                      "profile: mean ms per run over %lld run(s) on the host CPU (the first "
+                      "run on a plan is a warm-up, not counted)\n",
+                      (long long)p->runs);
+    kc_profile_printf(p, "  %-36s %-26s %10s %6s\n", "layer", "class", "ms", "%");
+    kc_class_time *classes = kc_calloc((size_t)p->n_nodes + 1, sizeof *classes);
+    int n_classes = 0;
+    for (int i = 0; i < p->n_nodes && i < g->n_nodes; i++) {
+        if (p->node_s[i] <= 0)
+            continue; /* fused into its producer, or never ran */
+        const kc_layer *l = g->nodes[i].layer;
+        double ms = p->node_s[i] * 1e3 / runs;
+        kc_profile_printf(p, "  %-36s %-26s %10.4f %6.2f\n", l->name, l->class_name, ms,
+                          total > 0 ? 100 * ms / total : 0);
+        int c = 0;
+        while (classes && c < n_classes && strcmp(classes[c].name, l->class_name))
+            c++;
+        if (classes && c == n_classes)
+            classes[n_classes++].name = l->class_name;
+        if (classes) {
+            classes[c].ms += ms;
+            classes[c].layers++;
+        }
+    }
+    if (classes) {
+        qsort(classes, (size_t)n_classes, sizeof *classes, kc_class_time_cmp);
+        kc_profile_printf(p, "by class:\n");
+        for (int c = 0; c < n_classes; c++)
+            kc_profile_printf(p, "  %-26s %4d layer(s) %10.4f ms %6.2f%%\n", classes[c].name,
+                              classes[c].layers, classes[c].ms,
+                              total > 0 ? 100 * classes[c].ms / total : 0);
+        free(classes);
+    }
+    kc_profile_printf(p, "total: %.4f ms per run in layers\n", total);
+    return p->text ? p->text : "";
+}

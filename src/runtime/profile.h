@@ -1,0 +1,27 @@
+/* Per-layer timing of the session's plain CPU loop
+ * (kc_session_options.profile, `kerasc bench --stats`): where a model's
+ * time goes, layer by layer and per layer class. */
+#ifndef KC_PROFILE_H
+#define KC_PROFILE_H
+
+#include <stdint.h>
+
+#include "graph/graph.h"
+
+typedef struct kc_profile kc_profile;
+
+kc_profile *kc_profile_new(int n_nodes);
+void kc_profile_free(kc_profile *p);
+/* Node `node` took `seconds` in this run. */
+void kc_profile_add(kc_profile *p, int node, double seconds);
+/* The run is over: its times count, unless it was the first on a new
+ * plan (kernels built, weights packed: a warm-up, not the steady state). */
+void kc_profile_run_done(kc_profile *p);
+/* The session planned for new input shapes: forget the times so far and
+ * skip the next run. */
+void kc_profile_new_plan(kc_profile *p);
+/* The mean time per run of each node that ran, in graph order, then the
+ * totals per layer class, largest first; valid until the next call. */
+const char *kc_profile_report(kc_profile *p, const kc_graph *g);
+
+#endif
