@@ -16,6 +16,7 @@ struct kc_profile {
     int n_nodes;
     int64_t runs;
     int warming;    /* the next run is the first on its plan */
+    int warm_only;  /* node_s holds that first run alone (no other yet) */
     char *text;
     size_t len, cap;
 };
@@ -54,11 +55,14 @@ void kc_profile_add(kc_profile *p, int node, double seconds)
 
 void kc_profile_run_done(kc_profile *p)
 {
+    /* The warm-up's times stand in until a steady run replaces them, so
+     * that a single run (`kerasc run --stats`) still has a profile. */
+    int replace = p->warming || p->warm_only;
     for (int i = 0; i < p->n_nodes; i++) {
-        if (!p->warming)
-            p->node_s[i] += p->run_s[i];
+        p->node_s[i] = replace ? p->run_s[i] : p->node_s[i] + p->run_s[i];
         p->run_s[i] = 0;
     }
+    p->warm_only = p->warming;
     p->runs += !p->warming;
     p->warming = 0;
 }
@@ -69,6 +73,7 @@ void kc_profile_new_plan(kc_profile *p)
     memset(p->run_s, 0, (size_t)p->n_nodes * sizeof *p->run_s);
     p->runs = 0;
     p->warming = 1;
+    p->warm_only = 0;
 }
 
 /* Append to the report; a failed growth leaves the text cut short. */
@@ -115,10 +120,15 @@ const char *kc_profile_report(kc_profile *p, const kc_graph *g)
     double runs = p->runs > 0 ? (double)p->runs : 1.0, total = 0;
     for (int i = 0; i < p->n_nodes; i++)
         total += p->node_s[i] * 1e3 / runs;
-    kc_profile_printf(p,
-                      "profile: mean ms per run over %lld run(s) on the host CPU (the first "
-                      "run on a plan is a warm-up, not counted)\n",
-                      (long long)p->runs);
+    if (p->warm_only)
+        kc_profile_printf(p, "profile: ms of the first run on this plan, on the host CPU "
+                             "(kernels built and weights packed within it; later runs "
+                             "replace it)\n");
+    else
+        kc_profile_printf(p,
+                          "profile: mean ms per run over %lld run(s) on the host CPU (the "
+                          "first run on a plan is a warm-up, not counted)\n",
+                          (long long)p->runs);
     kc_profile_printf(p, "  %-36s %-26s %10s %6s\n", "layer", "class", "ms", "%");
     kc_class_time *classes = kc_calloc((size_t)p->n_nodes + 1, sizeof *classes);
     int n_classes = 0;

@@ -186,7 +186,10 @@ static void test_profile_per_layer(void **state)
     kc_tensor_free(out);
     assert_string_equal(kc_session_stats(plain), "");
     assert_non_null(strstr(kc_session_stats(timed), "over 0 run(s)"));
-    for (int i = 0; i < 3; i++) {
+    assert_int_equal(kc_session_run(timed, (const kc_tensor *const *)&in, 1, &out, 1), KC_OK);
+    kc_tensor_free(out);
+    assert_non_null(strstr(kc_session_stats(timed), "the first run on this plan"));
+    for (int i = 0; i < 2; i++) {
         assert_int_equal(kc_session_run(timed, (const kc_tensor *const *)&in, 1, &out, 1), KC_OK);
         kc_tensor_free(out);
     }
@@ -206,7 +209,7 @@ static void test_profile_per_layer(void **state)
     assert_int_equal(kc_session_run(timed, (const kc_tensor *const *)&two, 1, &out, 1), KC_OK);
     kc_tensor_free(out);
     const char *again = kc_session_stats(timed);
-    if (!strstr(again, "over 0 run(s)"))
+    if (!strstr(again, "the first run on this plan"))
         fail_msg("after a new plan: %s", again);
     kc_tensor_free(two);
     kc_tensor_free(in);
