@@ -131,6 +131,38 @@ int kc_dnnl_plan_cuts(int64_t batch, int64_t out_rows, int64_t act_bytes, int64_
     return n;
 }
 
+/* Floats in one step of spatial axis `axis` (the product of the later
+ * dims, NHWC order: spatial axes then channels); axis 0 of -1: an image. */
+static size_t kc_dnnl_step(const dnnl_dims_t d, int sp, int axis)
+{
+    size_t n = (size_t)d[1];
+    for (int i = sp - 1; i >= axis; i--)
+        n *= (size_t)d[2 + i];
+    return n;
+}
+
+void kc_dnnl_window_cut(const kc_dnnl_window *whole, const kc_dnnl_cut *cut,
+                        kc_dnnl_window *g, size_t *src_off, size_t *dst_off)
+{
+    *g = *whole;
+    if (!cut->by_rows) {
+        g->src[0] = g->dst[0] = cut->hi - cut->lo;
+        *src_off = (size_t)cut->lo * kc_dnnl_step(whole->src, whole->sp, 0);
+        *dst_off = (size_t)cut->lo * kc_dnnl_step(whole->dst, whole->sp, 0);
+        return;
+    }
+    int64_t len = whole->src[2], s = whole->strides[0];
+    int64_t first = cut->lo * s - whole->pad_l[0];
+    int64_t last = first + (cut->hi - cut->lo - 1) * s + whole->extent0; /* one past */
+    g->pad_l[0] = first < 0 ? -first : 0;
+    g->pad_r[0] = last > len ? last - len : 0;
+    int64_t r0 = first < 0 ? 0 : first, r1 = last > len ? len : last;
+    g->src[2] = r1 - r0;
+    g->dst[2] = cut->hi - cut->lo;
+    *src_off = (size_t)r0 * kc_dnnl_step(whole->src, whole->sp, 1);
+    *dst_off = (size_t)cut->lo * kc_dnnl_step(whole->dst, whole->sp, 1);
+}
+
 kc_status kc_dnnl_lanes(int n)
 {
     kc_status s = KC_OK;

@@ -56,6 +56,24 @@ typedef struct kc_dnnl_cut {
 int kc_dnnl_plan_cuts(int64_t batch, int64_t out_rows, int64_t act_bytes, int64_t weight_bytes,
                       kc_dnnl_cut *cuts);
 
+/* The geometry of a windowed layer (convolution, pooling) as oneDNN
+ * takes it: logical dims (N, C, spatial...), strides, dilations (0 =
+ * none), the padding on each side, and the window's reach along the
+ * first spatial axis ((kernel - 1) * dilation + 1). */
+typedef struct kc_dnnl_window {
+    int sp;
+    dnnl_dims_t src, dst;
+    dnnl_dims_t strides, dilates, pad_l, pad_r;
+    int64_t extent0;
+} kc_dnnl_window;
+
+/* The part of `whole` that cut covers, and where it starts (floats) in
+ * the whole NHWC input and output. A row cut takes output rows [lo, hi)
+ * of the first spatial axis and the input rows they read, padding only
+ * where the whole layer pads. */
+void kc_dnnl_window_cut(const kc_dnnl_window *whole, const kc_dnnl_cut *cut,
+                        kc_dnnl_window *part, size_t *src_off, size_t *dst_off);
+
 /* Make sure lanes 0..n-1 have a stream each (call before kc_parallel). */
 kc_status kc_dnnl_lanes(int n);
 

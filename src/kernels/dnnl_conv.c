@@ -13,15 +13,6 @@
 #include "kernels/dnnl_common.h"
 #include "ops/conv.h"
 
-/* The geometry of one oneDNN convolution: logical dims (N, C, spatial...)
- * and the padding on each side, already split into parts if cut. */
-typedef struct kc_conv_geom {
-    int sp;
-    dnnl_dims_t src, dst;
-    dnnl_dims_t strides, dilates, pad_l, pad_r;
-    int64_t extent0;        /* the kernel's reach along the first spatial axis */
-} kc_conv_geom;
-
 /* One part of the layer, run by one thread: a primitive for its images or
  * output rows, reading and writing at these offsets (floats) into the
  * layer's whole NHWC buffers. */
@@ -140,7 +131,7 @@ static kc_status kc_dnnl_pack_weights(const dnnl_memory_desc_t *w_md, kc_dnnl_co
 /* The whole layer's geometry. The padding follows TensorFlow: for "same"
  * the extra pixel goes after; "causal" pads only before; a folded
  * ZeroPadding adds its own. */
-static void kc_conv_geom_whole(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_conv_geom *g)
+static void kc_dnnl_window_whole(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_dnnl_window *g)
 {
     const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
     int sp = a->spatial;
@@ -175,44 +166,9 @@ static void kc_conv_geom_whole(const kc_exec_ctx *ctx, const kc_conv_attrs *a, k
     }
 }
 
-/* Floats in one step of axis `from` onwards (the product of the later
- * dims, NHWC order: spatial axes then channels). */
-static size_t kc_conv_stride(const dnnl_dims_t d, int sp, int axis)
-{
-    size_t n = (size_t)d[1];
-    for (int i = sp - 1; i >= axis; i--)
-        n *= (size_t)d[2 + i];
-    return n;
-}
-
-/* The part of `whole` that cut covers, and where it starts in the input
- * and output buffers. A row cut takes output rows [lo, hi) of the first
- * spatial axis and the input rows they read, padding only where the
- * whole layer pads. */
-static void kc_conv_geom_cut(const kc_conv_geom *whole, const kc_dnnl_cut *cut,
-                             kc_conv_geom *g, size_t *src_off, size_t *dst_off)
-{
-    *g = *whole;
-    if (!cut->by_rows) {
-        g->src[0] = g->dst[0] = cut->hi - cut->lo;
-        *src_off = (size_t)cut->lo * kc_conv_stride(whole->src, whole->sp, 0);
-        *dst_off = (size_t)cut->lo * kc_conv_stride(whole->dst, whole->sp, 0);
-        return;
-    }
-    int64_t len = whole->src[2], s = whole->strides[0];
-    int64_t first = cut->lo * s - whole->pad_l[0];
-    int64_t last = first + (cut->hi - cut->lo - 1) * s + whole->extent0; /* one past */
-    g->pad_l[0] = first < 0 ? -first : 0;
-    g->pad_r[0] = last > len ? last - len : 0;
-    int64_t r0 = first < 0 ? 0 : first, r1 = last > len ? len : last;
-    g->src[2] = r1 - r0;
-    g->dst[2] = cut->hi - cut->lo;
-    *src_off = (size_t)r0 * kc_conv_stride(whole->src, whole->sp, 1);
-    *dst_off = (size_t)cut->lo * kc_conv_stride(whole->dst, whole->sp, 1);
-}
 /* Memory descriptors for a part: NHWC activations, Keras's hwio / hwigo
  * weights, the bias. Weights (O, I, k...) or (G, O/G, I/G, k...). */
-static kc_status kc_dnnl_descs(const kc_conv_geom *g, int64_t groups, const int64_t *kernel,
+static kc_status kc_dnnl_descs(const kc_dnnl_window *g, int64_t groups, const int64_t *kernel,
                                kc_dnnl_conv_state *st, kc_dnnl_conv_part *pt)
 {
     static const dnnl_format_tag_t act_tag[] = {dnnl_nwc, dnnl_nhwc, dnnl_ndhwc};
@@ -287,7 +243,7 @@ static kc_status kc_dnnl_reorder_prim(kc_dnnl_prim *p, const dnnl_memory_desc_t 
 static dnnl_primitive_desc_t kc_dnnl_wino_pd(const kc_dnnl_conv_state *st,
                                              const kc_dnnl_conv_part *pt,
                                              const dnnl_memory_desc_t *w_any,
-                                             const kc_conv_geom *g,
+                                             const kc_dnnl_window *g,
                                              const_dnnl_primitive_attr_t attr)
 {
     dnnl_memory_desc_t src_any = pt->src_md, dst_any = pt->dst_md;
@@ -366,7 +322,7 @@ static kc_status kc_dnnl_part_weights(kc_dnnl_conv_state *st, int k, const float
 
 static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
                                     kc_dnnl_conv_state *st, int64_t groups, int k,
-                                    const kc_conv_geom *g)
+                                    const kc_dnnl_window *g)
 {
     kc_dnnl_conv_part *pt = &st->part[k];
     KC_TRY(kc_dnnl_descs(g, groups, a->kernel, st, pt));
@@ -422,17 +378,17 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
  * waking it (solo). */
 static kc_status kc_dnnl_build_parts(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
                                      kc_dnnl_conv_state *st, int64_t groups,
-                                     const kc_conv_geom *whole, const kc_dnnl_cut *cuts, int n,
+                                     const kc_dnnl_window *whole, const kc_dnnl_cut *cuts, int n,
                                      int64_t work)
 {
     int solo = n > 1 || work < KC_DNNL_SOLO_WORK;
     int prev = kc_dnnl_solo_enter(solo);
     kc_status s = KC_OK;
     for (int k = 0; k < n && s == KC_OK; k++) {
-        kc_conv_geom g = *whole;
+        kc_dnnl_window g = *whole;
         kc_dnnl_conv_part *pt = &st->part[k];
         if (n > 1)
-            kc_conv_geom_cut(whole, &cuts[k], &g, &pt->src_off, &pt->dst_off);
+            kc_dnnl_window_cut(whole, &cuts[k], &g, &pt->src_off, &pt->dst_off);
         st->n_parts = k + 1;
         s = kc_dnnl_build_part(ctx, a, st, groups, k, &g);
         pt->prim.solo = pt->to_src.solo = pt->from_dst.solo = n == 1 && solo;
@@ -448,8 +404,8 @@ static kc_status kc_dnnl_build_parts(const kc_exec_ctx *ctx, const kc_conv_attrs
 static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
                                kc_dnnl_conv_state *st, int64_t groups, int64_t work)
 {
-    kc_conv_geom whole;
-    kc_conv_geom_whole(ctx, a, &whole);
+    kc_dnnl_window whole;
+    kc_dnnl_window_whole(ctx, a, &whole);
     kc_dnnl_cut cuts[KC_DNNL_MAX_CUTS];
     int64_t act = (int64_t)(kc_count(&ctx->in_shape[0]) + kc_count(&ctx->out_shape[0])) * 4;
     int64_t wbytes = (int64_t)sizeof(float) * whole.dst[1] * (whole.src[1] / groups);

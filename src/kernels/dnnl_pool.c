@@ -1,57 +1,78 @@
 /* Windowed pooling through oneDNN: NHWC in and out, threaded on the same
- * OpenMP pool as the convolutions. Keras's "same" average pooling divides
+ * OpenMP pool as the convolutions, and cut into parts the same way. Keras's "same" average pooling divides
  * by the real cells of each window (avg_exclude_padding); max pooling
  * ignores the padding. A primitive is built once per node and shape. */
 #include "kernels/dnnl_pool.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/mem.h"
+#include "base/threads.h"
 #include "kernels/dnnl_common.h"
 #include "ops/pool.h"
 
+typedef struct kc_dnnl_pool_part {
+    kc_dnnl_prim prim;
+    size_t src_off, dst_off; /* floats into the whole input and output */
+} kc_dnnl_pool_part;
+
+/* Cut like the convolutions around it (kc_dnnl_plan_cuts), so that a
+ * pool reads what the same thread's convolution part just wrote. */
 typedef struct kc_dnnl_pool_state {
     kc_kernel_state base;
     kc_shape in_shape;
-    kc_dnnl_prim prim;
+    int n_parts;
+    kc_dnnl_pool_part part[KC_DNNL_MAX_CUTS];
 } kc_dnnl_pool_state;
 
 static void kc_dnnl_pool_free(kc_kernel_state *s)
 {
     kc_dnnl_pool_state *p = (kc_dnnl_pool_state *)s;
-    kc_dnnl_prim_destroy(&p->prim);
+    for (int k = 0; k < p->n_parts; k++)
+        kc_dnnl_prim_destroy(&p->part[k].prim);
     free(p);
 }
 
-static kc_status kc_dnnl_pool_build(const kc_exec_ctx *ctx, const kc_pool_attrs *a,
-                                    kc_dnnl_pool_state *st)
+/* The whole layer: Keras's "same" puts the extra cell after. */
+static void kc_dnnl_pool_window(const kc_exec_ctx *ctx, const kc_pool_attrs *a, kc_dnnl_window *g)
+{
+    const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
+    memset(g, 0, sizeof *g);
+    g->sp = a->spatial;
+    g->src[0] = in->dims[0];
+    g->src[1] = in->dims[in->rank - 1];
+    g->dst[0] = out->dims[0];
+    g->dst[1] = out->dims[out->rank - 1];
+    for (int i = 0; i < a->spatial; i++) {
+        g->src[2 + i] = in->dims[1 + i];
+        g->dst[2 + i] = out->dims[1 + i];
+        int64_t total = (g->dst[2 + i] - 1) * a->strides[i] + a->pool[i] - g->src[2 + i];
+        g->strides[i] = a->strides[i];
+        g->pad_l[i] = a->padding && total > 0 ? total / 2 : 0;
+        g->pad_r[i] = total - g->pad_l[i] > 0 ? total - g->pad_l[i] : 0;
+    }
+    g->extent0 = a->pool[0];
+}
+
+static kc_status kc_dnnl_pool_build_part(const kc_pool_attrs *a, const kc_dnnl_window *g,
+                                         kc_dnnl_pool_part *pt)
 {
     static const dnnl_format_tag_t tag[] = {dnnl_nwc, dnnl_nhwc, dnnl_ndhwc};
-    const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
-    int sp = a->spatial, nd = sp + 2;
-    dnnl_dims_t src = {in->dims[0], in->dims[in->rank - 1]};
-    dnnl_dims_t dst = {out->dims[0], out->dims[out->rank - 1]};
-    dnnl_dims_t strides, kernel, dilation, pad_l, pad_r;
-    for (int i = 0; i < sp; i++) {
-        src[2 + i] = in->dims[1 + i];
-        dst[2 + i] = out->dims[1 + i];
-        int64_t total = (dst[2 + i] - 1) * a->strides[i] + a->pool[i] - src[2 + i];
-        strides[i] = a->strides[i];
+    int nd = g->sp + 2;
+    dnnl_dims_t kernel, dilation = {0, 0, 0};
+    for (int i = 0; i < g->sp; i++)
         kernel[i] = a->pool[i];
-        dilation[i] = 0;
-        pad_l[i] = a->padding && total > 0 ? total / 2 : 0;
-        pad_r[i] = total - pad_l[i] > 0 ? total - pad_l[i] : 0;
-    }
     dnnl_memory_desc_t src_md, dst_md;
     dnnl_pooling_v2_desc_t desc;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_attr_t attr = kc_dnnl_attr_new();
     dnnl_alg_kind_t alg =
         a->kind == KC_POOL_MAX ? dnnl_pooling_max : dnnl_pooling_avg_exclude_padding;
-    if (!attr || dnnl_memory_desc_init_by_tag(&src_md, nd, src, dnnl_f32, tag[sp - 1]) ||
-        dnnl_memory_desc_init_by_tag(&dst_md, nd, dst, dnnl_f32, tag[sp - 1]) ||
+    if (!attr || dnnl_memory_desc_init_by_tag(&src_md, nd, g->src, dnnl_f32, tag[g->sp - 1]) ||
+        dnnl_memory_desc_init_by_tag(&dst_md, nd, g->dst, dnnl_f32, tag[g->sp - 1]) ||
         dnnl_pooling_v2_forward_desc_init(&desc, dnnl_forward_inference, alg, &src_md, &dst_md,
-                                          strides, kernel, dilation, pad_l, pad_r) ||
+                                          g->strides, kernel, dilation, g->pad_l, g->pad_r) ||
         dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL)) {
         if (attr)
             dnnl_primitive_attr_destroy(attr);
@@ -60,10 +81,75 @@ static kc_status kc_dnnl_pool_build(const kc_exec_ctx *ctx, const kc_pool_attrs 
     dnnl_primitive_attr_destroy(attr);
     static const int args[2] = {DNNL_ARG_SRC, DNNL_ARG_DST};
     const dnnl_memory_desc_t *mds[2] = {&src_md, &dst_md};
-    kc_status s = kc_dnnl_prim_init(&st->prim, pd, 2, args, mds);
+    kc_status s = kc_dnnl_prim_init(&pt->prim, pd, 2, args, mds);
     dnnl_primitive_desc_destroy(pd);
-    st->in_shape = *in;
     return s;
+}
+
+static kc_status kc_dnnl_pool_build_parts(const kc_pool_attrs *a, kc_dnnl_pool_state *st,
+                                          const kc_dnnl_window *whole, const kc_dnnl_cut *cuts,
+                                          int n, int64_t work)
+{
+    int solo = n > 1 || work < KC_DNNL_SOLO_WORK;
+    int prev = kc_dnnl_solo_enter(solo);
+    kc_status s = KC_OK;
+    for (int k = 0; k < n && s == KC_OK; k++) {
+        kc_dnnl_window g = *whole;
+        kc_dnnl_pool_part *pt = &st->part[k];
+        if (n > 1)
+            kc_dnnl_window_cut(whole, &cuts[k], &g, &pt->src_off, &pt->dst_off);
+        st->n_parts = k + 1;
+        s = kc_dnnl_pool_build_part(a, &g, pt);
+        pt->prim.solo = n == 1 && solo;
+    }
+    kc_dnnl_solo_leave(solo, prev);
+    if (s == KC_OK && n > 1)
+        s = kc_dnnl_lanes(n);
+    return s;
+}
+
+static kc_status kc_dnnl_pool_build(const kc_exec_ctx *ctx, const kc_pool_attrs *a,
+                                    kc_dnnl_pool_state *st)
+{
+    kc_dnnl_window whole;
+    kc_dnnl_pool_window(ctx, a, &whole);
+    int64_t work = kc_count(&ctx->out_shape[0]);
+    for (int i = 0; i < a->spatial; i++)
+        work *= a->pool[i];
+    int64_t act = (kc_count(&ctx->in_shape[0]) + kc_count(&ctx->out_shape[0])) * 4;
+    kc_dnnl_cut cuts[KC_DNNL_MAX_CUTS];
+    int n = kc_dnnl_plan_cuts(whole.src[0], whole.dst[2], act, 0, cuts);
+    st->in_shape = ctx->in_shape[0];
+    kc_status s = kc_dnnl_pool_build_parts(a, st, &whole, cuts, n, work);
+    if (s == KC_OK || n == 1)
+        return s;
+    kc_error_clear(); /* a part refused: the layer runs whole */
+    for (int k = 0; k < st->n_parts; k++)
+        kc_dnnl_prim_destroy(&st->part[k].prim);
+    st->n_parts = 0;
+    return kc_dnnl_pool_build_parts(a, st, &whole, cuts, 1, work);
+}
+
+typedef struct kc_dnnl_pool_job {
+    kc_dnnl_pool_state *st;
+    const float *src;
+    float *dst;
+    kc_status status[KC_DNNL_MAX_CUTS];
+} kc_dnnl_pool_job;
+
+static void kc_dnnl_pool_job_part(void *arg, int k)
+{
+    kc_dnnl_pool_job *job = arg;
+    kc_dnnl_pool_part *pt = &job->st->part[k];
+    void *ptrs[2] = {(void *)(job->src + pt->src_off), job->dst + pt->dst_off};
+    job->status[k] = kc_dnnl_run_lane(&pt->prim, ptrs, k);
+}
+
+int kc_dnnl_pool_parts(const kc_kernel_state *state)
+{
+    if (!state || state->free != kc_dnnl_pool_free)
+        return 0;
+    return ((const kc_dnnl_pool_state *)state)->n_parts;
 }
 
 kc_status kc_dnnl_pool(const kc_exec_ctx *ctx, int *handled)
@@ -80,23 +166,21 @@ kc_status kc_dnnl_pool(const kc_exec_ctx *ctx, int *handled)
         if (!st)
             return KC_ERR_NOMEM;
         st->base.free = kc_dnnl_pool_free;
-        int64_t work = kc_count(&ctx->out_shape[0]);
-        for (int i = 0; i < a->spatial; i++)
-            work *= a->pool[i];
-        int solo = work < KC_DNNL_SOLO_WORK;
-        int prev = kc_dnnl_solo_enter(solo);
-        kc_status bst = kc_dnnl_pool_build(ctx, a, st);
-        kc_dnnl_solo_leave(solo, prev);
-        st->prim.solo = solo;
-        if (bst != KC_OK) {
+        if (kc_dnnl_pool_build(ctx, a, st) != KC_OK) {
             kc_dnnl_pool_free(&st->base);
             kc_error_clear();
             return KC_OK; /* not handled: the loops run instead */
         }
         *ctx->state = &st->base;
     }
-    void *ptrs[2] = {(void *)ctx->in[0], ctx->out[0]};
-    KC_TRY(kc_dnnl_run(&st->prim, ptrs));
+    kc_dnnl_pool_job job = {st, ctx->in[0], ctx->out[0], {KC_OK}};
+    if (st->n_parts == 1)
+        kc_dnnl_pool_job_part(&job, 0);
+    else
+        kc_parallel(st->n_parts, kc_dnnl_pool_job_part, &job);
+    for (int k = 0; k < st->n_parts; k++)
+        if (job.status[k] != KC_OK) /* the message stayed on the failing thread */
+            return kc_fail(job.status[k], "oneDNN failed on part %d of a pooling", k);
     *handled = 1;
     return KC_OK;
 }

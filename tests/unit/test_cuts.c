@@ -3,7 +3,8 @@
  * over the geometries where a cut's edges are easy to get wrong: "same"
  * padding split between parts, strides that leave input rows unread,
  * dilation, causal 1-D padding, a folded ZeroPadding, more threads than
- * rows, batches that do not divide, Winograd, a fused residual sum. */
+ * rows, batches that do not divide, Winograd, a fused residual sum; and
+ * poolings cut the same way. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,8 +17,10 @@
 
 #include "base/threads.h"
 #include "kernels/dnnl_conv.h"
+#include "kernels/dnnl_pool.h"
 #include "kernels/kernel.h"
 #include "ops/conv.h"
+#include "ops/pool.h"
 
 typedef struct conv_case {
     const char *what;
@@ -237,11 +240,105 @@ static void test_conv1d_cuts(void **state)
         check_case(&cases[i]);
 }
 
+/* Pooling, cut the same way: "same" average pooling divides by the real
+ * cells of each window, so a part's edge must not count as padding. */
+typedef struct pool_case {
+    const char *what;
+    const char *cls;
+    kc_pool_kind kind;
+    int64_t n, h, w, c, k, s;
+    int padding;
+} pool_case;
+
+static int run_pool(kc_layer *layer, const float *x, const kc_shape *is, const kc_shape *os,
+                    float *out)
+{
+    kc_kernel_state *state = NULL;
+    const float *ins[1] = {x};
+    float *outs[1] = {out};
+    kc_exec_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.layer = layer;
+    ctx.in = ins;
+    ctx.in_shape = is;
+    ctx.n_in = 1;
+    ctx.out = outs;
+    ctx.out_shape = os;
+    ctx.n_out = 1;
+    ctx.keras_major = 3;
+    ctx.state = &state;
+    kc_kernel_fn fn = kc_kernel_lookup(layer->def);
+    assert_non_null(fn);
+    assert_int_equal(fn(&ctx), KC_OK);
+    int parts = kc_dnnl_pool_parts(state);
+    if (state)
+        state->free(state);
+    return parts;
+}
+
+static void check_pool(const pool_case *c)
+{
+    kc_pool_attrs a;
+    memset(&a, 0, sizeof a);
+    a.kind = c->kind;
+    a.spatial = 2;
+    a.pool[0] = a.pool[1] = c->k;
+    a.strides[0] = a.strides[1] = c->s;
+    a.padding = c->padding;
+    kc_layer layer;
+    memset(&layer, 0, sizeof layer);
+    layer.name = (char *)c->what;
+    layer.class_name = (char *)c->cls;
+    layer.def = kc_op_lookup(NULL, c->cls);
+    layer.attrs = &a;
+    int64_t oh = c->padding ? (c->h + c->s - 1) / c->s : (c->h - c->k) / c->s + 1;
+    int64_t ow = c->padding ? (c->w + c->s - 1) / c->s : (c->w - c->k) / c->s + 1;
+    kc_shape is = {.rank = 4, .dims = {c->n, c->h, c->w, c->c}};
+    kc_shape os = {.rank = 4, .dims = {c->n, oh, ow, c->c}};
+    int64_t on = c->n * oh * ow * c->c;
+    float *x = rand_buf(c->n * c->h * c->w * c->c);
+    float *want = malloc((size_t)on * sizeof *want), *got = malloc((size_t)on * sizeof *got);
+    setenv("KC_DNNL", "0", 1);
+    assert_int_equal(run_pool(&layer, x, &is, &os, want), 0);
+    unsetenv("KC_DNNL");
+    static const int threads[] = {1, 2, 3, 5};
+    for (int t = 0; t < 4; t++) {
+        kc_threads_enter(threads[t]);
+        int parts = run_pool(&layer, x, &is, &os, got);
+        int64_t along = c->n > 1 ? c->n : oh;
+        int expect = threads[t] < along ? threads[t] : (int)along;
+        if (parts != expect)
+            fail_msg("%s, %d threads: %d parts, expected %d", c->what, threads[t], parts, expect);
+        for (int64_t i = 0; i < on; i++)
+            if (fabsf(got[i] - want[i]) > 1e-5f)
+                fail_msg("%s, %d threads: element %lld is %g, want %g", c->what, threads[t],
+                         (long long)i, got[i], want[i]);
+    }
+    kc_threads_enter(0);
+    free(x);
+    free(want);
+    free(got);
+}
+
+static void test_pool_cuts(void **state)
+{
+    (void)state;
+    static const pool_case cases[] = {
+        {"average 3x3 same s1 (Inception)", "AveragePooling2D", KC_POOL_AVG, 1, 9, 7, 5, 3, 1, 1},
+        {"max 3x3 valid s2 (Inception)", "MaxPooling2D", KC_POOL_MAX, 1, 11, 9, 4, 3, 2, 0},
+        {"max 3x3 same s2, odd rows", "MaxPooling2D", KC_POOL_MAX, 1, 7, 7, 3, 3, 2, 1},
+        {"average 2x2 valid s2, batch 3", "AveragePooling2D", KC_POOL_AVG, 3, 6, 6, 4, 2, 2, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_pool(&cases[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv2d_cuts),
         cmocka_unit_test(test_conv1d_cuts),
+        cmocka_unit_test(test_pool_cuts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
