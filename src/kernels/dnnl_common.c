@@ -122,7 +122,8 @@ int kc_dnnl_plan_cuts(int64_t batch, int64_t out_rows, int64_t act_bytes, int64_
     int n = threads < KC_DNNL_MAX_CUTS ? threads : KC_DNNL_MAX_CUTS;
     if (along < n)
         n = (int)along;
-    if ((env && !strcmp(env, "0")) || n < 2 || act_bytes < weight_bytes * (n - 1)) {
+    if ((env && !strcmp(env, "0")) || n < 2 || act_bytes < KC_DNNL_CUT_MIN_BYTES ||
+        act_bytes < weight_bytes * (n - 1)) {
         cuts[0] = (kc_dnnl_cut){0, 0, batch};
         return 1;
     }

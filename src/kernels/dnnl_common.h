@@ -41,6 +41,11 @@ void kc_dnnl_solo_leave(int solo, int prev);
  * A part covers images [lo, hi), or, for one image, output rows [lo, hi)
  * of the first spatial axis. */
 #define KC_DNNL_MAX_CUTS 64
+/* Below this many bytes of activations a layer runs whole: waking a
+ * sleeping OpenMP worker costs ~20 us here (passive waiting, as `serve`
+ * uses), more than such a layer takes (a 6x6x4 convolution: 6 us whole,
+ * 24 us cut). MobileNetV2's smallest layer has 220 KB. */
+#define KC_DNNL_CUT_MIN_BYTES ((int64_t)64 << 10)
 typedef struct kc_dnnl_cut {
     int by_rows;
     int64_t lo, hi;
@@ -52,7 +57,8 @@ typedef struct kc_dnnl_cut {
  * cuts and returns how many; 1 means run whole. Every part reads all the
  * weights, so a layer whose weights outweigh its activations (ResNet's
  * 7x7 blocks: 9.4 MB of 3x3 kernels, 0.1 MB of data) runs whole, its
- * weights shared out by oneDNN's own partition. KC_CUT=0: never cut. */
+ * weights shared out by oneDNN's own partition; so does a layer of under
+ * KC_DNNL_CUT_MIN_BYTES. KC_CUT=0: never cut. */
 int kc_dnnl_plan_cuts(int64_t batch, int64_t out_rows, int64_t act_bytes, int64_t weight_bytes,
                       kc_dnnl_cut *cuts);
 

@@ -3,6 +3,8 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "base/threads.h"
+#include "kernels/dnnl_common.h"
 #include "kernels/kernel.h"
 #include "ops/merge.h"
 
@@ -82,23 +84,48 @@ static kc_status kc_elementwise(const kc_exec_ctx *ctx)
     return KC_OK;
 }
 
+/* A Concatenate's copy, over outer positions [lo, hi) (the positions
+ * before the axis: images, rows, pixels). */
+typedef struct kc_concat_job {
+    const kc_exec_ctx *ctx;
+    int64_t outer, out_block;
+    kc_dnnl_cut cut[KC_DNNL_MAX_CUTS];
+    int64_t per_unit; /* outer positions per image or per row of a cut */
+} kc_concat_job;
+
+static void kc_concat_range(void *arg, int part)
+{
+    const kc_concat_job *job = arg;
+    const kc_exec_ctx *ctx = job->ctx;
+    int64_t lo = job->cut[part].lo * job->per_unit, hi = job->cut[part].hi * job->per_unit;
+    int64_t offset = 0;
+    for (int k = 0; k < ctx->n_in; k++) {
+        int64_t block = kc_count(&ctx->in_shape[k]) / (job->outer ? job->outer : 1);
+        for (int64_t o = lo; o < hi; o++)
+            memcpy(ctx->out[0] + o * job->out_block + offset, ctx->in[k] + o * block,
+                   (size_t)block * sizeof(float));
+        offset += block;
+    }
+}
+
+/* Cut like the convolutions that feed it (kc_dnnl_plan_cuts): by images,
+ * or for one image by rows when the axis comes after them (Inception's
+ * channel concatenations), so each thread copies what it just wrote. */
 static kc_status kc_concat(const kc_exec_ctx *ctx)
 {
     const kc_merge_attrs *a = ctx->layer->attrs;
     const kc_shape *os = &ctx->out_shape[0];
     int axis = a->axis < 0 ? a->axis + os->rank : a->axis;
-    int64_t outer = 1;
+    kc_concat_job job = {.ctx = ctx, .outer = 1};
     for (int i = 0; i < axis; i++)
-        outer *= os->dims[i];
-    int64_t out_block = kc_count(os) / (outer ? outer : 1);
-    int64_t offset = 0;
-    for (int k = 0; k < ctx->n_in; k++) {
-        int64_t block = kc_count(&ctx->in_shape[k]) / (outer ? outer : 1);
-        for (int64_t o = 0; o < outer; o++)
-            memcpy(ctx->out[0] + o * out_block + offset, ctx->in[k] + o * block,
-                   (size_t)block * sizeof(float));
-        offset += block;
-    }
+        job.outer *= os->dims[i];
+    job.out_block = kc_count(os) / (job.outer ? job.outer : 1);
+    int64_t batch = axis >= 1 ? os->dims[0] : 1, rows = axis >= 2 ? os->dims[1] : 1;
+    int n = kc_dnnl_plan_cuts(batch, rows, kc_count(os) * 2 * (int64_t)sizeof(float), 0, job.cut);
+    if (n == 1)
+        job.cut[0] = (kc_dnnl_cut){0, 0, 1};
+    job.per_unit = n == 1 ? job.outer : job.cut[0].by_rows ? job.outer / rows : job.outer / batch;
+    kc_parallel(n, kc_concat_range, &job);
     return KC_OK;
 }
 

@@ -16,10 +16,12 @@
 #include <cmocka.h>
 
 #include "base/threads.h"
+#include "kernels/dnnl_common.h"
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_pool.h"
 #include "kernels/kernel.h"
 #include "ops/conv.h"
+#include "ops/merge.h"
 #include "ops/pool.h"
 
 typedef struct conv_case {
@@ -87,23 +89,31 @@ static void setup(const conv_case *c, conv_run *r)
         a->strides[i] = a->dilation[i] = 1;
         a->output_padding[i] = -1;
     }
-    int64_t wn = c->c * c->f, fo = c->kind == KC_CONV_DEPTHWISE ? c->c * c->f : c->f;
-    int64_t sp_in[3] = {c->h, c->w, c->w}, sp_out[3];
-    r->in_shape.rank = r->out_shape.rank = c->spatial + 2;
-    r->in_shape.dims[0] = r->out_shape.dims[0] = c->n;
-    int64_t xn = c->n * c->c, on = c->n * fo;
-    for (int i = 0; i < c->spatial; i++) {
-        a->strides[i] = c->s;
-        a->dilation[i] = c->d;
-        a->pad_before[i] = a->pad_after[i] = c->zero_pad;
-        int64_t len = c->spatial == 1 ? c->w : sp_in[i];
-        sp_out[i] = out_len(len, c);
-        /* a folded ZeroPadding: the value has the padded shape */
-        r->in_shape.dims[1 + i] = len + 2 * c->zero_pad;
-        r->out_shape.dims[1 + i] = sp_out[i];
-        xn *= len;
-        on *= sp_out[i];
-        wn *= c->k;
+    int64_t wn = 0, fo = c->kind == KC_CONV_DEPTHWISE ? c->c * c->f : c->f, xn = 0, on = 0;
+    /* Widen (the last spatial axis) until the layer has enough data to be
+     * cut at all (KC_DNNL_CUT_MIN_BYTES), unless it is meant to run whole. */
+    for (int64_t width = c->w;; width += c->w) {
+        int64_t sp_in[3] = {c->h, width, width}, sp_out[3];
+        r->in_shape.rank = r->out_shape.rank = c->spatial + 2;
+        r->in_shape.dims[0] = r->out_shape.dims[0] = c->n;
+        xn = c->n * c->c;
+        on = c->n * fo;
+        wn = c->c * c->f;
+        for (int i = 0; i < c->spatial; i++) {
+            a->strides[i] = c->s;
+            a->dilation[i] = c->d;
+            a->pad_before[i] = a->pad_after[i] = c->zero_pad;
+            int64_t len = c->spatial == 1 ? width : sp_in[i];
+            sp_out[i] = out_len(len, c);
+            /* a folded ZeroPadding: the value has the padded shape */
+            r->in_shape.dims[1 + i] = len + 2 * c->zero_pad;
+            r->out_shape.dims[1 + i] = sp_out[i];
+            xn *= len;
+            on *= sp_out[i];
+            wn *= c->k;
+        }
+        if (c->whole || (xn + on) * 4 >= KC_DNNL_CUT_MIN_BYTES * 3 / 2)
+            break;
     }
     r->in_shape.dims[c->spatial + 1] = c->c;
     r->out_shape.dims[c->spatial + 1] = fo;
@@ -197,8 +207,10 @@ static void test_conv2d_cuts(void **state)
     static const conv_case cases[] = {
         {"3x3 same s1 (Winograd when not exact), 7 rows", "Conv2D", KC_CONV_PLAIN, 2,
          1, 7, 20, 5, 6, 3, 1, 1, 1, 0, 0, "relu", 0},
-        {"3x3 64 -> 64 on 4x4: weights outweigh data, run whole", "Conv2D", KC_CONV_PLAIN, 2,
-         1, 4, 4, 64, 64, 3, 1, 1, 1, 0, 0, NULL, 1},
+        {"3x3 64 -> 64 on 4x40: weights outweigh data, run whole", "Conv2D", KC_CONV_PLAIN, 2,
+         1, 4, 40, 64, 64, 3, 1, 1, 1, 0, 0, NULL, 1},
+        {"3x3 on 6x6x3: too little data to be worth waking a thread, run whole", "Conv2D",
+         KC_CONV_PLAIN, 2, 1, 6, 6, 3, 4, 3, 1, 1, 1, 0, 0, "relu", 1},
         {"3x3 same s2, even rows", "Conv2D", KC_CONV_PLAIN, 2, 1, 10, 30, 3, 4, 3, 2, 1, 1, 0,
          0, NULL},
         {"3x3 same s2, odd rows", "Conv2D", KC_CONV_PLAIN, 2, 1, 11, 31, 3, 4, 3, 2, 1, 1, 0, 0,
@@ -291,12 +303,16 @@ static void check_pool(const pool_case *c)
     layer.class_name = (char *)c->cls;
     layer.def = kc_op_lookup(NULL, c->cls);
     layer.attrs = &a;
-    int64_t oh = c->padding ? (c->h + c->s - 1) / c->s : (c->h - c->k) / c->s + 1;
-    int64_t ow = c->padding ? (c->w + c->s - 1) / c->s : (c->w - c->k) / c->s + 1;
-    kc_shape is = {.rank = 4, .dims = {c->n, c->h, c->w, c->c}};
+    int64_t oh = c->padding ? (c->h + c->s - 1) / c->s : (c->h - c->k) / c->s + 1, ow = 0, w;
+    for (w = c->w;; w += c->w) { /* wide enough to be cut (see setup) */
+        ow = c->padding ? (w + c->s - 1) / c->s : (w - c->k) / c->s + 1;
+        if ((c->h * w + oh * ow) * c->n * c->c * 4 >= KC_DNNL_CUT_MIN_BYTES * 3 / 2)
+            break;
+    }
+    kc_shape is = {.rank = 4, .dims = {c->n, c->h, w, c->c}};
     kc_shape os = {.rank = 4, .dims = {c->n, oh, ow, c->c}};
     int64_t on = c->n * oh * ow * c->c;
-    float *x = rand_buf(c->n * c->h * c->w * c->c);
+    float *x = rand_buf(c->n * c->h * w * c->c);
     float *want = malloc((size_t)on * sizeof *want), *got = malloc((size_t)on * sizeof *got);
     setenv("KC_DNNL", "0", 1);
     assert_int_equal(run_pool(&layer, x, &is, &os, want), 0);
@@ -333,12 +349,89 @@ static void test_pool_cuts(void **state)
         check_pool(&cases[i]);
 }
 
+/* Concatenate, cut by images or rows: every element lands where the
+ * uncut copy puts it, for any thread count and axis. */
+static void check_concat(int64_t n, int64_t h, int64_t w, int axis)
+{
+    kc_merge_attrs a = {.kind = KC_MERGE_CONCAT, .axis = axis};
+    kc_layer layer;
+    memset(&layer, 0, sizeof layer);
+    layer.name = layer.class_name = (char *)"Concatenate";
+    layer.def = kc_op_lookup(NULL, "Concatenate");
+    layer.attrs = &a;
+    int64_t ch[3] = {5, 16, 3};
+    kc_shape is[3], os = {.rank = 4, .dims = {n, h, w, 0}};
+    int ax = axis < 0 ? axis + 4 : axis;
+    const float *ins[3];
+    float *bufs[3];
+    for (int k = 0; k < 3; k++) {
+        is[k] = (kc_shape){.rank = 4, .dims = {n, h, w, 8}};
+        is[k].dims[ax] = ch[k];
+        bufs[k] = rand_buf(is[k].dims[0] * is[k].dims[1] * is[k].dims[2] * is[k].dims[3]);
+        ins[k] = bufs[k];
+    }
+    os = is[0];
+    os.dims[ax] = ch[0] + ch[1] + ch[2];
+    int64_t on = os.dims[0] * os.dims[1] * os.dims[2] * os.dims[3];
+    float *want = malloc((size_t)on * sizeof *want), *got = malloc((size_t)on * sizeof *got);
+    /* the reference: element by element */
+    int64_t idx[4];
+    for (idx[0] = 0; idx[0] < os.dims[0]; idx[0]++)
+        for (idx[1] = 0; idx[1] < os.dims[1]; idx[1]++)
+            for (idx[2] = 0; idx[2] < os.dims[2]; idx[2]++)
+                for (idx[3] = 0; idx[3] < os.dims[3]; idx[3]++) {
+                    int k = 0;
+                    int64_t j[4] = {idx[0], idx[1], idx[2], idx[3]};
+                    while (j[ax] >= ch[k])
+                        j[ax] -= ch[k++];
+                    const kc_shape *s = &is[k];
+                    int64_t o = ((idx[0] * os.dims[1] + idx[1]) * os.dims[2] + idx[2]) *
+                                    os.dims[3] + idx[3];
+                    want[o] = ins[k][((j[0] * s->dims[1] + j[1]) * s->dims[2] + j[2]) *
+                                         s->dims[3] + j[3]];
+                }
+    static const int threads[] = {1, 2, 3, 5};
+    for (int t = 0; t < 4; t++) {
+        kc_threads_enter(threads[t]);
+        float *outs[1] = {got};
+        kc_exec_ctx ctx;
+        memset(&ctx, 0, sizeof ctx);
+        ctx.layer = &layer;
+        ctx.in = ins;
+        ctx.in_shape = is;
+        ctx.n_in = 3;
+        ctx.out = outs;
+        ctx.out_shape = &os;
+        ctx.n_out = 1;
+        memset(got, 0, (size_t)on * sizeof *got);
+        assert_int_equal(kc_kernel_lookup(layer.def)(&ctx), KC_OK);
+        if (memcmp(got, want, (size_t)on * sizeof *got))
+            fail_msg("concat n=%lld h=%lld axis %d, %d threads differs", (long long)n,
+                     (long long)h, axis, threads[t]);
+    }
+    kc_threads_enter(0);
+    for (int k = 0; k < 3; k++)
+        free(bufs[k]);
+    free(want);
+    free(got);
+}
+
+static void test_concat_cuts(void **state)
+{
+    (void)state;
+    check_concat(1, 9, 40, -1); /* one image: cut by rows */
+    check_concat(3, 5, 40, 3);  /* three images: cut by images */
+    check_concat(1, 7, 40, 1);  /* along the rows: runs whole */
+    check_concat(2, 7, 40, 2);  /* along the columns, two images */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv2d_cuts),
         cmocka_unit_test(test_conv1d_cuts),
         cmocka_unit_test(test_pool_cuts),
+        cmocka_unit_test(test_concat_cuts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
