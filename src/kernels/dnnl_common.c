@@ -164,6 +164,25 @@ void kc_dnnl_window_cut(const kc_dnnl_window *whole, const kc_dnnl_cut *cut,
     *dst_off = (size_t)cut->lo * kc_dnnl_step(whole->dst, whole->sp, 1);
 }
 
+kc_status kc_dnnl_build_cut(const kc_dnnl_window *whole, const kc_dnnl_cut *cuts, int n,
+                            int64_t work, kc_dnnl_part_build_fn build, void *arg)
+{
+    int solo = n > 1 || work < KC_DNNL_SOLO_WORK;
+    int prev = kc_dnnl_solo_enter(solo);
+    kc_status s = KC_OK;
+    for (int k = 0; k < n && s == KC_OK; k++) {
+        kc_dnnl_window g = *whole;
+        size_t src_off = 0, dst_off = 0;
+        if (n > 1)
+            kc_dnnl_window_cut(whole, &cuts[k], &g, &src_off, &dst_off);
+        s = build(arg, k, &g, src_off, dst_off, n == 1 && solo);
+    }
+    kc_dnnl_solo_leave(solo, prev);
+    if (s == KC_OK && n > 1)
+        s = kc_dnnl_lanes(n);
+    return s;
+}
+
 kc_status kc_dnnl_lanes(int n)
 {
     kc_status s = KC_OK;

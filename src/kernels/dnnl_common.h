@@ -80,6 +80,18 @@ typedef struct kc_dnnl_window {
 void kc_dnnl_window_cut(const kc_dnnl_window *whole, const kc_dnnl_cut *cut,
                         kc_dnnl_window *part, size_t *src_off, size_t *dst_off);
 
+/* Build the n parts of `cuts` (n == 1: the whole layer) by calling
+ * build(arg, k, part window, its input and output offsets, solo) for
+ * each, with OpenMP sized for the threads that will run them: a part of
+ * a cut layer runs alone on one pool thread; a whole layer uses the pool
+ * unless `work` is too small to be worth waking it, and then the part's
+ * primitives must be marked solo (the last argument). Stops at the first
+ * failure; gives the lanes a stream each. */
+typedef kc_status (*kc_dnnl_part_build_fn)(void *arg, int k, const kc_dnnl_window *part,
+                                           size_t src_off, size_t dst_off, int solo);
+kc_status kc_dnnl_build_cut(const kc_dnnl_window *whole, const kc_dnnl_cut *cuts, int n,
+                            int64_t work, kc_dnnl_part_build_fn build, void *arg);
+
 /* Make sure lanes 0..n-1 have a stream each (call before kc_parallel). */
 kc_status kc_dnnl_lanes(int n);
 

@@ -372,30 +372,24 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
     return KC_OK;
 }
 
-/* Build the n parts of cuts (n == 1: the whole layer), each sized for the
- * threads that will run it: a part of a cut layer runs alone on one pool
- * thread; an uncut layer uses the pool unless it is too small to be worth
- * waking it (solo). */
-static kc_status kc_dnnl_build_parts(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
-                                     kc_dnnl_conv_state *st, int64_t groups,
-                                     const kc_dnnl_window *whole, const kc_dnnl_cut *cuts, int n,
-                                     int64_t work)
+/* What building a part needs (kc_dnnl_build_cut's callback). */
+typedef struct kc_dnnl_conv_build {
+    const kc_exec_ctx *ctx;
+    const kc_conv_attrs *a;
+    kc_dnnl_conv_state *st;
+    int64_t groups;
+} kc_dnnl_conv_build;
+
+static kc_status kc_dnnl_conv_build_one(void *arg, int k, const kc_dnnl_window *g,
+                                        size_t src_off, size_t dst_off, int solo)
 {
-    int solo = n > 1 || work < KC_DNNL_SOLO_WORK;
-    int prev = kc_dnnl_solo_enter(solo);
-    kc_status s = KC_OK;
-    for (int k = 0; k < n && s == KC_OK; k++) {
-        kc_dnnl_window g = *whole;
-        kc_dnnl_conv_part *pt = &st->part[k];
-        if (n > 1)
-            kc_dnnl_window_cut(whole, &cuts[k], &g, &pt->src_off, &pt->dst_off);
-        st->n_parts = k + 1;
-        s = kc_dnnl_build_part(ctx, a, st, groups, k, &g);
-        pt->prim.solo = pt->to_src.solo = pt->from_dst.solo = n == 1 && solo;
-    }
-    kc_dnnl_solo_leave(solo, prev);
-    if (s == KC_OK && n > 1)
-        s = kc_dnnl_lanes(n);
+    kc_dnnl_conv_build *b = arg;
+    kc_dnnl_conv_part *pt = &b->st->part[k];
+    pt->src_off = src_off;
+    pt->dst_off = dst_off;
+    b->st->n_parts = k + 1;
+    kc_status s = kc_dnnl_build_part(b->ctx, b->a, b->st, b->groups, k, g);
+    pt->prim.solo = pt->to_src.solo = pt->from_dst.solo = solo;
     return s;
 }
 
@@ -413,14 +407,15 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
         wbytes *= a->kernel[i];
     int n = kc_dnnl_plan_cuts(whole.src[0], whole.dst[2], act, wbytes, cuts);
     st->in_shape = ctx->in_shape[0];
-    kc_status s = kc_dnnl_build_parts(ctx, a, st, groups, &whole, cuts, n, work);
+    kc_dnnl_conv_build b = {ctx, a, st, groups};
+    kc_status s = kc_dnnl_build_cut(&whole, cuts, n, work, kc_dnnl_conv_build_one, &b);
     if (s == KC_OK || n == 1)
         return s;
     kc_error_clear();
     for (int k = 0; k < st->n_parts; k++)
         kc_dnnl_conv_part_free(&st->part[k]);
     st->n_parts = 0;
-    return kc_dnnl_build_parts(ctx, a, st, groups, &whole, cuts, 1, work);
+    return kc_dnnl_build_cut(&whole, cuts, 1, work, kc_dnnl_conv_build_one, &b);
 }
 
 static kc_status kc_dnnl_execute_part(kc_dnnl_conv_part *pt, int lane, const float *src,

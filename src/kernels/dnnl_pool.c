@@ -86,25 +86,21 @@ static kc_status kc_dnnl_pool_build_part(const kc_pool_attrs *a, const kc_dnnl_w
     return s;
 }
 
-static kc_status kc_dnnl_pool_build_parts(const kc_pool_attrs *a, kc_dnnl_pool_state *st,
-                                          const kc_dnnl_window *whole, const kc_dnnl_cut *cuts,
-                                          int n, int64_t work)
+typedef struct kc_dnnl_pool_build_arg {
+    const kc_pool_attrs *a;
+    kc_dnnl_pool_state *st;
+} kc_dnnl_pool_build_arg;
+
+static kc_status kc_dnnl_pool_build_one(void *arg, int k, const kc_dnnl_window *g,
+                                        size_t src_off, size_t dst_off, int solo)
 {
-    int solo = n > 1 || work < KC_DNNL_SOLO_WORK;
-    int prev = kc_dnnl_solo_enter(solo);
-    kc_status s = KC_OK;
-    for (int k = 0; k < n && s == KC_OK; k++) {
-        kc_dnnl_window g = *whole;
-        kc_dnnl_pool_part *pt = &st->part[k];
-        if (n > 1)
-            kc_dnnl_window_cut(whole, &cuts[k], &g, &pt->src_off, &pt->dst_off);
-        st->n_parts = k + 1;
-        s = kc_dnnl_pool_build_part(a, &g, pt);
-        pt->prim.solo = n == 1 && solo;
-    }
-    kc_dnnl_solo_leave(solo, prev);
-    if (s == KC_OK && n > 1)
-        s = kc_dnnl_lanes(n);
+    kc_dnnl_pool_build_arg *b = arg;
+    kc_dnnl_pool_part *pt = &b->st->part[k];
+    pt->src_off = src_off;
+    pt->dst_off = dst_off;
+    b->st->n_parts = k + 1;
+    kc_status s = kc_dnnl_pool_build_part(b->a, g, pt);
+    pt->prim.solo = solo;
     return s;
 }
 
@@ -120,14 +116,15 @@ static kc_status kc_dnnl_pool_build(const kc_exec_ctx *ctx, const kc_pool_attrs 
     kc_dnnl_cut cuts[KC_DNNL_MAX_CUTS];
     int n = kc_dnnl_plan_cuts(whole.src[0], whole.dst[2], act, 0, cuts);
     st->in_shape = ctx->in_shape[0];
-    kc_status s = kc_dnnl_pool_build_parts(a, st, &whole, cuts, n, work);
+    kc_dnnl_pool_build_arg b = {a, st};
+    kc_status s = kc_dnnl_build_cut(&whole, cuts, n, work, kc_dnnl_pool_build_one, &b);
     if (s == KC_OK || n == 1)
         return s;
     kc_error_clear(); /* a part refused: the layer runs whole */
     for (int k = 0; k < st->n_parts; k++)
         kc_dnnl_prim_destroy(&st->part[k].prim);
     st->n_parts = 0;
-    return kc_dnnl_pool_build_parts(a, st, &whole, cuts, 1, work);
+    return kc_dnnl_build_cut(&whole, cuts, 1, work, kc_dnnl_pool_build_one, &b);
 }
 
 typedef struct kc_dnnl_pool_job {

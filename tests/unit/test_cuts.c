@@ -139,32 +139,42 @@ static void teardown(conv_run *r)
 }
 
 /* One run of the CPU kernel; returns the parts its oneDNN state used. */
-static int run(conv_run *r, int exact, float *out)
+/* One run of layer's CPU kernel on ins (shapes is) into out (shape os);
+ * returns the parts its oneDNN state used, read by parts_of. */
+static int exec_kernel(const kc_layer *layer, const float *const *ins, const kc_shape *is,
+                       int n_in, float *out, const kc_shape *os, int exact,
+                       int (*parts_of)(const kc_kernel_state *))
 {
     kc_kernel_state *state = NULL;
-    const float *ins[1] = {r->x};
     float *outs[1] = {out};
     kc_exec_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
-    ctx.layer = &r->layer;
+    ctx.layer = layer;
     ctx.in = ins;
-    ctx.in_shape = &r->in_shape;
-    ctx.n_in = 1;
+    ctx.in_shape = is;
+    ctx.n_in = n_in;
     ctx.out = outs;
-    ctx.out_shape = &r->out_shape;
+    ctx.out_shape = os;
     ctx.n_out = 1;
     ctx.keras_major = 3;
     ctx.state = &state;
     ctx.exact = exact;
-    kc_kernel_fn fn = kc_kernel_lookup(r->layer.def);
+    kc_kernel_fn fn = kc_kernel_lookup(layer->def);
     assert_non_null(fn);
-    if (r->residual)
-        memcpy(out, r->residual, (size_t)r->out_count * sizeof *out);
     assert_int_equal(fn(&ctx), KC_OK);
-    int parts = kc_dnnl_conv_parts(state);
+    int parts = parts_of ? parts_of(state) : 0;
     if (state)
         state->free(state);
     return parts;
+}
+
+static int run(conv_run *r, int exact, float *out)
+{
+    const float *ins[1] = {r->x};
+    if (r->residual)
+        memcpy(out, r->residual, (size_t)r->out_count * sizeof *out);
+    return exec_kernel(&r->layer, ins, &r->in_shape, 1, out, &r->out_shape, exact,
+                       kc_dnnl_conv_parts);
 }
 
 static void check_case(const conv_case *c)
@@ -265,27 +275,8 @@ typedef struct pool_case {
 static int run_pool(kc_layer *layer, const float *x, const kc_shape *is, const kc_shape *os,
                     float *out)
 {
-    kc_kernel_state *state = NULL;
     const float *ins[1] = {x};
-    float *outs[1] = {out};
-    kc_exec_ctx ctx;
-    memset(&ctx, 0, sizeof ctx);
-    ctx.layer = layer;
-    ctx.in = ins;
-    ctx.in_shape = is;
-    ctx.n_in = 1;
-    ctx.out = outs;
-    ctx.out_shape = os;
-    ctx.n_out = 1;
-    ctx.keras_major = 3;
-    ctx.state = &state;
-    kc_kernel_fn fn = kc_kernel_lookup(layer->def);
-    assert_non_null(fn);
-    assert_int_equal(fn(&ctx), KC_OK);
-    int parts = kc_dnnl_pool_parts(state);
-    if (state)
-        state->free(state);
-    return parts;
+    return exec_kernel(layer, ins, is, 1, out, os, 0, kc_dnnl_pool_parts);
 }
 
 static void check_pool(const pool_case *c)
@@ -393,18 +384,8 @@ static void check_concat(int64_t n, int64_t h, int64_t w, int axis)
     static const int threads[] = {1, 2, 3, 5};
     for (int t = 0; t < 4; t++) {
         kc_threads_enter(threads[t]);
-        float *outs[1] = {got};
-        kc_exec_ctx ctx;
-        memset(&ctx, 0, sizeof ctx);
-        ctx.layer = &layer;
-        ctx.in = ins;
-        ctx.in_shape = is;
-        ctx.n_in = 3;
-        ctx.out = outs;
-        ctx.out_shape = &os;
-        ctx.n_out = 1;
         memset(got, 0, (size_t)on * sizeof *got);
-        assert_int_equal(kc_kernel_lookup(layer.def)(&ctx), KC_OK);
+        exec_kernel(&layer, ins, is, 3, got, &os, 0, NULL);
         if (memcmp(got, want, (size_t)on * sizeof *got))
             fail_msg("concat n=%lld h=%lld axis %d, %d threads differs", (long long)n,
                      (long long)h, axis, threads[t]);
