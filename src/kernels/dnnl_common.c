@@ -73,20 +73,51 @@ dnnl_primitive_attr_t kc_dnnl_attr_new(void)
     return attr;
 }
 
+/* A thread's buffers, freed when the thread exits: OpenMP pool threads
+ * run cut layers' parts, and libgomp ends threads when a team shrinks (a
+ * session with fewer threads than the last). */
+typedef struct kc_dnnl_ws {
+    void *buf[KC_DNNL_SLOTS];
+    size_t cap[KC_DNNL_SLOTS];
+} kc_dnnl_ws;
+
+static pthread_key_t kc_ws_key;
+static pthread_once_t kc_ws_once = PTHREAD_ONCE_INIT;
+static int kc_ws_key_ok;
+
+static void kc_ws_free(void *p)
+{
+    kc_dnnl_ws *ws = p;
+    for (int i = 0; i < KC_DNNL_SLOTS; i++)
+        free(ws->buf[i]);
+    free(ws);
+}
+
+static void kc_ws_key_init(void) { kc_ws_key_ok = pthread_key_create(&kc_ws_key, kc_ws_free) == 0; }
+
 void *kc_dnnl_workspace(int slot, size_t bytes)
 {
-    static __thread void *buf[KC_DNNL_SLOTS];
-    static __thread size_t cap[KC_DNNL_SLOTS];
     if (slot < 0 || slot >= KC_DNNL_SLOTS)
         return NULL;
-    if (bytes <= cap[slot])
-        return buf[slot];
+    pthread_once(&kc_ws_once, kc_ws_key_init);
+    if (!kc_ws_key_ok)
+        return NULL;
+    kc_dnnl_ws *ws = pthread_getspecific(kc_ws_key);
+    if (!ws) {
+        ws = calloc(1, sizeof *ws);
+        if (!ws || pthread_setspecific(kc_ws_key, ws)) {
+            free(ws);
+            return NULL;
+        }
+    }
+    if (bytes <= ws->cap[slot])
+        return ws->buf[slot];
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes))
         return NULL;
-    free(buf[slot]);
-    buf[slot] = p;
-    cap[slot] = bytes;
+    free(ws->buf[slot]);
+    ws->buf[slot] = p;
+    ws->cap[slot] = bytes;
     return p;
 }
 
