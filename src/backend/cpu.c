@@ -316,7 +316,7 @@ static kc_status kc_cpu_run(kc_backend *b, const kc_backend_call *call)
         if (!n->fn)
             return kc_fail(KC_ERR_UNSUPPORTED, "no CPU kernel");
     }
-    return kc_cpu_exec(n->fn, call, &n->kernel_state);
+    return kc_cpu_exec(n->fn, call, &n->kernel_state, 1); /* beside the copy thread */
 }
 
 static void kc_cpu_state_free(kc_backend *b, void *state)

@@ -63,7 +63,8 @@ static kc_status kc_run_channels_first(kc_kernel_fn fn, const kc_exec_ctx *ctx)
     return st;
 }
 
-kc_status kc_cpu_exec(kc_kernel_fn fn, const kc_backend_call *call, kc_kernel_state **state)
+kc_status kc_cpu_exec(kc_kernel_fn fn, const kc_backend_call *call, kc_kernel_state **state,
+                      int whole)
 {
     kc_exec_ctx ctx = {
         .node = call->node,
@@ -79,6 +80,7 @@ kc_status kc_cpu_exec(kc_kernel_fn fn, const kc_backend_call *call, kc_kernel_st
         .state = state,
         .w_ext = call->w,
         .exact = call->exact,
+        .whole = whole,
     };
     if (ctx.layer->channels_first && ctx.n_in > 0)
         return kc_run_channels_first(fn, &ctx);

@@ -405,7 +405,7 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
     int64_t wbytes = (int64_t)sizeof(float) * whole.dst[1] * (whole.src[1] / groups);
     for (int i = 0; i < a->spatial; i++)
         wbytes *= a->kernel[i];
-    int n = kc_dnnl_plan_cuts(whole.src[0], whole.dst[2], act, wbytes, cuts);
+    int n = ctx->whole ? 1 : kc_dnnl_plan_cuts(whole.src[0], whole.dst[2], act, wbytes, cuts);
     st->in_shape = ctx->in_shape[0];
     kc_dnnl_conv_build b = {ctx, a, st, groups};
     kc_status s = kc_dnnl_build_cut(&whole, cuts, n, work, kc_dnnl_conv_build_one, &b);

@@ -114,7 +114,7 @@ static kc_status kc_dnnl_pool_build(const kc_exec_ctx *ctx, const kc_pool_attrs 
         work *= a->pool[i];
     int64_t act = (kc_count(&ctx->in_shape[0]) + kc_count(&ctx->out_shape[0])) * 4;
     kc_dnnl_cut cuts[KC_DNNL_MAX_CUTS];
-    int n = kc_dnnl_plan_cuts(whole.src[0], whole.dst[2], act, 0, cuts);
+    int n = ctx->whole ? 1 : kc_dnnl_plan_cuts(whole.src[0], whole.dst[2], act, 0, cuts);
     st->in_shape = ctx->in_shape[0];
     kc_dnnl_pool_build_arg b = {a, st};
     kc_status s = kc_dnnl_build_cut(&whole, cuts, n, work, kc_dnnl_pool_build_one, &b);

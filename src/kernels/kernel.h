@@ -42,6 +42,11 @@ typedef struct kc_exec_ctx {
     const float *const *w_ext;
     /* Direct convolutions only (no Winograd): kc_session_options.exact. */
     int exact;
+    /* 1: run the layer whole on oneDNN's own threading, never cut into
+     * per-thread parts (kc_dnnl_plan_cuts): under the residency manager a
+     * copy thread streams the next layers' weights beside the compute,
+     * and a cut layer holding every core left it none. */
+    int whole;
 } kc_exec_ctx;
 
 typedef kc_status (*kc_kernel_fn)(const kc_exec_ctx *ctx);

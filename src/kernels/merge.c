@@ -121,7 +121,9 @@ static kc_status kc_concat(const kc_exec_ctx *ctx)
         job.outer *= os->dims[i];
     job.out_block = kc_count(os) / (job.outer ? job.outer : 1);
     int64_t batch = axis >= 1 ? os->dims[0] : 1, rows = axis >= 2 ? os->dims[1] : 1;
-    int n = kc_dnnl_plan_cuts(batch, rows, kc_count(os) * 2 * (int64_t)sizeof(float), 0, job.cut);
+    int n = ctx->whole ? 1
+                       : kc_dnnl_plan_cuts(batch, rows, kc_count(os) * 2 * (int64_t)sizeof(float),
+                                           0, job.cut);
     if (n == 1)
         job.cut[0] = (kc_dnnl_cut){0, 0, 1};
     job.per_unit = n == 1 ? job.outer : job.cut[0].by_rows ? job.outer / rows : job.outer / batch;

@@ -680,7 +680,7 @@ static kc_status kc_run_one(kc_sched *sc, int i)
     }
     if (dev == KC_SCHED_HOST) {
         n->t_start = kc_now() - sc->run_t0;
-        st = kc_cpu_exec(s->kernels[i], &call, &s->state[i]);
+        st = kc_cpu_exec(s->kernels[i], &call, &s->state[i], 1); /* beside the copy thread */
         n->t_end = kc_now() - sc->run_t0;
         kc_advise_weights(sc, call.layer, MADV_DONTNEED);
     } else {

@@ -272,7 +272,7 @@ kc_status kc_session_run_node(kc_session *s, int index)
         .in_mask = node->n_inputs ? s->mask[node->inputs[0]] : NULL,
         .exact = s->exact,
     };
-    kc_status st = kc_cpu_exec(s->kernels[index], &call, &s->state[index]);
+    kc_status st = kc_cpu_exec(s->kernels[index], &call, &s->state[index], 0);
     if (st != KC_OK)
         return kc_layer_error(st, node->layer);
     if (s->state[index] && s->state[index]->weights_cached && !s->sched) {

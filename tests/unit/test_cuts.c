@@ -142,7 +142,7 @@ static void teardown(conv_run *r)
 /* One run of layer's CPU kernel on ins (shapes is) into out (shape os);
  * returns the parts its oneDNN state used, read by parts_of. */
 static int exec_kernel(const kc_layer *layer, const float *const *ins, const kc_shape *is,
-                       int n_in, float *out, const kc_shape *os, int exact,
+                       int n_in, float *out, const kc_shape *os, int exact, int whole,
                        int (*parts_of)(const kc_kernel_state *))
 {
     kc_kernel_state *state = NULL;
@@ -159,6 +159,7 @@ static int exec_kernel(const kc_layer *layer, const float *const *ins, const kc_
     ctx.keras_major = 3;
     ctx.state = &state;
     ctx.exact = exact;
+    ctx.whole = whole;
     kc_kernel_fn fn = kc_kernel_lookup(layer->def);
     assert_non_null(fn);
     assert_int_equal(fn(&ctx), KC_OK);
@@ -168,12 +169,12 @@ static int exec_kernel(const kc_layer *layer, const float *const *ins, const kc_
     return parts;
 }
 
-static int run(conv_run *r, int exact, float *out)
+static int run(conv_run *r, int exact, int whole, float *out)
 {
     const float *ins[1] = {r->x};
     if (r->residual)
         memcpy(out, r->residual, (size_t)r->out_count * sizeof *out);
-    return exec_kernel(&r->layer, ins, &r->in_shape, 1, out, &r->out_shape, exact,
+    return exec_kernel(&r->layer, ins, &r->in_shape, 1, out, &r->out_shape, exact, whole,
                        kc_dnnl_conv_parts);
 }
 
@@ -185,7 +186,7 @@ static void check_case(const conv_case *c)
     float *got = malloc((size_t)r.out_count * sizeof *got);
     setenv("KC_DNNL", "0", 1);
     kc_threads_enter(1);
-    assert_int_equal(run(&r, 1, want), 0);
+    assert_int_equal(run(&r, 1, 0, want), 0);
     unsetenv("KC_DNNL");
     float peak = 1.0f;
     for (int64_t i = 0; i < r.out_count; i++)
@@ -194,7 +195,7 @@ static void check_case(const conv_case *c)
     for (int t = 0; t < 4; t++)
         for (int exact = 0; exact < 2; exact++) {
             kc_threads_enter(threads[t]);
-            int parts = run(&r, exact, got);
+            int parts = run(&r, exact, 0, got);
             int64_t along = c->n > 1 ? c->n : r.out_shape.dims[1];
             int expect = c->whole ? 1 : threads[t] < along ? threads[t] : (int)along;
             if (parts != expect)
@@ -205,6 +206,14 @@ static void check_case(const conv_case *c)
                     fail_msg("%s, %d threads%s: element %lld is %g, want %g", c->what, threads[t],
                              exact ? ", exact" : "", (long long)i, got[i], want[i]);
         }
+    /* Under the residency manager (ctx.whole) no layer is cut. */
+    kc_threads_enter(3);
+    if (run(&r, 1, 1, got) != 1)
+        fail_msg("%s: cut although told to run whole", c->what);
+    for (int64_t i = 0; i < r.out_count; i++)
+        if (fabsf(got[i] - want[i]) > 1e-4f * peak)
+            fail_msg("%s, whole: element %lld is %g, want %g", c->what, (long long)i, got[i],
+                     want[i]);
     kc_threads_enter(0);
     free(want);
     free(got);
@@ -276,7 +285,7 @@ static int run_pool(kc_layer *layer, const float *x, const kc_shape *is, const k
                     float *out)
 {
     const float *ins[1] = {x};
-    return exec_kernel(layer, ins, is, 1, out, os, 0, kc_dnnl_pool_parts);
+    return exec_kernel(layer, ins, is, 1, out, os, 0, 0, kc_dnnl_pool_parts);
 }
 
 static void check_pool(const pool_case *c)
@@ -385,7 +394,7 @@ static void check_concat(int64_t n, int64_t h, int64_t w, int axis)
     for (int t = 0; t < 4; t++) {
         kc_threads_enter(threads[t]);
         memset(got, 0, (size_t)on * sizeof *got);
-        exec_kernel(&layer, ins, is, 3, got, &os, 0, NULL);
+        exec_kernel(&layer, ins, is, 3, got, &os, 0, 0, NULL);
         if (memcmp(got, want, (size_t)on * sizeof *got))
             fail_msg("concat n=%lld h=%lld axis %d, %d threads differs", (long long)n,
                      (long long)h, axis, threads[t]);
