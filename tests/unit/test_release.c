@@ -104,6 +104,32 @@ static int kc_check_released(const kc_session *s)
     return packed;
 }
 
+/* The model at path loaded twice: s releases what it packed, ref is a
+ * plain session on the other copy (both with `exact`). */
+typedef struct kc_pair {
+    kc_model *m, *ref_m;
+    kc_session *s, *ref;
+} kc_pair;
+
+static void kc_pair_open(const char *path, int exact, kc_pair *p)
+{
+    memset(p, 0, sizeof *p);
+    assert_int_equal(kc_model_load(path, NULL, &p->m), KC_OK);
+    assert_int_equal(kc_model_load(path, NULL, &p->ref_m), KC_OK);
+    kc_session_options on = {.release_packed_weights = 1, .exact = exact};
+    kc_session_options off = {.exact = exact};
+    assert_int_equal(kc_session_new(p->m, &on, &p->s), KC_OK);
+    assert_int_equal(kc_session_new(p->ref_m, &off, &p->ref), KC_OK);
+}
+
+static void kc_pair_close(kc_pair *p)
+{
+    kc_session_free(p->s);
+    kc_session_free(p->ref);
+    kc_model_free(p->m);
+    kc_model_free(p->ref_m);
+}
+
 /* The reduced ResNet50, direct and Winograd convolutions: arrays released
  * at creation and after packing, re-read for batch 3 and batch 1 again,
  * outputs equal to a plain session's; the model serves no other session
@@ -113,16 +139,12 @@ static void test_release_resnet50(void **state)
     (void)state;
     const char *dir = KC_TEST_DATA "/../apps/resnet50";
     for (int exact = 0; exact < 2; exact++) {
-        kc_model *m = NULL, *ref_m = NULL;
-        assert_int_equal(kc_model_load(KC_TEST_DATA "/../apps/resnet50/model.keras", NULL, &m),
-                         KC_OK);
-        assert_int_equal(kc_model_load(KC_TEST_DATA "/../apps/resnet50/model.keras", NULL,
-                                       &ref_m), KC_OK);
+        kc_pair p;
+        kc_pair_open(KC_TEST_DATA "/../apps/resnet50/model.keras", exact, &p);
+        kc_model *m = p.m;
+        kc_session *s = p.s, *ref = p.ref, *other = NULL;
         kc_session_options on = {.release_packed_weights = 1, .exact = exact};
         kc_session_options off = {.exact = exact};
-        kc_session *s = NULL, *ref = NULL, *other = NULL;
-        assert_int_equal(kc_session_new(m, &on, &s), KC_OK);
-        assert_int_equal(kc_session_new(ref_m, &off, &ref), KC_OK);
         assert_true(m->n_released > 0); /* folded BatchNormalizations and their hosts */
         kc_check_released(s);
         assert_int_equal(kc_session_new(m, NULL, &other), KC_ERR_ARG);
@@ -134,6 +156,7 @@ static void test_release_resnet50(void **state)
                 assert_true(packed >= 53); /* every convolution */
         }
         kc_session_free(s);
+        p.s = NULL;
         kc_session *plain = NULL;
         assert_int_equal(kc_session_new(m, &off, &plain), KC_OK);
         assert_int_equal(m->n_released, 0);
@@ -141,9 +164,7 @@ static void test_release_resnet50(void **state)
         assert_int_equal(kc_session_new(m, &on, &other), KC_ERR_ARG);
         kc_expect_same(dir, plain, ref, m, 1);
         kc_session_free(plain);
-        kc_session_free(ref);
-        kc_model_free(m);
-        kc_model_free(ref_m);
+        kc_pair_close(&p);
     }
 }
 
@@ -162,21 +183,13 @@ static void kc_compare_dir(const char *root)
         snprintf(path, sizeof path, "%s/model.keras", dir);
         if (e->d_name[0] == '.' || stat(path, &sb) != 0)
             continue;
-        kc_model *m = NULL, *ref_m = NULL;
-        assert_int_equal(kc_model_load(path, NULL, &m), KC_OK);
-        assert_int_equal(kc_model_load(path, NULL, &ref_m), KC_OK);
-        kc_session_options on = {.release_packed_weights = 1};
-        kc_session *s = NULL, *ref = NULL;
-        assert_int_equal(kc_session_new(m, &on, &s), KC_OK);
-        assert_int_equal(kc_session_new(ref_m, NULL, &ref), KC_OK);
+        kc_pair p;
+        kc_pair_open(path, 0, &p);
         for (int i = 0; i < 3; i++) {
-            kc_expect_same(dir, s, ref, m, kc_batches[i]);
-            kc_check_released(s);
+            kc_expect_same(dir, p.s, p.ref, p.m, kc_batches[i]);
+            kc_check_released(p.s);
         }
-        kc_session_free(s);
-        kc_session_free(ref);
-        kc_model_free(m);
-        kc_model_free(ref_m);
+        kc_pair_close(&p);
         compared++;
     }
     closedir(d);
@@ -246,13 +259,9 @@ static void test_release_shared_layer(void **state)
     }
     snprintf(path, sizeof path, "%s/model.json", dir);
     kc_write_file(path, kc_shared_conv_json, strlen(kc_shared_conv_json));
-    kc_model *m = NULL, *ref_m = NULL;
-    assert_int_equal(kc_model_load(path, NULL, &m), KC_OK);
-    assert_int_equal(kc_model_load(path, NULL, &ref_m), KC_OK);
-    kc_session_options on = {.release_packed_weights = 1};
-    kc_session *s = NULL, *ref = NULL;
-    assert_int_equal(kc_session_new(m, &on, &s), KC_OK);
-    assert_int_equal(kc_session_new(ref_m, NULL, &ref), KC_OK);
+    kc_pair p;
+    kc_pair_open(path, 0, &p);
+    kc_session *s = p.s;
     const kc_layer *conv = NULL;
     for (int n = 0; n < s->graph->n_nodes; n++)
         if (!strcmp(s->graph->nodes[n].layer->class_name, "Conv2D"))
@@ -260,15 +269,12 @@ static void test_release_shared_layer(void **state)
     assert_non_null(conv);
     assert_int_equal(conv->n_calls, 2);
     for (int i = 0; i < 3; i++) {
-        kc_expect_same(dir, s, ref, m, kc_batches[i]);
+        kc_expect_same(dir, s, p.ref, p.m, kc_batches[i]);
         if (kc_dnnl_ready())
             assert_null(conv->weights[0].data); /* both calls packed */
         assert_non_null(conv->weights[1].data); /* the bias is read each run */
     }
-    kc_session_free(s);
-    kc_session_free(ref);
-    kc_model_free(m);
-    kc_model_free(ref_m);
+    kc_pair_close(&p);
 }
 
 int main(void)
