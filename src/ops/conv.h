@@ -33,6 +33,14 @@ typedef struct kc_conv_attrs {
      * convolution. The input value then has the padded shape but holds
      * the unpadded data; the kernel pads by these instead. */
     int64_t pad_before[3], pad_after[3];
+    /* Also session copies only, and only for the plan that set it
+     * (runtime/fuse.c, kc_fuse_dw_plan): a 3x3 depthwise convolution that
+     * alone reads this 1x1 convolution's output, run inside it (oneDNN's
+     * depthwise post-op), so that the wide expanded tensor of a MobileNet
+     * block never goes to memory. The output buffer then receives the
+     * depthwise convolution's output. The layer is the depthwise node's
+     * own session copy (its attrs and folded weights). */
+    const struct kc_layer *post_dw;
 } kc_conv_attrs;
 
 /* The shape of the data a convolution really reads: `in` less a folded

@@ -4,7 +4,9 @@
  * padding split between parts, strides that leave input rows unread,
  * dilation, causal 1-D padding, a folded ZeroPadding, more threads than
  * rows, batches that do not divide, Winograd, a fused residual sum; and
- * poolings cut the same way. */
+ * poolings cut the same way. Also here, on the same harness: a 1x1
+ * convolution with a 3x3 depthwise one fused after it (post_dw) must
+ * equal the two layers run one after the other on the plain paths. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +24,7 @@
 #include "kernels/kernel.h"
 #include "ops/conv.h"
 #include "ops/merge.h"
+#include "ops/op.h"
 #include "ops/pool.h"
 
 typedef struct conv_case {
@@ -415,6 +418,158 @@ static void test_concat_cuts(void **state)
     check_concat(2, 7, 40, 2);  /* along the columns, two images */
 }
 
+/* ------------------------------ 1x1 + depthwise 3x3 fused (post_dw) */
+
+typedef struct dw_case {
+    const char *what;
+    int64_t n, h, w, c, f;   /* images, rows, columns, in and expanded channels */
+    int64_t k, s, d, mult;   /* the depthwise kernel, stride, dilation, multiplier */
+    int padding;             /* the depthwise layer's: 0 valid, 1 same */
+    int64_t pad_b, pad_a;    /* a ZeroPadding folded into it, before / after */
+    const char *act1, *act2;
+    int bias1, bias2;
+    int fusable;             /* kc_dnnl_conv_dw_fusable must say so */
+} dw_case;
+
+typedef struct dw_run {
+    kc_conv_attrs pa, da;
+    kc_layer pl, dl;
+    kc_weight pw[2], dw[2];
+    kc_shape in, mid, dw_in, out;
+    float *x;
+    int64_t mid_count, out_count;
+} dw_run;
+
+static void dw_setup(const dw_case *c, dw_run *r)
+{
+    memset(r, 0, sizeof *r);
+    r->pa.kind = KC_CONV_PLAIN;
+    r->da.kind = KC_CONV_DEPTHWISE;
+    r->pa.spatial = r->da.spatial = 2;
+    r->pa.filters = c->f;
+    r->pa.groups = r->da.groups = r->pa.depth_multiplier = 1;
+    r->da.depth_multiplier = c->mult;
+    r->pa.use_bias = c->bias1;
+    r->da.use_bias = c->bias2;
+    r->pa.activation = c->act1;
+    r->da.activation = c->act2;
+    r->da.padding = c->padding;
+    r->in = (kc_shape){.rank = 4, .dims = {c->n, c->h, c->w, c->c}};
+    r->mid = (kc_shape){.rank = 4, .dims = {c->n, c->h, c->w, c->f}};
+    r->dw_in = r->mid; /* the value's shape: padded by a folded ZeroPadding */
+    r->out = r->mid;
+    r->out.dims[3] = c->f * c->mult;
+    for (int i = 0; i < 3; i++) {
+        r->pa.kernel[i] = r->pa.strides[i] = r->pa.dilation[i] = 1;
+        r->da.kernel[i] = i < 2 ? c->k : 1;
+        r->da.strides[i] = i < 2 ? c->s : 1;
+        r->da.dilation[i] = i < 2 ? c->d : 1;
+        r->pa.output_padding[i] = r->da.output_padding[i] = -1;
+    }
+    for (int i = 0; i < 2; i++) {
+        r->da.pad_before[i] = c->pad_b;
+        r->da.pad_after[i] = c->pad_a;
+        r->dw_in.dims[1 + i] += c->pad_b + c->pad_a;
+        r->out.dims[1 + i] =
+            kc_conv_out_len(r->dw_in.dims[1 + i], (c->k - 1) * c->d + 1, c->s, 1, c->padding);
+    }
+    r->x = rand_buf(c->n * c->h * c->w * c->c);
+    r->pw[0].data = rand_buf(c->c * c->f);
+    r->pw[1].data = rand_buf(c->f);
+    r->dw[0].data = rand_buf(c->k * c->k * c->f * c->mult);
+    r->dw[1].data = rand_buf(c->f * c->mult);
+    r->mid_count = kc_count(&r->mid);
+    r->out_count = kc_count(&r->out);
+    r->pl = (kc_layer){.name = "expand", .class_name = "Conv2D", .attrs = &r->pa,
+                       .weights = r->pw, .n_weights = 2};
+    r->dl = (kc_layer){.name = "depthwise", .class_name = "DepthwiseConv2D", .attrs = &r->da,
+                       .weights = r->dw, .n_weights = 2};
+    r->pl.def = kc_op_lookup(NULL, "Conv2D");
+    r->dl.def = kc_op_lookup(NULL, "DepthwiseConv2D");
+}
+
+static void dw_teardown(dw_run *r)
+{
+    free(r->x);
+    for (int i = 0; i < 2; i++) {
+        free(r->pw[i].data);
+        free(r->dw[i].data);
+    }
+}
+
+static void check_dw_case(const dw_case *c)
+{
+    dw_run r;
+    dw_setup(c, &r);
+    float *mid = malloc((size_t)r.mid_count * sizeof *mid);
+    float *want = malloc((size_t)r.out_count * sizeof *want);
+    float *got = malloc((size_t)r.out_count * sizeof *got);
+    /* the reference: both layers, one after the other, plain paths */
+    setenv("KC_DNNL", "0", 1);
+    kc_threads_enter(1);
+    const float *ins[1] = {r.x};
+    exec_kernel(&r.pl, ins, &r.in, 1, mid, &r.mid, 1, 0, NULL);
+    ins[0] = mid;
+    exec_kernel(&r.dl, ins, &r.dw_in, 1, want, &r.out, 1, 0, NULL);
+    unsetenv("KC_DNNL");
+    int fusable = kc_dnnl_conv_dw_fusable(&r.pa, &r.dl, &r.in, &r.mid);
+    if (fusable != c->fusable)
+        fail_msg("%s: fusable %d, expected %d", c->what, fusable, c->fusable);
+    float peak = 1.0f;
+    for (int64_t i = 0; i < r.out_count; i++)
+        peak = fmaxf(peak, fabsf(want[i]));
+    static const int threads[] = {1, 2, 3};
+    for (int t = 0; fusable && t < 3; t++) {
+        kc_threads_enter(threads[t]);
+        r.pa.post_dw = &r.dl;
+        memset(got, 0, (size_t)r.out_count * sizeof *got);
+        ins[0] = r.x;
+        exec_kernel(&r.pl, ins, &r.in, 1, got, &r.mid, 0, 0, NULL);
+        r.pa.post_dw = NULL;
+        for (int64_t i = 0; i < r.out_count; i++)
+            if (fabsf(got[i] - want[i]) > 1e-4f * peak)
+                fail_msg("%s, %d threads: element %lld is %g, want %g", c->what, threads[t],
+                         (long long)i, got[i], want[i]);
+    }
+    kc_threads_enter(0);
+    free(mid);
+    free(want);
+    free(got);
+    dw_teardown(&r);
+}
+
+static void test_dw_fused(void **state)
+{
+    (void)state;
+    static const dw_case cases[] = {
+        {"s1 same, relu6 both (MobileNetV2's stride-1 blocks)", 2, 14, 14, 24, 144, 3, 1, 1, 1,
+         1, 0, 0, "relu6", "relu6", 1, 1, 1},
+        {"s2 valid after ZeroPadding (0, 1), even size (its stride-2 blocks)", 2, 16, 16, 16,
+         96, 3, 2, 1, 1, 0, 0, 1, "relu6", "relu6", 1, 1, 1},
+        {"s2 same, odd size: one pad each side", 3, 15, 15, 8, 32, 3, 2, 1, 1, 1, 0, 0, "relu",
+         "relu", 1, 1, 1},
+        {"s2 same, even size: the extra pad after", 2, 10, 12, 8, 48, 3, 2, 1, 1, 1, 0, 0,
+         NULL, "relu6", 1, 1, 1},
+        {"s1 same, linear, no biases", 2, 9, 11, 5, 40, 3, 1, 1, 1, 1, 0, 0, "linear", NULL,
+         0, 0, 1},
+        {"s1 valid after a ZeroPadding of 1 each side", 3, 7, 7, 16, 64, 3, 1, 1, 1, 0, 1, 1,
+         "relu", "linear", 1, 0, 1},
+        {"one image", 1, 12, 12, 16, 64, 3, 1, 1, 1, 1, 0, 0, "relu6", "relu6", 1, 1, 1},
+        /* not fusable: run as two layers */
+        {"s1 valid: oneDNN's post-op keeps the size at stride 1", 2, 9, 11, 5, 40, 3, 1, 1, 1,
+         0, 0, 0, "relu", "relu", 1, 1, 0},
+        {"5x5 depthwise", 2, 12, 12, 8, 32, 5, 1, 1, 1, 1, 0, 0, "relu", "relu", 1, 1, 0},
+        {"dilated depthwise", 2, 12, 12, 8, 32, 3, 1, 2, 1, 1, 0, 0, "relu", "relu", 1, 1, 0},
+        {"depth multiplier 2", 2, 12, 12, 8, 32, 3, 1, 1, 2, 1, 0, 0, "relu", "relu", 1, 1, 0},
+        {"an activation oneDNN does not run (tanh)", 2, 12, 12, 8, 32, 3, 1, 1, 1, 1, 0, 0,
+         "relu", "tanh", 1, 1, 0},
+        {"unequal pads before (a ZeroPadding of 2 then 'valid')", 2, 12, 12, 8, 32, 3, 1, 1, 1,
+         0, 3, 0, "relu", "relu", 1, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_dw_case(&cases[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -422,6 +577,7 @@ int main(void)
         cmocka_unit_test(test_conv1d_cuts),
         cmocka_unit_test(test_pool_cuts),
         cmocka_unit_test(test_concat_cuts),
+        cmocka_unit_test(test_dw_fused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
