@@ -13,6 +13,11 @@
  *    convolution's (applied after the sum, as Keras does after the Add).
  *  - a ZeroPadding whose only reader is a "valid" plain/depthwise
  *    convolution becomes that convolution's own (asymmetric) padding.
+ *  - per plan (kc_fuse_dw_plan): a 3x3 depthwise convolution that alone
+ *    reads a 1x1 convolution's output runs inside it (MobileNet's expand
+ *    and depthwise layers), when the session runs on the host CPU, the
+ *    batch has several images and oneDNN takes the pair. kc_fuse only
+ *    finds the pairs (dw_of).
  * The absorbed node then produces nothing: its output is an alias of its
  * input (plan.c gives both one arena slot). KC_FUSE=0 turns this off. */
 #include "runtime/fuse.h"
@@ -24,6 +29,7 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "base/spill.h"
+#include "kernels/dnnl_conv.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
 #include "ops/core.h"
@@ -359,6 +365,84 @@ static kc_status kc_fuse_zeropad(kc_fused *f, const kc_graph *g, int i)
     return KC_OK;
 }
 
+/* ------------------------------------ depthwise after 1x1 (per plan) */
+
+static const kc_conv_attrs *kc_conv_attrs_of(const kc_fused *f, const kc_graph *g, int i)
+{
+    return f->shadow[i] ? f->shadow[i]->attrs : g->nodes[i].layer->attrs;
+}
+
+/* A plain 1x1 stride-1 2-D convolution node, called once, channels_last. */
+static int kc_is_pointwise(const kc_fused *f, const kc_graph *g, int i)
+{
+    const kc_node *n = &g->nodes[i];
+    const char *act = NULL;
+    if (n->n_inputs != 1 || n->n_outputs != 1 || n->layer->n_calls != 1 ||
+        n->layer->channels_first || kc_host_of(n->layer, &act) != KC_HOST_CONV)
+        return 0;
+    const kc_conv_attrs *a = kc_conv_attrs_of(f, g, i);
+    return a->kind == KC_CONV_PLAIN && a->spatial == 2 && a->groups == 1 && !a->accumulate &&
+           a->kernel[0] == 1 && a->kernel[1] == 1 && a->strides[0] == 1 && a->strides[1] == 1 &&
+           a->dilation[0] == 1 && a->dilation[1] == 1 && !a->pad_before[0] &&
+           !a->pad_before[1] && !a->pad_after[0] && !a->pad_after[1];
+}
+
+static kc_status kc_fuse_dw_pair(kc_fused *f, const kc_graph *g, int i)
+{
+    if (!kc_is_pointwise(f, g, i))
+        return KC_OK;
+    int r = -1;
+    if (kc_slot_readers(g, f, kc_resolve(f, g->nodes[i].outputs[0]), i + 1, &r) != 1)
+        return KC_OK;
+    const kc_node *rn = &g->nodes[r];
+    const char *act = NULL;
+    if (rn->n_inputs != 1 || rn->n_outputs != 1 || rn->layer->n_calls != 1 ||
+        rn->layer->channels_first || kc_host_of(rn->layer, &act) != KC_HOST_CONV ||
+        kc_conv_attrs_of(f, g, r)->kind != KC_CONV_DEPTHWISE ||
+        kc_conv_attrs_of(f, g, r)->accumulate)
+        return KC_OK;
+    f->dw_of[i] = r;
+    return KC_OK;
+}
+
+/* Fuse (on) or unfuse pair i. Both layers get their session copies when
+ * first fused, not before: a model without BatchNormalization would
+ * otherwise hold a second copy of their weights at batch 1 too. */
+static kc_status kc_fuse_dw_set(kc_fused *f, const kc_graph *g, int i, int on)
+{
+    int r = f->dw_of[i];
+    if (on && (!kc_fuse_own(f, i, g) || !kc_fuse_own(f, r, g)))
+        return KC_ERR_NOMEM;
+    if (!f->shadow[i])
+        return KC_OK; /* never fused */
+    ((kc_conv_attrs *)f->shadow[i]->attrs)->post_dw = on ? f->shadow[r] : NULL;
+    f->skip[r] = (unsigned char)on;
+    f->alias[g->nodes[r].outputs[0]] = on ? g->nodes[i].outputs[0] : -1;
+    f->n_dw_on += on - f->dw_on[i];
+    f->dw_on[i] = (unsigned char)on;
+    return KC_OK;
+}
+
+kc_status kc_fuse_dw_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape, int allow)
+{
+    for (int i = 0; f->dw_of && i < g->n_nodes; i++) {
+        if (f->dw_of[i] < 0)
+            continue;
+        const kc_node *n = &g->nodes[i];
+        const kc_shape *in = &shape[n->inputs[0]], *mid = &shape[n->outputs[0]];
+        int want = allow && in->rank == 4 && in->dims[0] >= 2;
+        if (want) {
+            KC_TRY(kc_fuse_dw_set(f, g, i, 0)); /* judged on the unfused pair */
+            int r = f->dw_of[i];
+            want = kc_dnnl_conv_dw_fusable(kc_conv_attrs_of(f, g, i),
+                                           f->shadow[r] ? f->shadow[r] : g->nodes[r].layer, in,
+                                           mid);
+        }
+        KC_TRY(kc_fuse_dw_set(f, g, i, want));
+    }
+    return KC_OK;
+}
+
 kc_status kc_fuse(const kc_graph *g, int allowed, int *taken, kc_fused *f)
 {
     memset(f, 0, sizeof *f);
@@ -366,8 +450,12 @@ kc_status kc_fuse(const kc_graph *g, int allowed, int *taken, kc_fused *f)
     f->alias = kc_calloc((size_t)g->n_values + 1, sizeof *f->alias);
     f->skip = kc_calloc((size_t)g->n_nodes + 1, 1);
     f->shadow = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->shadow);
-    if (!f->alias || !f->skip || !f->shadow)
+    f->dw_of = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->dw_of);
+    f->dw_on = kc_calloc((size_t)g->n_nodes + 1, 1);
+    if (!f->alias || !f->skip || !f->shadow || !f->dw_of || !f->dw_on)
         return KC_ERR_NOMEM;
+    for (int i = 0; i < g->n_nodes; i++)
+        f->dw_of[i] = -1;
     for (int v = 0; v < g->n_values; v++)
         f->alias[v] = -1;
     const char *env = getenv("KC_FUSE");
@@ -414,6 +502,9 @@ kc_status kc_fuse(const kc_graph *g, int allowed, int *taken, kc_fused *f)
     for (int i = 0; i < g->n_nodes; i++)
         if (!f->skip[i])
             KC_TRY(kc_fuse_zeropad(f, g, i));
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!f->skip[i])
+            KC_TRY(kc_fuse_dw_pair(f, g, i));
     return KC_OK;
 }
 
@@ -443,5 +534,7 @@ void kc_fused_free(kc_fused *f, int n_nodes)
     free(f->shadow);
     free(f->alias);
     free(f->skip);
+    free(f->dw_of);
+    free(f->dw_on);
     memset(f, 0, sizeof *f);
 }

@@ -268,6 +268,55 @@ static void test_residual_add_fusion(void **state)
     assert_int_equal(kc_app_fused_count("mobilenet_v2"), 52 + 35 + 10 + 4);
 }
 
+/* MobileNetV2's 16 expand + depthwise pairs run as one oneDNN primitive
+ * each when the batch has several images, and as two layers for one
+ * image (cut into row parts instead); the choice follows each new plan,
+ * both ways, and KC_FUSE_DW=0 turns it off. Outputs equal the unfused
+ * session's at either batch. */
+static void run_pair(kc_session *a, kc_session *b, const kc_tensor *in, int want_fused)
+{
+    kc_tensor *a_out = NULL, *b_out = NULL;
+    assert_int_equal(kc_session_run(a, &in, 1, &a_out, 1), KC_OK);
+    assert_int_equal(kc_session_run(b, &in, 1, &b_out, 1), KC_OK);
+    assert_int_equal(a->fused.n_dw_on, want_fused);
+    assert_int_equal(b->fused.n_dw_on, 0);
+    const float *x = kc_tensor_cdata(a_out), *y = kc_tensor_cdata(b_out);
+    assert_int_equal(kc_tensor_count(a_out), kc_tensor_count(b_out));
+    for (int64_t i = 0; i < kc_tensor_count(b_out); i++)
+        assert_true(fabsf(x[i] - y[i]) <= 1e-4f * fmaxf(1.0f, fabsf(y[i])));
+    kc_tensor_free(a_out);
+    kc_tensor_free(b_out);
+}
+
+static void test_depthwise_fusion_per_plan(void **state)
+{
+    (void)state;
+    if (!kc_dnnl_ready())
+        skip();
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(KC_TEST_DATA "/../apps/mobilenet_v2/model.keras", NULL, &m),
+                     KC_OK);
+    kc_tensor *two = NULL, *one = NULL;
+    assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/../apps/mobilenet_v2/input_0.npy", &two),
+                     KC_OK);
+    int64_t dims[4] = {1, 64, 64, 3};
+    assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &one), KC_OK);
+    memcpy(kc_tensor_data(one), kc_tensor_cdata(two), 64 * 64 * 3 * sizeof(float));
+    kc_session *fused = NULL, *plain = NULL;
+    assert_int_equal(kc_session_new(m, NULL, &fused), KC_OK);
+    setenv("KC_FUSE_DW", "0", 1);
+    assert_int_equal(kc_session_new(m, NULL, &plain), KC_OK);
+    unsetenv("KC_FUSE_DW");
+    run_pair(fused, plain, two, 16);
+    run_pair(fused, plain, one, 0);
+    run_pair(fused, plain, two, 16);
+    kc_tensor_free(one);
+    kc_tensor_free(two);
+    kc_session_free(fused);
+    kc_session_free(plain);
+    kc_model_free(m);
+}
+
 /* Winograd by default, direct convolutions with options.exact (and with
  * KC_WINOGRAD=0, which must give the same bits as exact): the two differ
  * in rounding only, within the fidelity tolerance. */
@@ -410,6 +459,7 @@ int main(void)
         cmocka_unit_test(test_long_chain),
         cmocka_unit_test(test_fusion_matches_unfused),
         cmocka_unit_test(test_residual_add_fusion),
+        cmocka_unit_test(test_depthwise_fusion_per_plan),
         cmocka_unit_test(test_run_into_checks),
         cmocka_unit_test(test_profile_per_layer),
         cmocka_unit_test(test_exact_convolutions),
