@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/threads.h"
 #include "kernels/kernel.h"
 #include "ops/reshape.h"
 
@@ -13,39 +14,89 @@ static kc_status kc_copy(const kc_exec_ctx *ctx)
     return KC_OK;
 }
 
-/* Copy the (cropped or padded) overlap between in and out: out index =
- * in index + shift on each spatial axis (shift = +before for padding,
- * -before for cropping). Recursion over axes 1..rank-2. */
-static void kc_pad_copy(const kc_shape *is, const kc_shape *os, const float *in, float *out,
-                        const int64_t *shift, int axis)
+/* Padding and cropping: out index = in index + shift on each spatial
+ * axis (shift = +before for padding, -before for cropping). Each output
+ * row (all axes but the first two fixed) is written once, its zeros and
+ * its copy together, the last spatial axis and the channels as one
+ * contiguous run: ResNet50's pool1_pad at batch 8 (25.7 MB) took 4.5 ms
+ * as a memset of the whole output followed by one memcpy per pixel. */
+typedef struct kc_pad_job {
+    const kc_shape *is, *os;
+    const float *in;
+    float *out;
+    int64_t shift[KC_MAX_RANK];
+    int64_t in_stride[KC_MAX_RANK], out_stride[KC_MAX_RANK]; /* floats per step */
+    int64_t rows, per_part;                                    /* axes 0 and 1 flattened */
+} kc_pad_job;
+
+/* Fill out's block at `axis` (axis >= 2, all earlier axes fixed). */
+static void kc_pad_fill(const kc_pad_job *j, const float *in, float *out, int axis)
 {
-    int64_t c = is->dims[is->rank - 1];
-    if (axis == is->rank - 1) {
-        memcpy(out, in, (size_t)c * sizeof *out);
+    const kc_shape *is = j->is, *os = j->os;
+    int64_t ilen = is->dims[axis], olen = os->dims[axis], sh = j->shift[axis];
+    int64_t lo = sh > 0 ? sh : 0, hi = ilen + sh < olen ? ilen + sh : olen; /* out [lo, hi) */
+    if (lo > olen)
+        lo = olen;
+    if (hi < lo)
+        hi = lo;
+    if (axis == is->rank - 1 || axis == is->rank - 2) { /* a contiguous run */
+        int64_t step = j->out_stride[axis];
+        memset(out, 0, (size_t)(lo * step) * sizeof *out);
+        if (hi > lo)
+            memcpy(out + lo * step, in + (lo - sh) * step, (size_t)((hi - lo) * step) * sizeof *out);
+        memset(out + hi * step, 0, (size_t)((olen - hi) * step) * sizeof *out);
         return;
     }
-    int64_t in_stride = 1, out_stride = 1;
-    for (int i = axis + 1; i < is->rank; i++) {
-        in_stride *= is->dims[i];
-        out_stride *= os->dims[i];
+    for (int64_t o = 0; o < olen; o++) {
+        float *dst = out + o * j->out_stride[axis];
+        if (o < lo || o >= hi)
+            memset(dst, 0, (size_t)j->out_stride[axis] * sizeof *dst);
+        else
+            kc_pad_fill(j, in + (o - sh) * j->in_stride[axis], dst, axis + 1);
     }
-    for (int64_t i = 0; i < is->dims[axis]; i++) {
-        int64_t o = i + shift[axis];
-        if (o < 0 || o >= os->dims[axis])
-            continue;
-        kc_pad_copy(is, os, in + i * in_stride, out + o * out_stride, shift, axis + 1);
+}
+
+/* Output rows [k * per_part, (k + 1) * per_part) of axes 0 and 1. */
+static void kc_pad_part(void *arg, int k)
+{
+    const kc_pad_job *j = arg;
+    int64_t d1 = j->os->dims[1], end = (k + 1) * j->per_part;
+    for (int64_t r = k * j->per_part; r < end && r < j->rows; r++) {
+        int64_t n = r / d1, o = r % d1, i = o - j->shift[1];
+        float *dst = j->out + n * j->out_stride[0] + o * j->out_stride[1];
+        if (i < 0 || i >= j->is->dims[1])
+            memset(dst, 0, (size_t)j->out_stride[1] * sizeof *dst);
+        else
+            kc_pad_fill(j, j->in + n * j->in_stride[0] + i * j->in_stride[1], dst, 2);
     }
 }
 
 static kc_status kc_pad_or_crop(const kc_exec_ctx *ctx, int crop)
 {
     const kc_pad_attrs *a = ctx->layer->attrs;
-    const kc_shape *is = &ctx->in_shape[0], *os = &ctx->out_shape[0];
-    int64_t shift[KC_MAX_RANK] = {0};
-    for (int i = 0; i < a->spatial; i++)
-        shift[1 + i] = crop ? -a->before[i] : a->before[i];
-    memset(ctx->out[0], 0, (size_t)kc_count(os) * sizeof(float));
-    kc_pad_copy(is, os, ctx->in[0], ctx->out[0], shift, 0);
+    kc_pad_job j = {.is = &ctx->in_shape[0], .os = &ctx->out_shape[0], .in = ctx->in[0],
+                    .out = ctx->out[0]};
+    int rank = j.is->rank;
+    if (rank < 3)
+        return kc_fail(KC_ERR_SHAPE, "padding or cropping needs a spatial axis");
+    for (int i = 0; i < a->spatial && 1 + i < rank - 1; i++)
+        j.shift[1 + i] = crop ? -a->before[i] : a->before[i];
+    j.in_stride[rank - 1] = j.out_stride[rank - 1] = 1;
+    for (int i = rank - 2; i >= 0; i--) {
+        j.in_stride[i] = j.in_stride[i + 1] * j.is->dims[i + 1];
+        j.out_stride[i] = j.out_stride[i + 1] * j.os->dims[i + 1];
+    }
+    j.rows = j.os->dims[0] * j.os->dims[1];
+    /* A thread per part when there is enough to copy (a worker's wake-up
+     * costs ~20 us), each a run of whole output rows. */
+    int parts = kc_count(j.os) * (int64_t)sizeof(float) >= ((int64_t)256 << 10)
+                    ? kc_threads_max() : 1;
+    if (parts > j.rows)
+        parts = (int)j.rows;
+    if (parts < 1)
+        parts = 1;
+    j.per_part = (j.rows + parts - 1) / parts;
+    kc_parallel(parts, kc_pad_part, &j);
     return KC_OK;
 }
 

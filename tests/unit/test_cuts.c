@@ -6,7 +6,9 @@
  * rows, batches that do not divide, Winograd, a fused residual sum; and
  * poolings cut the same way. Also here, on the same harness: a 1x1
  * convolution with a 3x3 depthwise one fused after it (post_dw) must
- * equal the two layers run one after the other on the plain paths. */
+ * equal the two layers run one after the other on the plain paths; and
+ * ZeroPadding / Cropping, written a run of output rows per thread, must
+ * equal an element-by-element reference. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,6 +28,7 @@
 #include "ops/merge.h"
 #include "ops/op.h"
 #include "ops/pool.h"
+#include "ops/reshape.h"
 
 typedef struct conv_case {
     const char *what;
@@ -570,6 +573,82 @@ static void test_dw_fused(void **state)
         check_dw_case(&cases[i]);
 }
 
+/* ------------------------------------------ ZeroPadding and Cropping */
+
+/* out = in shifted by +before (padding) or -before (cropping) on every
+ * spatial axis, zeros where nothing lands: one element at a time. */
+static void pad_reference(const kc_shape *is, const kc_shape *os, const float *in, float *out,
+                          const int64_t *shift)
+{
+    int rank = os->rank;
+    int64_t count = kc_count(os);
+    for (int64_t e = 0; e < count; e++) {
+        int64_t rest = e, src = 0, stride = 1, inside = 1;
+        for (int d = rank - 1; d >= 0; d--) {
+            int64_t o = rest % os->dims[d], i = o - shift[d];
+            rest /= os->dims[d];
+            inside &= i >= 0 && i < is->dims[d];
+            src += i * stride;
+            stride *= is->dims[d];
+        }
+        out[e] = inside ? in[src] : 0.0f;
+    }
+}
+
+static void check_pad(const char *cls, int spatial, int64_t n, int64_t len, int64_t c,
+                      int64_t before, int64_t after)
+{
+    int crop = strstr(cls, "Cropping") != NULL;
+    kc_pad_attrs a = {.spatial = spatial};
+    kc_shape is = {.rank = spatial + 2}, os = is;
+    int64_t shift[KC_MAX_RANK] = {0};
+    is.dims[0] = os.dims[0] = n;
+    is.dims[spatial + 1] = os.dims[spatial + 1] = c;
+    for (int i = 0; i < spatial; i++) {
+        a.before[i] = before + i; /* unequal on every axis */
+        a.after[i] = after;
+        is.dims[1 + i] = len + i;
+        os.dims[1 + i] = len + i + (crop ? -1 : 1) * (a.before[i] + a.after[i]);
+        shift[1 + i] = crop ? -a.before[i] : a.before[i];
+    }
+    kc_layer layer = {.name = (char *)cls, .class_name = (char *)cls, .attrs = &a};
+    layer.def = kc_op_lookup(NULL, cls);
+    float *x = rand_buf(kc_count(&is));
+    int64_t on = kc_count(&os);
+    float *want = malloc((size_t)on * sizeof *want), *got = malloc((size_t)on * sizeof *got);
+    pad_reference(&is, &os, x, want, shift);
+    static const int threads[] = {1, 2, 3, 5};
+    for (int t = 0; t < 4; t++) {
+        kc_threads_enter(threads[t]);
+        for (int64_t i = 0; i < on; i++)
+            got[i] = 99.0f; /* every element must be written, zeros included */
+        const float *ins[1] = {x};
+        exec_kernel(&layer, ins, &is, 1, got, &os, 0, 0, NULL);
+        for (int64_t i = 0; i < on; i++)
+            if (got[i] != want[i])
+                fail_msg("%s %dD, %lld images, %d threads: element %lld is %g, want %g", cls,
+                         spatial, (long long)n, threads[t], (long long)i, got[i], want[i]);
+    }
+    kc_threads_enter(0);
+    free(x);
+    free(want);
+    free(got);
+}
+
+static void test_pad_crop(void **state)
+{
+    (void)state;
+    /* ResNet50's pool1_pad at a smaller size, and big enough to be cut */
+    check_pad("ZeroPadding2D", 2, 3, 112, 64, 1, 1);
+    check_pad("ZeroPadding2D", 2, 1, 40, 48, 2, 0);
+    check_pad("ZeroPadding2D", 2, 2, 5, 3, 0, 3); /* small: one part */
+    check_pad("ZeroPadding1D", 1, 4, 3000, 32, 2, 5);
+    check_pad("ZeroPadding3D", 3, 2, 20, 16, 1, 2);
+    check_pad("Cropping2D", 2, 2, 90, 40, 3, 1);
+    check_pad("Cropping1D", 1, 3, 50, 8, 2, 2);
+    check_pad("Cropping3D", 3, 1, 24, 8, 2, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -578,6 +657,7 @@ int main(void)
         cmocka_unit_test(test_pool_cuts),
         cmocka_unit_test(test_concat_cuts),
         cmocka_unit_test(test_dw_fused),
+        cmocka_unit_test(test_pad_crop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
