@@ -4,6 +4,7 @@
 #include <float.h>
 #include <string.h>
 
+#include "base/threads.h"
 #include "kernels/dnnl_pool.h"
 #include "kernels/kernel.h"
 #include "ops/pool.h"
@@ -87,30 +88,85 @@ static kc_status kc_pool_global_masked(const kc_exec_ctx *ctx)
     return KC_OK;
 }
 
+/* Global pooling: the sum (or maximum) over all cells of an image, per
+ * channel, worked in blocks of channels so that the loops vectorise
+ * (restrict: the output never aliases the input), and split over the
+ * pool's threads by (image, channel block) when there is enough to read.
+ * MobileNetV2 batch 8 (2 MB): 0.17 ms as one scalar loop. */
+#define KC_GPOOL_BLOCK 256
+
+typedef struct kc_gpool_job {
+    const float *in;
+    float *out;
+    int64_t cells, c, blocks, per_part; /* blocks: per image */
+    int64_t items;                      /* images x blocks */
+    int max;
+} kc_gpool_job;
+
+/* A full block has a constant trip count, which GCC's -O2 vectoriser
+ * (the "very cheap" cost model: no epilogue, no alias checks) takes. */
+static void kc_gpool_sum(const float *restrict p, float *restrict o, int64_t len)
+{
+    if (len == KC_GPOOL_BLOCK)
+        for (int j = 0; j < KC_GPOOL_BLOCK; j++)
+            o[j] += p[j];
+    else
+        for (int64_t j = 0; j < len; j++)
+            o[j] += p[j];
+}
+
+static void kc_gpool_max(const float *restrict p, float *restrict o, int64_t len)
+{
+    if (len == KC_GPOOL_BLOCK)
+        for (int j = 0; j < KC_GPOOL_BLOCK; j++)
+            o[j] = p[j] > o[j] ? p[j] : o[j];
+    else
+        for (int64_t j = 0; j < len; j++)
+            o[j] = p[j] > o[j] ? p[j] : o[j];
+}
+
+static void kc_gpool_block(const float *p, float *o, int64_t cells, int64_t stride, int64_t len,
+                           int max)
+{
+    for (int64_t j = 0; j < len; j++)
+        o[j] = max ? -FLT_MAX : 0.0f;
+    for (int64_t i = 0; i < cells; i++, p += stride)
+        (max ? kc_gpool_max : kc_gpool_sum)(p, o, len);
+    if (!max && cells)
+        for (int64_t j = 0; j < len; j++)
+            o[j] /= (float)cells;
+}
+
+static void kc_gpool_part(void *arg, int k)
+{
+    const kc_gpool_job *g = arg;
+    for (int64_t it = k * g->per_part; it < (k + 1) * g->per_part && it < g->items; it++) {
+        int64_t b = it / g->blocks, j0 = it % g->blocks * KC_GPOOL_BLOCK;
+        int64_t len = g->c - j0 < KC_GPOOL_BLOCK ? g->c - j0 : KC_GPOOL_BLOCK;
+        kc_gpool_block(g->in + b * g->cells * g->c + j0, g->out + b * g->c + j0, g->cells, g->c,
+                       len, g->max);
+    }
+}
+
 static kc_status kc_pool_global(const kc_exec_ctx *ctx, const kc_pool_attrs *a)
 {
     const kc_shape *is = &ctx->in_shape[0];
     if (ctx->in_mask && a->kind == KC_POOL_AVG && a->spatial == 1 && !a->keepdims)
         return kc_pool_global_masked(ctx);
     int64_t n = is->dims[0], c = is->dims[is->rank - 1];
-    int64_t cells = n * c > 0 ? kc_count(is) / (n * c) : 0;
-    for (int64_t b = 0; b < n; b++) {
-        float *o = ctx->out[0] + b * c;
-        const float *p = ctx->in[0] + b * cells * c;
-        for (int64_t j = 0; j < c; j++)
-            o[j] = a->kind == KC_POOL_MAX ? -FLT_MAX : 0.0f;
-        if (a->kind == KC_POOL_MAX)
-            for (int64_t i = 0; i < cells; i++, p += c)
-                for (int64_t j = 0; j < c; j++)
-                    o[j] = p[j] > o[j] ? p[j] : o[j];
-        else
-            for (int64_t i = 0; i < cells; i++, p += c)
-                for (int64_t j = 0; j < c; j++)
-                    o[j] += p[j];
-        if (a->kind == KC_POOL_AVG && cells)
-            for (int64_t j = 0; j < c; j++)
-                o[j] /= (float)cells;
-    }
+    if (n * c <= 0)
+        return KC_OK;
+    kc_gpool_job g = {ctx->in[0], ctx->out[0], kc_count(is) / (n * c), c,
+                      (c + KC_GPOOL_BLOCK - 1) / KC_GPOOL_BLOCK, 0, 0, a->kind == KC_POOL_MAX};
+    g.items = n * g.blocks;
+    /* A worker's wake-up costs ~20 us: threads only for 256 KiB or more. */
+    int parts = kc_count(is) * (int64_t)sizeof(float) >= ((int64_t)256 << 10) ? kc_threads_max() : 1;
+    if (parts > g.items)
+        parts = (int)g.items;
+    if (parts < 1)
+        parts = 1;
+    g.per_part = (g.items + parts - 1) / parts;
+    kc_parallel(parts, kc_gpool_part, &g);
     return KC_OK;
 }
 

@@ -7,8 +7,9 @@
  * poolings cut the same way. Also here, on the same harness: a 1x1
  * convolution with a 3x3 depthwise one fused after it (post_dw) must
  * equal the two layers run one after the other on the plain paths; and
- * ZeroPadding / Cropping, written a run of output rows per thread, must
- * equal an element-by-element reference. */
+ * ZeroPadding / Cropping, written a run of output rows per thread, and
+ * global pooling, split by image and channel block, must equal plain
+ * references. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -651,6 +652,53 @@ static void test_pad_crop(void **state)
     check_pad("Cropping3D", 3, 1, 24, 8, 2, 1);
 }
 
+/* ----------------------------------------------------- global pooling */
+
+/* Global average and max pooling, split over threads by (image, block of
+ * 256 channels): full blocks and a tail, against a plain loop. */
+static void check_global_pool(const char *cls, int max, int64_t n, int64_t cells, int64_t c)
+{
+    kc_pool_attrs a = {.kind = max ? KC_POOL_MAX : KC_POOL_AVG, .spatial = 2, .global = 1};
+    kc_shape is = {.rank = 4, .dims = {n, cells, 1, c}}, os = {.rank = 2, .dims = {n, c}};
+    kc_layer layer = {.name = (char *)cls, .class_name = (char *)cls, .attrs = &a};
+    layer.def = kc_op_lookup(NULL, cls);
+    float *x = rand_buf(n * cells * c), *want = malloc((size_t)(n * c) * sizeof *want);
+    float *got = malloc((size_t)(n * c) * sizeof *got);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t j = 0; j < c; j++) {
+            float acc = max ? -INFINITY : 0.0f;
+            for (int64_t i = 0; i < cells; i++) {
+                float v = x[(b * cells + i) * c + j];
+                acc = max ? fmaxf(acc, v) : acc + v;
+            }
+            want[b * c + j] = max ? acc : acc / (float)cells;
+        }
+    static const int threads[] = {1, 2, 3};
+    for (int t = 0; t < 3; t++) {
+        kc_threads_enter(threads[t]);
+        const float *ins[1] = {x};
+        exec_kernel(&layer, ins, &is, 1, got, &os, 0, 0, NULL);
+        for (int64_t i = 0; i < n * c; i++)
+            if (fabsf(got[i] - want[i]) > 1e-5f)
+                fail_msg("%s, %lld images of %lld channels, %d threads: element %lld is %g, "
+                         "want %g", cls, (long long)n, (long long)c, threads[t], (long long)i,
+                         got[i], want[i]);
+    }
+    kc_threads_enter(0);
+    free(x);
+    free(want);
+    free(got);
+}
+
+static void test_global_pool(void **state)
+{
+    (void)state;
+    check_global_pool("GlobalAveragePooling2D", 0, 3, 49, 1280 + 17); /* split over threads */
+    check_global_pool("GlobalMaxPooling2D", 1, 3, 49, 1280 + 17);
+    check_global_pool("GlobalAveragePooling2D", 0, 2, 5, 100); /* small: one part */
+    check_global_pool("GlobalMaxPooling2D", 1, 1, 64, 2048);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -660,6 +708,7 @@ int main(void)
         cmocka_unit_test(test_concat_cuts),
         cmocka_unit_test(test_dw_fused),
         cmocka_unit_test(test_pad_crop),
+        cmocka_unit_test(test_global_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
