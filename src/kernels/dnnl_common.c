@@ -43,17 +43,8 @@ static pthread_mutex_t kc_lane_lock = PTHREAD_MUTEX_INITIALIZER;
 static int kc_engine_ok;
 static pthread_once_t kc_engine_once = PTHREAD_ONCE_INIT;
 
-/* No primitive cache: oneDNN 2.6 hands out one primitive for equal
- * descriptors, and its 1x1 convolution with a fused depthwise post-op
- * (dnnl_conv.c) crashes when a second layer of the same shape runs the
- * shared primitive (MobileNetV2's block_8_expand after block_7_expand:
- * a read fault inside the JIT code; each layer's own primitive runs
- * fine). kerasc creates each primitive once per node and shape anyway:
- * the cost is JIT time for the repeated shapes on the first run (+10 to
- * +25 ms on ResNet50, InceptionV3, MobileNetV2 here) and 2-4 MB. */
 static void kc_engine_init(void)
 {
-    dnnl_set_primitive_cache_capacity(0);
     kc_engine_ok = dnnl_engine_create(&kc_engine, dnnl_cpu, 0) == dnnl_success &&
                    dnnl_stream_create(&kc_stream, kc_engine, dnnl_stream_default_flags) ==
                        dnnl_success;

@@ -108,14 +108,8 @@ static dnnl_primitive_attr_t kc_dnnl_post_ops_attr(const char *act, int accumula
               (accumulate && dnnl_post_ops_append_sum(ops, 1.0f));
     if (!bad)
         bad = kc_dnnl_append_act(ops, act);
-    /* oneDNN 2.6's 1x1 kernel with a fused depthwise post-op crashes when
-     * given a user scratchpad off the master thread (reproduced outside
-     * kerasc: one primitive, user scratchpad, run from OpenMP thread 1):
-     * its scratchpad stays the library's. */
     if (!bad && dw)
-        bad = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_library) !=
-                  dnnl_success ||
-              dnnl_post_ops_append_dw(ops, dnnl_f32, dnnl_f32, dnnl_f32, 3, dw->strides[0],
+        bad = dnnl_post_ops_append_dw(ops, dnnl_f32, dnnl_f32, dnnl_f32, 3, dw->strides[0],
                                       dw->pad_l[0], 0, 0, NULL) != dnnl_success ||
               kc_dnnl_append_act(ops, dw_act);
     if (!bad)
@@ -363,27 +357,35 @@ static kc_status kc_dnnl_wino_setup(kc_dnnl_conv_part *pt, const_dnnl_primitive_
  * 0.064 ms; 144x56x56: 0.052 against 0.070), so it is taken when offered.
  * A fixed preference, not a timing at run time: every process picks the
  * same kernel, so split runs stay bit-identical to local ones. */
-static dnnl_primitive_desc_t kc_dnnl_conv_pd(const dnnl_convolution_desc_t *desc,
-                                             const_dnnl_primitive_attr_t attr, int depthwise)
+/* The first of the first 8 implementations oneDNN offers for desc whose
+ * name starts with `impl`, or NULL. */
+static dnnl_primitive_desc_t kc_dnnl_pd_named(const dnnl_convolution_desc_t *desc,
+                                              const_dnnl_primitive_attr_t attr, const char *impl)
 {
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_desc_iterator_t it = NULL;
-    if (depthwise &&
-        dnnl_primitive_desc_iterator_create(&it, desc, attr, kc_dnnl_engine(), NULL) ==
-            dnnl_success) {
-        for (int tries = 0; !pd && tries < 8; tries++) {
-            dnnl_primitive_desc_t cand = dnnl_primitive_desc_iterator_fetch(it);
-            const char *impl = NULL;
-            if (cand && dnnl_primitive_desc_query(cand, dnnl_query_impl_info_str, 0, &impl) ==
-                            dnnl_success && impl && !strncmp(impl, "jit_dw:", 7))
-                pd = cand;
-            else if (cand)
-                dnnl_primitive_desc_destroy(cand);
-            if (!pd && dnnl_primitive_desc_iterator_next(it) != dnnl_success)
-                break;
-        }
-        dnnl_primitive_desc_iterator_destroy(it);
+    if (dnnl_primitive_desc_iterator_create(&it, desc, attr, kc_dnnl_engine(), NULL) !=
+        dnnl_success)
+        return NULL;
+    for (int tries = 0; !pd && tries < 8; tries++) {
+        dnnl_primitive_desc_t cand = dnnl_primitive_desc_iterator_fetch(it);
+        const char *name = NULL;
+        if (cand && dnnl_primitive_desc_query(cand, dnnl_query_impl_info_str, 0, &name) ==
+                        dnnl_success && name && !strncmp(name, impl, strlen(impl)))
+            pd = cand;
+        else if (cand)
+            dnnl_primitive_desc_destroy(cand);
+        if (!pd && dnnl_primitive_desc_iterator_next(it) != dnnl_success)
+            break;
     }
+    dnnl_primitive_desc_iterator_destroy(it);
+    return pd;
+}
+
+static dnnl_primitive_desc_t kc_dnnl_conv_pd(const dnnl_convolution_desc_t *desc,
+                                             const_dnnl_primitive_attr_t attr, int depthwise)
+{
+    dnnl_primitive_desc_t pd = depthwise ? kc_dnnl_pd_named(desc, attr, "jit_dw:") : NULL;
     if (!pd && dnnl_primitive_desc_create(&pd, desc, attr, kc_dnnl_engine(), NULL) != dnnl_success)
         return NULL;
     return pd;
@@ -451,10 +453,15 @@ static dnnl_primitive_desc_t kc_dnnl_fused_dw_pd(const kc_conv_attrs *a, const k
         kc_dnnl_post_ops_attr(a->activation, 0, &dw, d->activation, act_fused);
     dnnl_convolution_desc_t desc;
     dnnl_primitive_desc_t pd = NULL;
+    /* Only oneDNN's generic fusion (the 1x1 and depthwise primitives run
+     * in turn over a scratchpad): its 1x1 kernel with the depthwise
+     * post-op built in ("jit_1x1", which it prefers for large NHWC
+     * tensors) computes wrong values in 2.6 (reproduced outside kerasc:
+     * 16 -> 48 channels on 112x112, errors up to 1e37, some runs crash). */
     if (attr && dnnl_dilated_convolution_forward_desc_init(
                     &desc, dnnl_forward_inference, dnnl_convolution_direct, src_md, w_any, b_md,
                     dst_md, g->strides, g->dilates, g->pad_l, g->pad_r) == dnnl_success)
-        pd = kc_dnnl_conv_pd(&desc, attr, 0);
+        pd = kc_dnnl_pd_named(&desc, attr, "ref_fused_convolution");
     if (attr)
         dnnl_primitive_attr_destroy(attr);
     const dnnl_memory_desc_t *out = pd ? dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0)
@@ -595,11 +602,9 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
     for (int i = 0; i < a->spatial; i++)
         wbytes *= a->kernel[i];
     int n = ctx->whole ? 1 : kc_dnnl_plan_cuts(whole.src[0], whole.dst[2], act, wbytes, cuts);
-    /* A fused depthwise pair runs whole, on oneDNN's own threads: its
-     * kernel streams the expanded rows through each core's cache, and
-     * parts by image measured slower (MobileNetV2 b8: 2.90 against 2.54
-     * ms per image); rows it cannot be cut into (one pad for both axes). */
-    if (a->post_dw)
+    /* A fused depthwise pair is cut by images only (its post-op pads both
+     * axes alike: no row parts); one image runs whole. */
+    if (a->post_dw && whole.src[0] == 1)
         n = 1;
     st->in_shape = ctx->in_shape[0];
     kc_dnnl_conv_build b = {ctx, a, st, groups};

@@ -35,9 +35,11 @@ typedef struct kc_conv_attrs {
     int64_t pad_before[3], pad_after[3];
     /* Also session copies only, and only for the plan that set it
      * (runtime/fuse.c, kc_fuse_dw_plan): a 3x3 depthwise convolution that
-     * alone reads this 1x1 convolution's output, run inside it (oneDNN's
-     * depthwise post-op), so that the wide expanded tensor of a MobileNet
-     * block never goes to memory. The output buffer then receives the
+     * alone reads this 1x1 convolution's output, run with it as one
+     * oneDNN primitive (its depthwise post-op: the two convolutions in
+     * turn, the wide expanded tensor of a MobileNet block in the thread's
+     * scratchpad rather than the arena), one call per part of the pair
+     * instead of one per layer. The output buffer then receives the
      * depthwise convolution's output. The layer is the depthwise node's
      * own session copy (its attrs and folded weights). */
     const struct kc_layer *post_dw;

@@ -561,6 +561,14 @@ static void test_dw_fused(void **state)
         {"s1 valid after a ZeroPadding of 1 each side", 3, 7, 7, 16, 64, 3, 1, 1, 1, 0, 1, 1,
          "relu", "linear", 1, 0, 1},
         {"one image", 1, 12, 12, 16, 64, 3, 1, 1, 1, 1, 0, 0, "relu6", "relu6", 1, 1, 1},
+        /* sizes where oneDNN 2.6 prefers its broken jit_1x1 fusion (wrong
+         * values on all of these before kerasc took the generic one only) */
+        {"one big image, s2 valid after ZeroPadding (0, 1)", 1, 112, 112, 8, 48, 3, 2, 1, 1, 0,
+         0, 1, "relu6", "relu6", 1, 1, 1},
+        {"one big image, s1 same", 1, 112, 112, 16, 48, 3, 1, 1, 1, 1, 0, 0, "relu6", "relu6",
+         1, 1, 1},
+        {"two 56x56 images, s1 same, 24 -> 144", 2, 56, 56, 24, 144, 3, 1, 1, 1, 1, 0, 0,
+         "relu6", "relu6", 1, 1, 1},
         /* not fusable: run as two layers */
         {"s1 valid: oneDNN's post-op keeps the size at stride 1", 2, 9, 11, 5, 40, 3, 1, 1, 1,
          0, 0, 0, "relu", "relu", 1, 1, 0},
