@@ -100,13 +100,37 @@ static const kc_session_options *kc_zoo_options(void)
     return &o;
 }
 
-/* Run one model file on the inputs in dir and compare with expected_*. */
-static int kc_check_model(const char *model_path, const char *dir)
+/* t repeated `copies` times along its first axis (t is freed), or NULL. */
+static kc_tensor *kc_repeat_batch(kc_tensor *t, int copies)
+{
+    if (copies == 1 || !t)
+        return t;
+    int64_t dims[8];
+    int rank = kc_tensor_rank(t);
+    for (int d = 0; d < rank && d < 8; d++)
+        dims[d] = kc_tensor_dim(t, d);
+    dims[0] *= copies;
+    kc_tensor *r = NULL;
+    size_t bytes = (size_t)kc_tensor_count(t) * kc_dtype_size(kc_tensor_dtype(t));
+    if (rank >= 1 && rank <= 8 && kc_tensor_new(kc_tensor_dtype(t), rank, dims, &r) == KC_OK)
+        for (int c = 0; c < copies; c++)
+            memcpy((char *)kc_tensor_data(r) + c * bytes, kc_tensor_cdata(t), bytes);
+    kc_tensor_free(t);
+    return r;
+}
+
+/* Run one model file on the inputs in dir, each repeated `copies` times
+ * along the batch axis, and compare with expected_* repeated alike. */
+static int kc_check_model(const char *model_path, const char *dir, int copies)
 {
     kc_tensor *in[KC_MAX_IO] = {0}, *want[KC_MAX_IO] = {0}, *got[KC_MAX_IO] = {0};
     int ok = 0;
     int n_in = kc_load_npys(dir, "input", in);
     int n_out = kc_load_npys(dir, "expected", want);
+    for (int i = 0; i < n_in; i++)
+        in[i] = kc_repeat_batch(in[i], copies);
+    for (int i = 0; i < n_out; i++)
+        want[i] = kc_repeat_batch(want[i], copies);
     kc_model *m = NULL;
     kc_session *s = NULL;
     if (n_in <= 0 || n_out <= 0) {
@@ -127,7 +151,7 @@ static int kc_check_model(const char *model_path, const char *dir)
     }
     kc_session_free(s);
     kc_model_free(m);
-    printf("%s %s\n", ok ? "ok  " : "FAIL", model_path);
+    printf("%s %s%s\n", ok ? "ok  " : "FAIL", model_path, copies > 1 ? " (batch repeated)" : "");
     return ok;
 }
 
@@ -165,7 +189,7 @@ static int kc_visit_zoo(const char *dir, const char *name)
         snprintf(path, sizeof path, "%s/%s", dir, forms[i]);
         if (!kc_exists(path))
             continue;
-        if (kc_check_model(path, dir))
+        if (kc_check_model(path, dir, 1))
             passed++;
         else
             failed++;
@@ -184,7 +208,12 @@ static int kc_visit_real(const char *dir, const char *name)
         printf("skip %s (model not installed)\n", path);
         return 0;
     }
-    return kc_check_model(path, dir) ? 1 : -1;
+    /* Real models run at their references' batch and at 3 times it: a
+     * plan for several images takes other paths at full size (layers cut
+     * by image, depthwise pairs fused), which the reduced zoo models do
+     * not reach (oneDNN 2.6 picks some kernels by tensor size). */
+    int ok = kc_check_model(path, dir, 1) && kc_check_model(path, dir, 3);
+    return ok ? 1 : -1;
 }
 
 static void test_zoo_and_real_models(void **state)
