@@ -50,6 +50,14 @@ void kc_threads_enter(int threads)
 
 int kc_threads_max(void) { return omp_get_max_threads(); }
 
+int kc_parallel_parts(int64_t bytes, int64_t items)
+{
+    int64_t parts = bytes >= ((int64_t)256 << 10) ? kc_threads_max() : 1;
+    if (parts > items)
+        parts = items;
+    return parts < 1 ? 1 : (int)parts;
+}
+
 typedef struct kc_parallel_job {
     void (*fn)(void *arg, int index);
     void *arg;

@@ -3,6 +3,8 @@
 #ifndef KC_THREADS_H
 #define KC_THREADS_H
 
+#include <stdint.h>
+
 /* Size the pools for a session about to run on the calling thread:
  * `threads` > 0 is the session's option, 0 means every core. With oneDNN
  * enabled, every GEMM goes through oneDNN too, so OpenBLAS is kept at one
@@ -20,6 +22,12 @@ void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg);
 
 /* The OpenMP thread count a primitive built now would be sized for. */
 int kc_threads_max(void);
+
+/* How many parts (kc_parallel) a memory-bound loop over `items` equal
+ * items touching `bytes` in all should be cut into: one per thread from
+ * 256 KiB on (a sleeping worker's wake-up costs ~20 us), never more
+ * than items, at least 1. */
+int kc_parallel_parts(int64_t bytes, int64_t items);
 
 /* 1 when oneDNN runs the convolutions and GEMMs (KC_DNNL unset or not 0). */
 int kc_dnnl_enabled(void);

@@ -159,12 +159,7 @@ static kc_status kc_pool_global(const kc_exec_ctx *ctx, const kc_pool_attrs *a)
     kc_gpool_job g = {ctx->in[0], ctx->out[0], kc_count(is) / (n * c), c,
                       (c + KC_GPOOL_BLOCK - 1) / KC_GPOOL_BLOCK, 0, 0, a->kind == KC_POOL_MAX};
     g.items = n * g.blocks;
-    /* A worker's wake-up costs ~20 us: threads only for 256 KiB or more. */
-    int parts = kc_count(is) * (int64_t)sizeof(float) >= ((int64_t)256 << 10) ? kc_threads_max() : 1;
-    if (parts > g.items)
-        parts = (int)g.items;
-    if (parts < 1)
-        parts = 1;
+    int parts = kc_parallel_parts(kc_count(is) * (int64_t)sizeof(float), g.items);
     g.per_part = (g.items + parts - 1) / parts;
     kc_parallel(parts, kc_gpool_part, &g);
     return KC_OK;

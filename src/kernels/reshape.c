@@ -87,14 +87,8 @@ static kc_status kc_pad_or_crop(const kc_exec_ctx *ctx, int crop)
         j.out_stride[i] = j.out_stride[i + 1] * j.os->dims[i + 1];
     }
     j.rows = j.os->dims[0] * j.os->dims[1];
-    /* A thread per part when there is enough to copy (a worker's wake-up
-     * costs ~20 us), each a run of whole output rows. */
-    int parts = kc_count(j.os) * (int64_t)sizeof(float) >= ((int64_t)256 << 10)
-                    ? kc_threads_max() : 1;
-    if (parts > j.rows)
-        parts = (int)j.rows;
-    if (parts < 1)
-        parts = 1;
+    /* each part a run of whole output rows */
+    int parts = kc_parallel_parts(kc_count(j.os) * (int64_t)sizeof(float), j.rows);
     j.per_part = (j.rows + parts - 1) / parts;
     kc_parallel(parts, kc_pad_part, &j);
     return KC_OK;
