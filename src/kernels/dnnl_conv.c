@@ -535,6 +535,20 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
         KC_TRY(kc_dnnl_build_fused_part(a, st, k, g));
         return kc_dnnl_part_weights(st, k, kc_w(ctx, 0));
     }
+    /* Winograd one image at a time: a part's transformed tiles then stay
+     * in cache. ResNet50 batch 8, per layer: level at 56x56, 0.85-0.96
+     * of the batched time at 28x28, 0.82-0.89 at 14x14; whole layers
+     * -1.6% (ResNet50), -4.2% (InceptionV3), and peak RSS 398 -> 272 MB
+     * and 467 -> 319 MB (smaller scratchpads). */
+    kc_dnnl_window one;
+    if (g->src[0] > 1 && kc_dnnl_wino_eligible(ctx, a, groups, st)) {
+        one = *g;
+        one.src[0] = one.dst[0] = 1;
+        pt->images = g->src[0];
+        pt->src_image = (size_t)(g->src[1] * g->src[2] * g->src[3]);
+        pt->dst_image = (size_t)(g->dst[1] * g->dst[2] * g->dst[3]);
+        g = &one;
+    }
     KC_TRY(kc_dnnl_descs(g, groups, a->kernel, st, pt));
     /* Weights in whatever blocked layout the fastest implementation
      * wants ("any"), reordered once below; activations stay NHWC. */
@@ -640,17 +654,12 @@ typedef struct kc_dnnl_conv_io {
     const float *dw_b;
 } kc_dnnl_conv_io;
 
-static kc_status kc_dnnl_execute_part(kc_dnnl_conv_part *pt, int lane, const kc_dnnl_conv_io *io)
+/* The part's primitive once, on src and dst (already offset). */
+static kc_status kc_dnnl_execute_once(kc_dnnl_conv_part *pt, int lane, const kc_dnnl_conv_io *io,
+                                      const float *src, float *dst)
 {
     void *wp = pt->w_packed ? (void *)pt->w_packed : (void *)io->w;
-    const float *src = io->src + pt->src_off;
-    float *dst = io->dst + pt->dst_off;
     const float *b = io->b;
-    for (int64_t i = 1; i < pt->images; i++) { /* a fused pair, image by image */
-        void *ptrs[6] = {(void *)(src + i * pt->src_image), wp, dst + i * pt->dst_image,
-                         (void *)b, pt->dw_w_packed, (void *)io->dw_b};
-        KC_TRY(kc_dnnl_run_lane(&pt->prim, ptrs, lane));
-    }
     if (!pt->wino) {
         void *ptrs[6] = {(void *)src, wp, dst, (void *)b, pt->dw_w_packed, (void *)io->dw_b};
         return kc_dnnl_run_lane(&pt->prim, ptrs, lane);
@@ -663,6 +672,17 @@ static kc_status kc_dnnl_execute_part(kc_dnnl_conv_part *pt, int lane, const kc_
     KC_TRY(kc_dnnl_run_lane(&pt->to_src, in, lane));
     KC_TRY(kc_dnnl_run_lane(&pt->prim, conv, lane));
     return kc_dnnl_run_lane(&pt->from_dst, out, lane);
+}
+
+/* A part: its primitive once, or once per image when it was built for
+ * one image (pt->images). */
+static kc_status kc_dnnl_execute_part(kc_dnnl_conv_part *pt, int lane, const kc_dnnl_conv_io *io)
+{
+    const float *src = io->src + pt->src_off;
+    float *dst = io->dst + pt->dst_off;
+    for (int64_t i = 1; i < pt->images; i++)
+        KC_TRY(kc_dnnl_execute_once(pt, lane, io, src + i * pt->src_image, dst + i * pt->dst_image));
+    return kc_dnnl_execute_once(pt, lane, io, src, dst);
 }
 
 /* A cut layer's run: the buffers, and each part's outcome. */
