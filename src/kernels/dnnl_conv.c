@@ -540,6 +540,7 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
      * of the batched time at 28x28, 0.82-0.89 at 14x14; whole layers
      * -1.6% (ResNet50), -4.2% (InceptionV3), and peak RSS 398 -> 272 MB
      * and 467 -> 319 MB (smaller scratchpads). */
+    const kc_dnnl_window *part = g;
     kc_dnnl_window one;
     if (g->src[0] > 1 && kc_dnnl_wino_eligible(ctx, a, groups, st)) {
         one = *g;
@@ -572,6 +573,15 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
         pt->wino = 0;
         dnnl_primitive_desc_destroy(pd);
         pd = NULL;
+    }
+    if (!pd && g != part) { /* no Winograd after all: direct, on the whole part */
+        g = part;
+        pt->images = 0;
+        kc_status ds = kc_dnnl_descs(g, groups, a->kernel, st, pt);
+        if (ds != KC_OK) {
+            dnnl_primitive_attr_destroy(attr);
+            return ds;
+        }
     }
     int depthwise = a->kind == KC_CONV_DEPTHWISE && a->depth_multiplier == 1;
     if (!pd && (dnnl_dilated_convolution_forward_desc_init(

@@ -237,6 +237,8 @@ static void test_conv2d_cuts(void **state)
          1, 8, 160, 64, 64, 3, 1, 1, 1, 0, 0, "relu", 0},
         {"3x3 same s1 64 -> 64, 3 images (Winograd one image at a time)", "Conv2D",
          KC_CONV_PLAIN, 2, 3, 8, 40, 64, 64, 3, 1, 1, 1, 0, 0, "relu", 0},
+        {"3x3 same s1 64 -> 64, 3 images, relu6 (no Winograd: direct on whole parts)",
+         "Conv2D", KC_CONV_PLAIN, 2, 3, 8, 40, 64, 64, 3, 1, 1, 1, 0, 0, "relu6", 0},
         {"3x3 64 -> 64 on 4x40: weights outweigh data, run whole", "Conv2D", KC_CONV_PLAIN, 2,
          1, 4, 40, 64, 64, 3, 1, 1, 1, 0, 0, NULL, 1},
         {"3x3 on 6x6x3: too little data to be worth waking a thread, run whole", "Conv2D",
