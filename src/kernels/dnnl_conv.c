@@ -15,26 +15,27 @@
 #include "ops/conv.h"
 #include "ops/op.h"
 
+/* A part's copy of a weight array in the layout its primitive wants. */
+typedef struct kc_dnnl_wcopy {
+    dnnl_memory_desc_t prim_md;
+    float *packed;          /* reordered into prim_md, or NULL: read in Keras layout */
+    int owner;              /* packed is this part's (else an earlier part's) */
+} kc_dnnl_wcopy;
+
 /* One part of the layer, run by one thread: a primitive for its images or
  * output rows, reading and writing at these offsets (floats) into the
  * layer's whole NHWC buffers. */
 typedef struct kc_dnnl_conv_part {
     kc_dnnl_prim prim;      /* with its src, weights, (bias,) dst memories */
     dnnl_memory_desc_t src_md, dst_md;
-    dnnl_memory_desc_t w_prim_md; /* the layout the primitive wants */
-    float *w_packed;        /* weights reordered into w_prim_md, or NULL */
-    int w_owner;            /* w_packed is this part's (else an earlier part's) */
+    kc_dnnl_wcopy w;        /* the weights in the layout the primitive wants */
     size_t src_off, dst_off;
     /* Winograd: the primitive reads and writes blocked layouts; NHWC is
      * reordered into and out of per-thread buffers around it. */
     int wino;
     dnnl_memory_desc_t src_blk_md, dst_blk_md;
     kc_dnnl_prim to_src, from_dst;
-    /* A fused depthwise post-op (kc_conv_attrs.post_dw): its weights in
-     * the layout the primitive wants (shared like w_packed). */
-    dnnl_memory_desc_t dw_w_prim_md;
-    float *dw_w_packed;
-    int dw_w_owner;
+    kc_dnnl_wcopy dw;       /* those of a fused depthwise post-op (post_dw) */
     /* A fused pair's primitive is built for one image and run once per
      * image of the part, these many floats apart in input and output. */
     int64_t images;
@@ -63,10 +64,10 @@ static void kc_dnnl_conv_part_free(kc_dnnl_conv_part *p)
     kc_dnnl_prim_destroy(&p->prim);
     kc_dnnl_prim_destroy(&p->to_src);
     kc_dnnl_prim_destroy(&p->from_dst);
-    if (p->w_owner)
-        free(p->w_packed);
-    if (p->dw_w_owner)
-        free(p->dw_w_packed);
+    if (p->w.owner)
+        free(p->w.packed);
+    if (p->dw.owner)
+        free(p->dw.packed);
     memset(p, 0, sizeof *p);
 }
 
@@ -395,36 +396,36 @@ static dnnl_primitive_desc_t kc_dnnl_conv_pd(const dnnl_convolution_desc_t *desc
     return pd;
 }
 
-/* Weights for part k: an earlier part's packed copy when it wants the
- * same layout (the usual case: parts differ only in rows or images),
- * else a copy of its own. */
-static kc_status kc_dnnl_part_weights(kc_dnnl_conv_state *st, int k, const float *w)
+static kc_dnnl_wcopy *kc_dnnl_wcopy_of(kc_dnnl_conv_part *pt, int dw)
 {
-    kc_dnnl_conv_part *pt = &st->part[k];
-    if (dnnl_memory_desc_equal(&pt->w_prim_md, &st->w_md))
+    return dw ? &pt->dw : &pt->w;
+}
+
+/* Part k's copy of weights w (Keras layout keras_md; dw: the fused
+ * depthwise ones): none when the primitive reads that layout, an earlier
+ * part's packed copy when it wants the same layout (the usual case: parts
+ * differ only in rows or images), else a copy of its own. */
+static kc_status kc_dnnl_part_copy(kc_dnnl_conv_state *st, int k, int dw,
+                                   const dnnl_memory_desc_t *keras_md, const float *w)
+{
+    kc_dnnl_wcopy *c = kc_dnnl_wcopy_of(&st->part[k], dw);
+    if (dnnl_memory_desc_equal(&c->prim_md, keras_md))
         return KC_OK;
-    for (int j = 0; j < k; j++)
-        if (st->part[j].w_packed && dnnl_memory_desc_equal(&st->part[j].w_prim_md, &pt->w_prim_md)) {
-            pt->w_packed = st->part[j].w_packed;
+    for (int j = 0; j < k; j++) {
+        const kc_dnnl_wcopy *e = kc_dnnl_wcopy_of(&st->part[j], dw);
+        if (e->packed && dnnl_memory_desc_equal(&e->prim_md, &c->prim_md)) {
+            c->packed = e->packed;
             return KC_OK;
         }
-    KC_TRY(kc_dnnl_pack(&st->w_md, &pt->w_prim_md, w, &pt->w_packed));
-    pt->w_owner = 1;
+    }
+    KC_TRY(kc_dnnl_pack(keras_md, &c->prim_md, w, &c->packed));
+    c->owner = 1;
     return KC_OK;
 }
 
-/* The same for a fused depthwise post-op's weights. */
-static kc_status kc_dnnl_part_dw_weights(kc_dnnl_conv_state *st, int k, const float *w)
+static kc_status kc_dnnl_part_weights(kc_dnnl_conv_state *st, int k, const float *w)
 {
-    kc_dnnl_conv_part *pt = &st->part[k];
-    for (int j = 0; j < k; j++)
-        if (dnnl_memory_desc_equal(&st->part[j].dw_w_prim_md, &pt->dw_w_prim_md)) {
-            pt->dw_w_packed = st->part[j].dw_w_packed;
-            return KC_OK;
-        }
-    KC_TRY(kc_dnnl_pack(&st->dw_w_md, &pt->dw_w_prim_md, w, &pt->dw_w_packed));
-    pt->dw_w_owner = 1;
-    return KC_OK;
+    return kc_dnnl_part_copy(st, k, 0, &st->w_md, w);
 }
 
 /* A fused depthwise post-op's Keras-layout descriptors: its (3, 3, C, 1)
@@ -480,6 +481,20 @@ static dnnl_primitive_desc_t kc_dnnl_fused_dw_pd(const kc_conv_attrs *a, const k
     return pd;
 }
 
+/* The window of one image of part (2-D), into *one; pt is set to run it
+ * once per image of the part (kc_dnnl_execute_part), images a whole
+ * image of part's input and output apart. */
+static const kc_dnnl_window *kc_dnnl_one_image(const kc_dnnl_window *part, kc_dnnl_conv_part *pt,
+                                               kc_dnnl_window *one)
+{
+    *one = *part;
+    one->src[0] = one->dst[0] = 1;
+    pt->images = part->src[0];
+    pt->src_image = (size_t)(part->src[1] * part->src[2] * part->src[3]);
+    pt->dst_image = (size_t)(part->dst[1] * part->dst[2] * part->dst[3]);
+    return one;
+}
+
 /* Part k of a 1x1 convolution with a depthwise one fused after it
  * (a->post_dw): one primitive, the arguments SRC, WEIGHTS, DST (the
  * depthwise output), BIAS, then the depthwise weights and bias. Parts
@@ -494,11 +509,8 @@ static kc_status kc_dnnl_build_fused_part(const kc_conv_attrs *a, kc_dnnl_conv_s
 {
     kc_dnnl_conv_part *pt = &st->part[k];
     const kc_layer *dl = a->post_dw;
-    kc_dnnl_window one = *part;
-    one.src[0] = one.dst[0] = 1;
-    const kc_dnnl_window *g = &one;
-    pt->images = part->src[0];
-    pt->src_image = (size_t)(g->src[1] * g->src[2] * g->src[3]);
+    kc_dnnl_window one;
+    const kc_dnnl_window *g = kc_dnnl_one_image(part, pt, &one);
     KC_TRY(kc_dnnl_descs(g, 1, a->kernel, st, pt));
     KC_TRY(kc_dnnl_dw_descs(g->dst[1], st));
     dnnl_memory_desc_t w_any = st->w_md;
@@ -507,23 +519,24 @@ static kc_status kc_dnnl_build_fused_part(const kc_conv_attrs *a, kc_dnnl_conv_s
                                                    &pt->dst_md, g, &st->act_fused);
     if (!pd)
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN cannot fuse depthwise layer '%s'", dl->name);
-    pt->w_prim_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    pt->dw_w_prim_md = *dnnl_primitive_desc_query_md(
+    pt->w.prim_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    pt->dw.prim_md = *dnnl_primitive_desc_query_md(
         pd, dnnl_query_exec_arg_md, DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS);
-    size_t mid_image = (size_t)(g->dst[1] * g->dst[2] * g->dst[3]);
+    /* the output is the depthwise layer's: offsets count its images */
+    size_t mid_image = pt->dst_image;
     pt->dst_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
     pt->dst_image = (size_t)(pt->dst_md.dims[1] * pt->dst_md.dims[2] * pt->dst_md.dims[3]);
     pt->dst_off = pt->dst_off / mid_image * pt->dst_image;
     static const int args[6] = {DNNL_ARG_SRC,  DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS,
                                 DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS,
                                 DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS};
-    const dnnl_memory_desc_t *mds[6] = {&pt->src_md, &pt->w_prim_md,     &pt->dst_md,
-                                        &st->b_md,   &pt->dw_w_prim_md, &st->dw_b_md};
+    const dnnl_memory_desc_t *mds[6] = {&pt->src_md, &pt->w.prim_md,  &pt->dst_md,
+                                        &st->b_md,   &pt->dw.prim_md, &st->dw_b_md};
     kc_status s = kc_dnnl_prim_init(&pt->prim, pd, 6, args, mds);
     dnnl_primitive_desc_destroy(pd);
     if (s != KC_OK)
         return s;
-    return kc_dnnl_part_dw_weights(st, k, dl->weights[0].data);
+    return kc_dnnl_part_copy(st, k, 1, &st->dw_w_md, dl->weights[0].data);
 }
 
 static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
@@ -542,14 +555,8 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
      * and 467 -> 319 MB (smaller scratchpads). */
     const kc_dnnl_window *part = g;
     kc_dnnl_window one;
-    if (g->src[0] > 1 && kc_dnnl_wino_eligible(ctx, a, groups, st)) {
-        one = *g;
-        one.src[0] = one.dst[0] = 1;
-        pt->images = g->src[0];
-        pt->src_image = (size_t)(g->src[1] * g->src[2] * g->src[3]);
-        pt->dst_image = (size_t)(g->dst[1] * g->dst[2] * g->dst[3]);
-        g = &one;
-    }
+    if (g->src[0] > 1 && kc_dnnl_wino_eligible(ctx, a, groups, st))
+        g = kc_dnnl_one_image(part, pt, &one);
     KC_TRY(kc_dnnl_descs(g, groups, a->kernel, st, pt));
     /* Weights in whatever blocked layout the fastest implementation
      * wants ("any"), reordered once below; activations stay NHWC. */
@@ -593,9 +600,9 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN has no convolution for this configuration");
     }
     dnnl_primitive_attr_destroy(attr);
-    pt->w_prim_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    pt->w.prim_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     static const int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
-    const dnnl_memory_desc_t *mds[4] = {pt->wino ? &pt->src_blk_md : &pt->src_md, &pt->w_prim_md,
+    const dnnl_memory_desc_t *mds[4] = {pt->wino ? &pt->src_blk_md : &pt->src_md, &pt->w.prim_md,
                                         pt->wino ? &pt->dst_blk_md : &pt->dst_md, &st->b_md};
     kc_status s = kc_dnnl_prim_init(&pt->prim, pd, st->has_bias ? 4 : 3, args, mds);
     dnnl_primitive_desc_destroy(pd);
@@ -657,21 +664,23 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
 }
 
 /* A run's buffers: input, Keras-layout weights, bias, output, and a
- * fused depthwise post-op's bias (NULL when none). */
+ * fused depthwise post-op's Keras-layout weights and bias (NULL when
+ * none). */
 typedef struct kc_dnnl_conv_io {
     const float *src, *w, *b;
     float *dst;
-    const float *dw_b;
+    const float *dw_w, *dw_b;
 } kc_dnnl_conv_io;
 
 /* The part's primitive once, on src and dst (already offset). */
 static kc_status kc_dnnl_execute_once(kc_dnnl_conv_part *pt, int lane, const kc_dnnl_conv_io *io,
                                       const float *src, float *dst)
 {
-    void *wp = pt->w_packed ? (void *)pt->w_packed : (void *)io->w;
+    void *wp = pt->w.packed ? (void *)pt->w.packed : (void *)io->w;
+    void *dwp = pt->dw.packed ? (void *)pt->dw.packed : (void *)io->dw_w;
     const float *b = io->b;
     if (!pt->wino) {
-        void *ptrs[6] = {(void *)src, wp, dst, (void *)b, pt->dw_w_packed, (void *)io->dw_b};
+        void *ptrs[6] = {(void *)src, wp, dst, (void *)b, dwp, (void *)io->dw_b};
         return kc_dnnl_run_lane(&pt->prim, ptrs, lane);
     }
     void *sb = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, dnnl_memory_desc_get_size(&pt->src_blk_md));
@@ -767,13 +776,15 @@ kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         }
         st->base.weights_cached = 1;
         for (int k = 0; k < st->n_parts; k++)
-            st->base.weights_cached &= st->part[k].w_packed != NULL;
+            st->base.weights_cached &= st->part[k].w.packed != NULL;
         *ctx->state = &st->base;
     }
     kc_dnnl_conv_io io = {ctx->in[0], kc_w(ctx, 0), a->use_bias ? kc_w(ctx, 1) : st->zero_bias,
-                          ctx->out[0], NULL};
-    if (dw)
+                          ctx->out[0], NULL, NULL};
+    if (dw) {
+        io.dw_w = a->post_dw->weights[0].data;
         io.dw_b = dw->use_bias ? a->post_dw->weights[1].data : st->zero_bias;
+    }
     KC_TRY(kc_dnnl_execute(st, &io));
     *handled = 1;
     *act_done = st->act_fused;
@@ -803,15 +814,17 @@ int kc_dnnl_conv_dw_fusable(const kc_conv_attrs *a, const kc_layer *dw, const kc
     kc_dnnl_conv_state *st = kc_calloc(1, sizeof *st);
     if (!st)
         return 0;
-    kc_dnnl_window g;
-    kc_dnnl_window_of(in, mid, a, &g);
+    /* judged on one image: the pair is built and run one image at a time */
+    kc_dnnl_window whole, one;
+    kc_dnnl_window_of(in, mid, a, &whole);
+    const kc_dnnl_window *g = kc_dnnl_one_image(&whole, &st->part[0], &one);
     int fused = 0;
     dnnl_primitive_desc_t pd = NULL;
-    if (kc_dnnl_descs(&g, 1, a->kernel, st, &st->part[0]) == KC_OK) {
+    if (kc_dnnl_descs(g, 1, a->kernel, st, &st->part[0]) == KC_OK) {
         dnnl_memory_desc_t w_any = st->w_md;
         w_any.format_kind = dnnl_format_kind_any;
         pd = kc_dnnl_fused_dw_pd(a, d, &st->part[0].src_md, &w_any, &st->b_md,
-                                 &st->part[0].dst_md, &g, &fused);
+                                 &st->part[0].dst_md, g, &fused);
     }
     kc_error_clear();
     int ok = pd && fused;

@@ -16,7 +16,8 @@ int kc_dnnl_conv_parts(const kc_kernel_state *state);
 /* 1 when 1x1 convolution a (input shape in, output shape mid) can run
  * depthwise layer dw, which alone reads its output, as a fused post-op
  * (kc_conv_attrs.post_dw) with the same result: oneDNN is in use, both
- * activations run inside the primitive, and oneDNN takes the geometry. */
+ * activations run inside the primitive, and oneDNN takes the geometry
+ * for one image (the pair runs one image at a time). */
 struct kc_conv_attrs;
 int kc_dnnl_conv_dw_fusable(const struct kc_conv_attrs *a, const kc_layer *dw,
                             const kc_shape *in, const kc_shape *mid);
