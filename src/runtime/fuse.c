@@ -372,36 +372,26 @@ static const kc_conv_attrs *kc_conv_attrs_of(const kc_fused *f, const kc_graph *
     return f->shadow[i] ? f->shadow[i]->attrs : g->nodes[i].layer->attrs;
 }
 
-/* A plain 1x1 stride-1 2-D convolution node, called once, channels_last. */
-static int kc_is_pointwise(const kc_fused *f, const kc_graph *g, int i)
+/* A convolution node of `kind`, called once, one input and output,
+ * channels_last. Whether a pair's geometry suits the fusion (a 1x1
+ * stride-1 convolution, a 3x3 depthwise one oneDNN can run after it) is
+ * the kernel's to say, per plan (kc_dnnl_conv_dw_fusable). */
+static int kc_is_conv_node(const kc_fused *f, const kc_graph *g, int i, kc_conv_kind kind)
 {
     const kc_node *n = &g->nodes[i];
     const char *act = NULL;
-    if (n->n_inputs != 1 || n->n_outputs != 1 || n->layer->n_calls != 1 ||
-        n->layer->channels_first || kc_host_of(n->layer, &act) != KC_HOST_CONV)
-        return 0;
-    const kc_conv_attrs *a = kc_conv_attrs_of(f, g, i);
-    return a->kind == KC_CONV_PLAIN && a->spatial == 2 && a->groups == 1 && !a->accumulate &&
-           a->kernel[0] == 1 && a->kernel[1] == 1 && a->strides[0] == 1 && a->strides[1] == 1 &&
-           a->dilation[0] == 1 && a->dilation[1] == 1 && !a->pad_before[0] &&
-           !a->pad_before[1] && !a->pad_after[0] && !a->pad_after[1];
+    return n->n_inputs == 1 && n->n_outputs == 1 && n->layer->n_calls == 1 &&
+           !n->layer->channels_first && kc_host_of(n->layer, &act) == KC_HOST_CONV &&
+           kc_conv_attrs_of(f, g, i)->kind == kind;
 }
 
 static kc_status kc_fuse_dw_pair(kc_fused *f, const kc_graph *g, int i)
 {
-    if (!kc_is_pointwise(f, g, i))
-        return KC_OK;
     int r = -1;
-    if (kc_slot_readers(g, f, kc_resolve(f, g->nodes[i].outputs[0]), i + 1, &r) != 1)
-        return KC_OK;
-    const kc_node *rn = &g->nodes[r];
-    const char *act = NULL;
-    if (rn->n_inputs != 1 || rn->n_outputs != 1 || rn->layer->n_calls != 1 ||
-        rn->layer->channels_first || kc_host_of(rn->layer, &act) != KC_HOST_CONV ||
-        kc_conv_attrs_of(f, g, r)->kind != KC_CONV_DEPTHWISE ||
-        kc_conv_attrs_of(f, g, r)->accumulate)
-        return KC_OK;
-    f->dw_of[i] = r;
+    if (kc_is_conv_node(f, g, i, KC_CONV_PLAIN) &&
+        kc_slot_readers(g, f, kc_resolve(f, g->nodes[i].outputs[0]), i + 1, &r) == 1 &&
+        kc_is_conv_node(f, g, r, KC_CONV_DEPTHWISE))
+        f->dw_of[i] = r;
     return KC_OK;
 }
 

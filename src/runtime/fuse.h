@@ -12,8 +12,8 @@ typedef struct kc_fused {
     int n_fused;
     int n_released;      /* shadow kernels freed by kc_fused_release_kernel */
     int *taken;          /* kc_fuse's taken: arrays moved or freed, or NULL */
-    int *dw_of;          /* per 1x1 convolution node: the depthwise node that
-                            alone reads it, or -1 (fusable per plan) */
+    int *dw_of;          /* per plain convolution node: the depthwise node
+                            that alone reads it, or -1 (fusable per plan) */
     unsigned char *dw_on; /* per such node: fused for the current plan */
     int n_dw_on;
 } kc_fused;
@@ -32,8 +32,9 @@ void kc_fused_free(kc_fused *fused, int n_nodes);
  * depthwise node skipped, its output an alias of the 1x1 output's slot)
  * where allow is set, the batch has 2 or more images (one image is cut
  * into row parts instead, which the fused pair cannot be: fused, it ran
- * no faster) and oneDNN takes the pair; undo it elsewhere. n_dw_on then says how many are
- * fused: the plan's memory must be laid out again with the new aliases. */
+ * no faster) and oneDNN takes the pair; undo it elsewhere. n_dw_on then
+ * says how many are fused: the plan's memory must be laid out again with
+ * the new aliases. */
 kc_status kc_fuse_dw_plan(kc_fused *fused, const kc_graph *graph, const kc_shape *shape, int allow);
 /* Free node's rewritten kernel (weight 0) once its kernel keeps a packed
  * copy of its own (kc_kernel_state.weights_cached): two copies of every
