@@ -29,31 +29,43 @@ typedef struct kc_pad_job {
     int64_t rows, per_part;                                    /* axes 0 and 1 flattened */
 } kc_pad_job;
 
+static void kc_pad_fill(const kc_pad_job *j, const float *in, float *out, int axis);
+
+/* Output index o of `axis` (earlier axes fixed: in and out point at their
+ * blocks): zeros where no input lands, else the input's block at
+ * o - shift, filled axis by axis. */
+static void kc_pad_slice(const kc_pad_job *j, const float *in, float *out, int axis, int64_t o)
+{
+    int64_t i = o - j->shift[axis];
+    float *dst = out + o * j->out_stride[axis];
+    if (i < 0 || i >= j->is->dims[axis])
+        memset(dst, 0, (size_t)j->out_stride[axis] * sizeof *dst);
+    else
+        kc_pad_fill(j, in + i * j->in_stride[axis], dst, axis + 1);
+}
+
 /* Fill out's block at `axis` (axis >= 2, all earlier axes fixed). */
 static void kc_pad_fill(const kc_pad_job *j, const float *in, float *out, int axis)
 {
     const kc_shape *is = j->is, *os = j->os;
-    int64_t ilen = is->dims[axis], olen = os->dims[axis], sh = j->shift[axis];
-    int64_t lo = sh > 0 ? sh : 0, hi = ilen + sh < olen ? ilen + sh : olen; /* out [lo, hi) */
-    if (lo > olen)
-        lo = olen;
-    if (hi < lo)
-        hi = lo;
+    int64_t olen = os->dims[axis];
     if (axis == is->rank - 1 || axis == is->rank - 2) { /* a contiguous run */
-        int64_t step = j->out_stride[axis];
+        int64_t sh = j->shift[axis], step = j->out_stride[axis];
+        int64_t lo = sh > 0 ? sh : 0, hi = is->dims[axis] + sh; /* out [lo, hi) */
+        if (lo > olen)
+            lo = olen;
+        if (hi > olen)
+            hi = olen;
+        if (hi < lo)
+            hi = lo;
         memset(out, 0, (size_t)(lo * step) * sizeof *out);
         if (hi > lo)
             memcpy(out + lo * step, in + (lo - sh) * step, (size_t)((hi - lo) * step) * sizeof *out);
         memset(out + hi * step, 0, (size_t)((olen - hi) * step) * sizeof *out);
         return;
     }
-    for (int64_t o = 0; o < olen; o++) {
-        float *dst = out + o * j->out_stride[axis];
-        if (o < lo || o >= hi)
-            memset(dst, 0, (size_t)j->out_stride[axis] * sizeof *dst);
-        else
-            kc_pad_fill(j, in + (o - sh) * j->in_stride[axis], dst, axis + 1);
-    }
+    for (int64_t o = 0; o < olen; o++)
+        kc_pad_slice(j, in, out, axis, o);
 }
 
 /* Output rows [k * per_part, (k + 1) * per_part) of axes 0 and 1. */
@@ -62,12 +74,8 @@ static void kc_pad_part(void *arg, int k)
     const kc_pad_job *j = arg;
     int64_t d1 = j->os->dims[1], end = (k + 1) * j->per_part;
     for (int64_t r = k * j->per_part; r < end && r < j->rows; r++) {
-        int64_t n = r / d1, o = r % d1, i = o - j->shift[1];
-        float *dst = j->out + n * j->out_stride[0] + o * j->out_stride[1];
-        if (i < 0 || i >= j->is->dims[1])
-            memset(dst, 0, (size_t)j->out_stride[1] * sizeof *dst);
-        else
-            kc_pad_fill(j, j->in + n * j->in_stride[0] + i * j->in_stride[1], dst, 2);
+        int64_t n = r / d1;
+        kc_pad_slice(j, j->in + n * j->in_stride[0], j->out + n * j->out_stride[0], 1, r % d1);
     }
 }
 
