@@ -227,6 +227,55 @@ static void check_case(const conv_case *c)
     teardown(&r);
 }
 
+/* Winograd on a 3x3 64 -> 64 layer needs 100 output pixels per image:
+ * below that its transformed weights cost more memory than the time they
+ * save is worth (dnnl_conv.c); KC_WINOGRAD=1 takes it anyway, exact never.
+ * Every variant must still equal the plain path. */
+static void test_winograd_map_size(void **state)
+{
+    (void)state;
+    static const conv_case small = {"3x3 64 -> 64 on 8x8", "Conv2D", KC_CONV_PLAIN, 2, 2, 8,
+                                    8, 64, 64, 3, 1, 1, 1, 0, 0, "relu", 1};
+    static const conv_case large = {"3x3 64 -> 64 on 10x10", "Conv2D", KC_CONV_PLAIN, 2, 2, 10,
+                                    10, 64, 64, 3, 1, 1, 1, 0, 0, "relu", 1};
+    const conv_case *cases[2] = {&small, &large};
+    if (!kc_dnnl_ready())
+        skip();
+    kc_threads_enter(2);
+    for (int i = 0; i < 2; i++) {
+        conv_run r;
+        setup(cases[i], &r);
+        float *want = malloc((size_t)r.out_count * sizeof *want);
+        float *got = malloc((size_t)r.out_count * sizeof *got);
+        const float *ins[1] = {r.x};
+        exec_kernel(&r.layer, ins, &r.in_shape, 1, want, &r.out_shape, 1, 0, NULL);
+        float peak = 1.0f;
+        for (int64_t j = 0; j < r.out_count; j++)
+            peak = fmaxf(peak, fabsf(want[j]));
+        for (int force = 0; force < 2; force++) {
+            if (force)
+                setenv("KC_WINOGRAD", "1", 1);
+            int wino = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
+                                   kc_dnnl_conv_wino_parts);
+            unsetenv("KC_WINOGRAD");
+            if ((wino > 0) != (force || i == 1))
+                fail_msg("%s%s: %d Winograd parts", cases[i]->what,
+                         force ? ", KC_WINOGRAD=1" : "", wino);
+            for (int64_t j = 0; j < r.out_count; j++)
+                if (fabsf(got[j] - want[j]) > 1e-4f * peak)
+                    fail_msg("%s: element %lld is %g, want %g", cases[i]->what, (long long)j,
+                             got[j], want[j]);
+        }
+        assert_int_equal(exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 1, 0,
+                                     kc_dnnl_conv_wino_parts),
+                         0);
+        free(want);
+        free(got);
+        teardown(&r);
+    }
+    kc_threads_enter(0);
+}
+
 static void test_conv2d_cuts(void **state)
 {
     (void)state;
@@ -715,6 +764,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv2d_cuts),
+        cmocka_unit_test(test_winograd_map_size),
         cmocka_unit_test(test_conv1d_cuts),
         cmocka_unit_test(test_pool_cuts),
         cmocka_unit_test(test_concat_cuts),
