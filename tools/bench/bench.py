@@ -12,7 +12,11 @@ and generates the models (bench/README.md). For every (model, batch) row the
 runners are alternated, kerasc, ORT, torch, tfjs-wasm, kerasc, ORT, ... for
 --rounds rounds; each run is a fresh process that loads the model, warms up
 (excluded) and times N runs, printing `kerasc bench`'s `key: value` lines.
-A runner's figure is the median over rounds of its per-run median.
+A runner's figure is the median over rounds of its per-run median. kerasc/ORT
+is the median over rounds of each round's ratio: kerasc and ORT run back to
+back within a round, so the machine's drift (10-30% within minutes here)
+mostly cancels in the pair, where a ratio of two medians taken at different
+rounds can land anywhere in that drift; the table also shows the range.
 
 Full mode writes OUT/latest.md (the tables, also printed), OUT/latest.json
 (every number), OUT/latest.png (gnuplot: ms/image per runner, grouped bars)
@@ -201,6 +205,13 @@ def git_rev():
     return (r.stdout.strip() or "?") + ("+dirty" if d.stdout.strip() else "")
 
 
+def paired_ratios(kerasc_outs, ort_outs):
+    """kerasc/ORT per round, for the rounds both runners completed."""
+    ort_by_round = {o.get("round"): o["median_ms_per_image"] for o in ort_outs}
+    return [k["median_ms_per_image"] / ort_by_round[k.get("round")] for k in kerasc_outs
+            if k.get("round") in ort_by_round and ort_by_round[k.get("round")] > 0]
+
+
 def fmt(x, nd=1):
     if x is None:
         return "—"
@@ -231,6 +242,7 @@ def bench(a, rows, batches, runners, raw_dir, kerasc):
                         errors[(row["key"], b, r)] = err
                         print(f"bench: {row['key']} batch {b} {r}: FAILED: {err}", file=sys.stderr, flush=True)
                     else:
+                        out["round"] = k
                         res[r].append(out)
                         print(f"bench: {row['key']} b{b} round {k + 1}/{a.rounds} {r:6s} "
                               f"{out['median_ms_per_image']:9.2f} ms/img", file=sys.stderr, flush=True)
@@ -267,7 +279,13 @@ def summarize(rows, batches, runners, results, errors, macs):
                 entry["kerasc_gflops"] = 2 * entry["macs_per_image"] / (k_["median_ms_per_image"] * 1e-3) / 1e9
             if o_ and o_.get("median_ms_per_image") and entry["macs_per_image"]:
                 entry["ort_gflops"] = 2 * entry["macs_per_image"] / (o_["median_ms_per_image"] * 1e-3) / 1e9
-            if k_ and o_ and k_.get("median_ms_per_image") and o_.get("median_ms_per_image"):
+            pairs = paired_ratios(src.get("kerasc") or [], src.get("ort") or []) \
+                if not row.get("peer_from") else []
+            if pairs:
+                entry["kerasc_over_ort"] = med(pairs)
+                entry["kerasc_over_ort_rounds"] = pairs
+            elif k_ and o_ and k_.get("median_ms_per_image") and o_.get("median_ms_per_image"):
+                # ORT measured on another row (†): no round to pair with
                 entry["kerasc_over_ort"] = k_["median_ms_per_image"] / o_["median_ms_per_image"]
             table.append(entry)
     return table
@@ -308,7 +326,11 @@ def markdown(table, runners, meta, sgemm):
         cells.append(fmt(e.get("kerasc_gflops")))
         cells.append(fmt(e.get("ort_gflops")))
         rt = e.get("kerasc_over_ort")
-        cells.append(f"{rt:.2f}" if rt is not None else "—")
+        pr = e.get("kerasc_over_ort_rounds")
+        if rt is not None and pr and len(pr) > 1:
+            cells.append(f"{rt:.2f} ({min(pr):.2f}–{max(pr):.2f})")
+        else:
+            cells.append(f"{rt:.2f}{' †' if e.get('peer_from') else ''}" if rt is not None else "—")
         cells.append(("yes" if rt <= 0.8 else "no") if rt is not None else "—")
         L.append("| " + " | ".join(cells) + " |")
     L.append("")
@@ -343,11 +365,12 @@ def markdown(table, runners, meta, sgemm):
     L.append("")
     L.append("ms/img: median over rounds of each run's median time per batch / batch (warm-up excluded). "
              "GFLOP/s: 2 × multiply-accumulates per image (conv + dense, counted from the architecture: "
-             "tools/bench/macs.py) / time. kerasc/ORT: ratio of the two medians; the target is ≤ 0.8. "
+             "tools/bench/macs.py) / time. kerasc/ORT: median over rounds of each round's ratio (kerasc and "
+             "ORT run back to back within a round), with its range over the rounds; the target is ≤ 0.8. "
              "† nsfwjs rows: ORT and torch figures are those of the Keras-definition row of the same "
              "architecture (torchvision export, 1000-class head; nsfwjs's head is 5 classes, < 0.5% of the "
-             "work). Weights are random for the architecture matches. Shared, noisy 2-core machine: "
-             "compare ratios, not absolute times.")
+             "work), and their kerasc/ORT is the ratio of the two medians. Weights are random for the "
+             "architecture matches. Shared, noisy 2-core machine: compare ratios, not absolute times.")
     errs = [(e["title"], e["batch"], r, v["error"]) for e in table for r, v in e["runners"].items()
             if v and v.get("error")]
     if errs:
@@ -419,11 +442,13 @@ def quick(a, kerasc, raw_dir):
         return 1
     k = med([o["median_ms_per_image"] for o in res["kerasc"]])
     o = med([o["median_ms_per_image"] for o in res["ort"]])
-    ratio = k / o
+    pairs = paired_ratios(res["kerasc"], res["ort"])
+    ratio = med(pairs) if pairs else k / o
     print(f"quick: {row['title']} batch 1, {a.threads} thread(s), {a.rounds} rounds x {a.quick_iters} iters")
     print(f"kerasc_ms_per_image: {k:.3f}")
     print(f"ort_ms_per_image: {o:.3f}")
     print(f"kerasc_ort_ratio: {ratio:.3f}")
+    print("round_ratios: " + " ".join(f"{x:.3f}" for x in pairs))
     if a.write_baseline:
         with open(a.baseline, "w") as fh:
             fh.write("# kerasc/ORT time ratio of `tools/bench/run_bench.sh --quick` (MobileNetV2 Keras def., batch 1,\n"
