@@ -247,6 +247,9 @@ static kc_status kc_conv(const kc_exec_ctx *ctx)
     if (a->post_dw) /* planned only where oneDNN runs the pair whole (fuse.c) */
         return kc_fail(KC_ERR_UNSUPPORTED,
                        "the depthwise layer fused into this one needs oneDNN, which refused it");
+    if (a->pre_pool) /* planned only where oneDNN runs it (fuse.c) */
+        return kc_fail(KC_ERR_UNSUPPORTED,
+                       "the pooling moved after this convolution needs oneDNN, which refused it");
     if (handled) {
         int64_t n = kc_count(&ctx->out_shape[0]);
         const kc_shape *os = &ctx->out_shape[0];

@@ -14,6 +14,7 @@
 #include "kernels/dnnl_common.h"
 #include "ops/conv.h"
 #include "ops/op.h"
+#include "ops/pool.h"
 
 /* A part's copy of a weight array in the layout its primitive wants. */
 typedef struct kc_dnnl_wcopy {
@@ -36,6 +37,10 @@ typedef struct kc_dnnl_conv_part {
     dnnl_memory_desc_t src_blk_md, dst_blk_md;
     kc_dnnl_prim to_src, from_dst;
     kc_dnnl_wcopy dw;       /* those of a fused depthwise post-op (post_dw) */
+    /* pre_pool: the average pooling run after the convolution, from the
+     * per-thread buffer of tmp_bytes the convolution writes, to dst. */
+    kc_dnnl_prim pool;
+    size_t tmp_bytes;
     /* A fused pair's primitive is built for one image and run once per
      * image of the part, these many floats apart in input and output. */
     int64_t images;
@@ -54,6 +59,7 @@ typedef struct kc_dnnl_conv_state {
     /* post_dw: the depthwise layer built for, its Keras-layout weight and
      * bias descriptors, and zeros for a bias either layer lacks. */
     const void *post_dw;
+    const void *pre_pool;   /* the pooling layer built for (pre_pool) */
     dnnl_memory_desc_t dw_w_md, dw_b_md;
     float *zero_bias;
     kc_dnnl_conv_part part[KC_DNNL_MAX_CUTS];
@@ -64,6 +70,7 @@ static void kc_dnnl_conv_part_free(kc_dnnl_conv_part *p)
     kc_dnnl_prim_destroy(&p->prim);
     kc_dnnl_prim_destroy(&p->to_src);
     kc_dnnl_prim_destroy(&p->from_dst);
+    kc_dnnl_prim_destroy(&p->pool);
     if (p->w.owner)
         free(p->w.packed);
     if (p->dw.owner)
@@ -624,6 +631,89 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
     return KC_OK;
 }
 
+/* pre_pool: the average pooling's window over the convolution's output
+ * (F channels, the input's spatial size): Keras's "same", the extra cell
+ * after. Cut like any pooling, it says which rows of the convolution
+ * each part needs. */
+static void kc_dnnl_pool_window_of(const kc_exec_ctx *ctx, const kc_pool_attrs *p,
+                                   kc_dnnl_window *g)
+{
+    const kc_shape *out = &ctx->out_shape[0];
+    memset(g, 0, sizeof *g);
+    g->sp = 2;
+    g->src[0] = g->dst[0] = out->dims[0];
+    g->src[1] = g->dst[1] = out->dims[3];
+    for (int i = 0; i < 2; i++) {
+        g->src[2 + i] = g->dst[2 + i] = out->dims[1 + i];
+        g->strides[i] = 1;
+        g->pad_l[i] = (p->pool[i] - 1) / 2;
+        g->pad_r[i] = p->pool[i] - 1 - g->pad_l[i];
+    }
+    g->extent0 = p->pool[0];
+}
+
+/* Part k's pooling: NHWC from the convolution's buffer (window g's
+ * source) to its output rows, averaging the real cells only, with the
+ * layer's activation as a post-op. */
+static kc_status kc_dnnl_build_pool_part(const kc_conv_attrs *a, const kc_pool_attrs *p,
+                                         const kc_dnnl_window *g, kc_dnnl_conv_part *pt)
+{
+    dnnl_memory_desc_t src_md, dst_md;
+    dnnl_dims_t kernel = {p->pool[0], p->pool[1]}, dilation = {0, 0};
+    dnnl_pooling_v2_desc_t desc;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_post_ops_t ops = NULL;
+    dnnl_primitive_attr_t attr = kc_dnnl_attr_new();
+    int bad = !attr || dnnl_post_ops_create(&ops) || kc_dnnl_append_act(ops, a->activation) ||
+              dnnl_primitive_attr_set_post_ops(attr, ops) ||
+              dnnl_memory_desc_init_by_tag(&src_md, 4, g->src, dnnl_f32, dnnl_nhwc) ||
+              dnnl_memory_desc_init_by_tag(&dst_md, 4, g->dst, dnnl_f32, dnnl_nhwc) ||
+              dnnl_pooling_v2_forward_desc_init(&desc, dnnl_forward_inference,
+                                                dnnl_pooling_avg_exclude_padding, &src_md,
+                                                &dst_md, g->strides, kernel, dilation, g->pad_l,
+                                                g->pad_r) ||
+              dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL);
+    if (ops)
+        dnnl_post_ops_destroy(ops);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    if (bad)
+        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN cannot pool after this convolution");
+    static const int args[2] = {DNNL_ARG_SRC, DNNL_ARG_DST};
+    const dnnl_memory_desc_t *mds[2] = {&src_md, &dst_md};
+    kc_status s = kc_dnnl_prim_init(&pt->pool, pd, 2, args, mds);
+    dnnl_primitive_desc_destroy(pd);
+    pt->tmp_bytes = dnnl_memory_desc_get_size(&src_md);
+    return s;
+}
+
+/* Part k of a 1x1 convolution with its pooling moved after it: g is the
+ * pooling's part (its source rows are the rows the convolution must
+ * produce), src_off its offset into the F-channel buffer. The
+ * convolution runs linear over those rows of the input, which has the
+ * same spatial size; the activation comes after the pooling. */
+static kc_status kc_dnnl_build_pooled_part(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
+                                           kc_dnnl_conv_state *st, int k,
+                                           const kc_dnnl_window *g, size_t src_off)
+{
+    kc_dnnl_conv_part *pt = &st->part[k];
+    int64_t cin = ctx->in_shape[0].dims[3];
+    kc_dnnl_window cw = *g;
+    cw.src[1] = cin;
+    cw.dst[2] = cw.src[2];
+    memset(cw.pad_l, 0, sizeof cw.pad_l);
+    memset(cw.pad_r, 0, sizeof cw.pad_r);
+    cw.extent0 = 1;
+    kc_conv_attrs linear = *a;
+    linear.activation = NULL;
+    linear.pre_pool = NULL;
+    KC_TRY(kc_dnnl_build_part(ctx, &linear, st, 1, k, &cw));
+    pt->src_off = src_off / (size_t)g->src[1] * (size_t)cin;
+    KC_TRY(kc_dnnl_build_pool_part(a, a->pre_pool->attrs, g, pt));
+    st->act_fused = kc_dnnl_act_fusable(a->activation);
+    return KC_OK;
+}
+
 /* What building a part needs (kc_dnnl_build_cut's callback). */
 typedef struct kc_dnnl_conv_build {
     const kc_exec_ctx *ctx;
@@ -640,8 +730,10 @@ static kc_status kc_dnnl_conv_build_one(void *arg, int k, const kc_dnnl_window *
     pt->src_off = src_off;
     pt->dst_off = dst_off;
     b->st->n_parts = k + 1;
-    kc_status s = kc_dnnl_build_part(b->ctx, b->a, b->st, b->groups, k, g);
-    pt->prim.solo = pt->to_src.solo = pt->from_dst.solo = solo;
+    kc_status s = b->a->pre_pool
+                      ? kc_dnnl_build_pooled_part(b->ctx, b->a, b->st, k, g, src_off)
+                      : kc_dnnl_build_part(b->ctx, b->a, b->st, b->groups, k, g);
+    pt->prim.solo = pt->to_src.solo = pt->from_dst.solo = pt->pool.solo = solo;
     return s;
 }
 
@@ -651,10 +743,14 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
                                kc_dnnl_conv_state *st, int64_t groups, int64_t work)
 {
     kc_dnnl_window whole;
-    kc_dnnl_window_whole(ctx, a, &whole);
+    if (a->pre_pool) /* cut by the pooling's window, which reaches past its rows */
+        kc_dnnl_pool_window_of(ctx, a->pre_pool->attrs, &whole);
+    else
+        kc_dnnl_window_whole(ctx, a, &whole);
     kc_dnnl_cut cuts[KC_DNNL_MAX_CUTS];
     int64_t act = (int64_t)(kc_count(&ctx->in_shape[0]) + kc_count(&ctx->out_shape[0])) * 4;
-    int64_t wbytes = (int64_t)sizeof(float) * whole.dst[1] * (whole.src[1] / groups);
+    const kc_shape *in = &ctx->in_shape[0];
+    int64_t wbytes = (int64_t)sizeof(float) * whole.dst[1] * (in->dims[in->rank - 1] / groups);
     for (int i = 0; i < a->spatial; i++)
         wbytes *= a->kernel[i];
     int n = ctx->whole ? 1 : kc_dnnl_plan_cuts(whole.src[0], whole.dst[2], act, wbytes, cuts);
@@ -690,6 +786,14 @@ static kc_status kc_dnnl_execute_once(kc_dnnl_conv_part *pt, int lane, const kc_
     void *wp = pt->w.packed ? (void *)pt->w.packed : (void *)io->w;
     void *dwp = pt->dw.packed ? (void *)pt->dw.packed : (void *)io->dw_w;
     const float *b = io->b;
+    if (pt->pool.prim) {
+        void *tmp = kc_dnnl_workspace(KC_DNNL_SLOT_DST, pt->tmp_bytes);
+        if (!tmp)
+            return kc_fail(KC_ERR_NOMEM, "out of memory for a pooled convolution's buffer");
+        void *conv[4] = {(void *)src, wp, tmp, (void *)b}, *pool[2] = {tmp, dst};
+        KC_TRY(kc_dnnl_run_lane(&pt->prim, conv, lane));
+        return kc_dnnl_run_lane(&pt->pool, pool, lane);
+    }
     if (!pt->wino) {
         void *ptrs[6] = {(void *)src, wp, dst, (void *)b, dwp, (void *)io->dw_b};
         return kc_dnnl_run_lane(&pt->prim, ptrs, lane);
@@ -763,7 +867,8 @@ kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     kc_dnnl_conv_state *st = (kc_dnnl_conv_state *)*ctx->state;
     if (st && (!kc_shape_equal(&st->in_shape, &ctx->in_shape[0]) ||
                st->w_plain != (ctx->w_ext != NULL) || st->exact != ctx->exact ||
-               st->post_dw != (const void *)a->post_dw))
+               st->post_dw != (const void *)a->post_dw ||
+               st->pre_pool != (const void *)a->pre_pool))
         st = kc_kernel_state_drop(ctx);
     const kc_conv_attrs *dw = a->post_dw ? a->post_dw->attrs : NULL;
     if (!st) {
@@ -773,6 +878,7 @@ kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         st->base.free = kc_dnnl_conv_free;
         st->has_bias = a->use_bias || dw; /* a fused pair always binds both biases */
         st->post_dw = a->post_dw;
+        st->pre_pool = a->pre_pool;
         if (dw && (!a->use_bias || !dw->use_bias) &&
             !(st->zero_bias = kc_calloc((size_t)a->filters + 1, sizeof(float)))) {
             free(st);
@@ -818,6 +924,19 @@ int kc_dnnl_conv_wino_parts(const kc_kernel_state *state)
     for (int k = 0; k < st->n_parts; k++)
         n += st->part[k].wino;
     return n;
+}
+
+int kc_dnnl_conv_pool_fusable(const kc_conv_attrs *a, const kc_layer *pool, const kc_shape *in)
+{
+    const kc_pool_attrs *p = pool->attrs;
+    int plain_1x1 = a->kind == KC_CONV_PLAIN && a->spatial == 2 && a->groups == 1 &&
+                    !a->accumulate && !a->post_dw && a->padding != 2;
+    for (int i = 0; plain_1x1 && i < 2; i++)
+        plain_1x1 = a->kernel[i] == 1 && a->strides[i] == 1 && a->dilation[i] == 1 &&
+                    !a->pad_before[i] && !a->pad_after[i];
+    return kc_dnnl_ready() && plain_1x1 && kc_dnnl_act_fusable(a->activation) &&
+           p->kind == KC_POOL_AVG && p->spatial == 2 && !p->global && p->padding == 1 &&
+           p->strides[0] == 1 && p->strides[1] == 1 && in->rank == 4;
 }
 
 int kc_dnnl_conv_dw_fusable(const kc_conv_attrs *a, const kc_layer *dw, const kc_shape *in,

@@ -25,4 +25,11 @@ struct kc_conv_attrs;
 int kc_dnnl_conv_dw_fusable(const struct kc_conv_attrs *a, const kc_layer *dw,
                             const kc_shape *in, const kc_shape *mid);
 
+/* 1 when "same" stride-1 average pooling layer `pool` (input shape in)
+ * can run after 1x1 convolution a, which alone reads it
+ * (kc_conv_attrs.pre_pool): oneDNN is in use and runs the activation
+ * after the pooling. */
+int kc_dnnl_conv_pool_fusable(const struct kc_conv_attrs *a, const kc_layer *pool,
+                              const kc_shape *in);
+
 #endif

@@ -43,6 +43,12 @@ typedef struct kc_conv_attrs {
      * depthwise convolution's output. The layer is the depthwise node's
      * own session copy (its attrs and folded weights). */
     const struct kc_layer *post_dw;
+    /* Also session copies only, per plan (kc_fuse_pool_plan): a "same"
+     * stride-1 AveragePooling2D that alone feeds this 1x1 convolution,
+     * run after it instead: the input value is the pooling's input (same
+     * shape), the convolution (with its bias) writes a per-thread buffer
+     * and the pooling, with this layer's activation, the output. */
+    const struct kc_layer *pre_pool;
 } kc_conv_attrs;
 
 /* The shape of the data a convolution really reads: `in` less a folded

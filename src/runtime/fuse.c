@@ -18,6 +18,9 @@
  *    and depthwise layers), when the session runs on the host CPU, the
  *    batch has several images and oneDNN takes the pair. kc_fuse only
  *    finds the pairs (dw_of).
+ *  - per plan (kc_fuse_pool_plan): a "same" stride-1 average pooling that
+ *    only a 1x1 convolution reads runs after it, inside its kernel
+ *    (InceptionV3's branch_pool). kc_fuse only finds the pairs (pool_of).
  * The absorbed node then produces nothing: its output is an alias of its
  * input (plan.c gives both one arena slot). KC_FUSE=0 turns this off. */
 #include "runtime/fuse.h"
@@ -35,6 +38,7 @@
 #include "ops/core.h"
 #include "ops/merge.h"
 #include "ops/norm.h"
+#include "ops/pool.h"
 #include "ops/reshape.h"
 
 /* The producing node of value v, or -1. */
@@ -433,6 +437,60 @@ kc_status kc_fuse_dw_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape,
     return KC_OK;
 }
 
+/* ------------------------------- average pooling before 1x1 (per plan) */
+
+static int kc_is_same_avgpool2d(const kc_node *n)
+{
+    const char *c = n->layer->class_name;
+    if ((strcmp(c, "AveragePooling2D") && strcmp(c, "AvgPool2D")) || n->n_inputs != 1 ||
+        n->n_outputs != 1 || n->layer->n_calls != 1 || n->layer->channels_first)
+        return 0;
+    const kc_pool_attrs *p = n->layer->attrs;
+    return p->kind == KC_POOL_AVG && p->spatial == 2 && !p->global && p->padding == 1 &&
+           p->strides[0] == 1 && p->strides[1] == 1;
+}
+
+static kc_status kc_fuse_pool_pair(kc_fused *f, const kc_graph *g, int i)
+{
+    int r = -1;
+    if (!kc_is_same_avgpool2d(&g->nodes[i]) ||
+        kc_slot_readers(g, f, kc_resolve(f, g->nodes[i].outputs[0]), i + 1, &r) != 1 ||
+        !kc_is_conv_node(f, g, r, KC_CONV_PLAIN) || g->nodes[r].inputs[0] != g->nodes[i].outputs[0])
+        return KC_OK;
+    f->pool_of[r] = i;
+    return KC_OK;
+}
+
+/* Fuse (on) or unfuse the pooling that feeds convolution c. */
+static kc_status kc_fuse_pool_set(kc_fused *f, const kc_graph *g, int c, int on)
+{
+    int p = f->pool_of[c];
+    if (on && !kc_fuse_own(f, c, g))
+        return KC_ERR_NOMEM;
+    if (!f->shadow[c])
+        return KC_OK; /* never fused */
+    ((kc_conv_attrs *)f->shadow[c]->attrs)->pre_pool = on ? g->nodes[p].layer : NULL;
+    f->skip[p] = (unsigned char)on;
+    f->alias[g->nodes[p].outputs[0]] = on ? kc_resolve(f, g->nodes[p].inputs[0]) : -1;
+    f->n_pool_on += on - f->pool_on[c];
+    f->pool_on[c] = (unsigned char)on;
+    return KC_OK;
+}
+
+kc_status kc_fuse_pool_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape, int allow)
+{
+    for (int c = 0; f->pool_of && c < g->n_nodes; c++) {
+        if (f->pool_of[c] < 0)
+            continue;
+        const kc_node *p = &g->nodes[f->pool_of[c]];
+        int want = allow && !f->dw_on[c] &&
+                   kc_dnnl_conv_pool_fusable(kc_conv_attrs_of(f, g, c), p->layer,
+                                             &shape[p->inputs[0]]);
+        KC_TRY(kc_fuse_pool_set(f, g, c, want));
+    }
+    return KC_OK;
+}
+
 kc_status kc_fuse(const kc_graph *g, int allowed, int *taken, kc_fused *f)
 {
     memset(f, 0, sizeof *f);
@@ -442,10 +500,13 @@ kc_status kc_fuse(const kc_graph *g, int allowed, int *taken, kc_fused *f)
     f->shadow = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->shadow);
     f->dw_of = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->dw_of);
     f->dw_on = kc_calloc((size_t)g->n_nodes + 1, 1);
-    if (!f->alias || !f->skip || !f->shadow || !f->dw_of || !f->dw_on)
+    f->pool_of = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->pool_of);
+    f->pool_on = kc_calloc((size_t)g->n_nodes + 1, 1);
+    if (!f->alias || !f->skip || !f->shadow || !f->dw_of || !f->dw_on || !f->pool_of ||
+        !f->pool_on)
         return KC_ERR_NOMEM;
     for (int i = 0; i < g->n_nodes; i++)
-        f->dw_of[i] = -1;
+        f->dw_of[i] = f->pool_of[i] = -1;
     for (int v = 0; v < g->n_values; v++)
         f->alias[v] = -1;
     const char *env = getenv("KC_FUSE");
@@ -495,6 +556,9 @@ kc_status kc_fuse(const kc_graph *g, int allowed, int *taken, kc_fused *f)
     for (int i = 0; i < g->n_nodes; i++)
         if (!f->skip[i])
             KC_TRY(kc_fuse_dw_pair(f, g, i));
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!f->skip[i])
+            KC_TRY(kc_fuse_pool_pair(f, g, i));
     return KC_OK;
 }
 
@@ -526,5 +590,7 @@ void kc_fused_free(kc_fused *f, int n_nodes)
     free(f->skip);
     free(f->dw_of);
     free(f->dw_on);
+    free(f->pool_of);
+    free(f->pool_on);
     memset(f, 0, sizeof *f);
 }

@@ -16,6 +16,11 @@ typedef struct kc_fused {
                             that alone reads it, or -1 (fusable per plan) */
     unsigned char *dw_on; /* per such node: fused for the current plan */
     int n_dw_on;
+    int *pool_of;        /* per 1x1 convolution node: the "same" stride-1
+                            AveragePooling2D node whose output it alone
+                            reads, or -1 (fusable per plan) */
+    unsigned char *pool_on; /* per such node: fused for the current plan */
+    int n_pool_on;
 } kc_fused;
 
 /* allowed = 0: no rewrites (disk-backed weights: a rewritten layer would
@@ -36,6 +41,18 @@ void kc_fused_free(kc_fused *fused, int n_nodes);
  * says how many are fused: the plan's memory must be laid out again with
  * the new aliases. */
 kc_status kc_fuse_dw_plan(kc_fused *fused, const kc_graph *graph, const kc_shape *shape, int allow);
+/* For a plan with value shapes `shape`: run each average pooling found by
+ * kc_fuse after the 1x1 convolution that alone reads it instead of before
+ * (kc_conv_attrs.pre_pool: the pooling node skipped, its output an alias
+ * of its input), where allow is set and oneDNN takes the pair; undo it
+ * elsewhere. Both are linear per pixel and the pooling's weights sum to
+ * one, so pool(x) W + b = pool(x W + b); the pooling then averages the
+ * convolution's channels (InceptionV3: 32-192) rather than its input's
+ * (192-2048). n_pool_on says how many are fused. Call after
+ * kc_fuse_dw_plan: a convolution with a fused depthwise one keeps its
+ * pooling. */
+kc_status kc_fuse_pool_plan(kc_fused *fused, const kc_graph *graph, const kc_shape *shape,
+                            int allow);
 /* Free node's rewritten kernel (weight 0) once its kernel keeps a packed
  * copy of its own (kc_kernel_state.weights_cached): two copies of every
  * folded convolution would otherwise stay resident. Until kc_fuse runs

@@ -126,6 +126,8 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     s->exact = options && options->exact;
     const char *dw_env = getenv("KC_FUSE_DW"); /* 0: never fuse depthwise pairs (fuse.c) */
     s->fuse_dw = !(dw_env && !strcmp(dw_env, "0"));
+    const char *pool_env = getenv("KC_FUSE_POOL"); /* 0: never move a pooling (fuse.c) */
+    s->fuse_pool = !(pool_env && !strcmp(pool_env, "0"));
     if (o->profile && !kc_session_scheduled(model, o) && !(s->profile = kc_profile_new(g->n_nodes))) {
         free(s);
         return KC_ERR_NOMEM;
@@ -329,16 +331,19 @@ static kc_status kc_session_refuse(kc_session *s)
     return kc_fuse(s->graph, !s->model->disk_weights, kc_session_taken(s), &s->fused);
 }
 
-/* Depthwise-after-1x1 fusion is decided per plan (fuse.c): only on the
- * host loop (the scheduler's devices and a cluster stage's boundaries
- * know nothing of it), and the plan is laid out again when it changes
- * which values share a slot. */
-static kc_status kc_session_fuse_dw(kc_session *s, const kc_shape *shapes, int n)
+/* Depthwise-after-1x1 and pooling-before-1x1 fusions are decided per
+ * plan (fuse.c): only on the host loop (the scheduler's devices and a
+ * cluster stage's boundaries know nothing of them), and the plan is laid
+ * out again when they change which values share a slot. The pooling one
+ * reorders the arithmetic, so `exact` keeps Keras's order. */
+static kc_status kc_session_fuse_per_plan(kc_session *s, const kc_shape *shapes, int n)
 {
-    int before = s->fused.n_dw_on;
-    int allow = s->fuse_dw && !s->sched && s->stage_first < 0;
-    KC_TRY(kc_fuse_dw_plan(&s->fused, s->graph, s->plan.shape, allow));
-    if (!before && !s->fused.n_dw_on)
+    int before = s->fused.n_dw_on + s->fused.n_pool_on;
+    int host = !s->sched && s->stage_first < 0;
+    KC_TRY(kc_fuse_dw_plan(&s->fused, s->graph, s->plan.shape, s->fuse_dw && host));
+    KC_TRY(kc_fuse_pool_plan(&s->fused, s->graph, s->plan.shape,
+                             s->fuse_pool && host && !s->exact));
+    if (!before && !s->fused.n_dw_on && !s->fused.n_pool_on)
         return KC_OK;
     kc_plan_free(&s->plan);
     return kc_plan_build(s->model, s->fused.alias, shapes, n, &s->plan);
@@ -357,7 +362,7 @@ kc_status kc_session_prepare(kc_session *s, const kc_tensor *const *inputs)
     kc_plan_free(&s->plan);
     KC_TRY(kc_session_refuse(s));
     KC_TRY(kc_plan_build(s->model, s->fused.alias, shapes, n, &s->plan));
-    KC_TRY(kc_session_fuse_dw(s, shapes, n));
+    KC_TRY(kc_session_fuse_per_plan(s, shapes, n));
     if (s->profile)
         kc_profile_new_plan(s->profile);
     if (s->plan.arena_floats > s->arena_floats) {

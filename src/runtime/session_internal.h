@@ -24,6 +24,7 @@ struct kc_session {
     int threads;
     int exact;               /* kc_session_options.exact: no Winograd */
     int fuse_dw;             /* KC_FUSE_DW unset or not 0 at creation */
+    int fuse_pool;           /* KC_FUSE_POOL unset or not 0 at creation */
     int counted;             /* counted in model->n_sessions */
     /* release_packed_weights in effect (no scheduler): the model's arrays
      * this session never reads are freed, re-read before a new plan. */

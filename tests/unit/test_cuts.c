@@ -15,6 +15,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,6 +45,22 @@ typedef struct conv_case {
     const char *act;
     int whole;             /* weights outweigh the data: never cut */
 } conv_case;
+
+/* Fail naming the first element of got that is further than tol from
+ * want's, after the context printf-style fmt describes. */
+static void expect_close(const float *got, const float *want, int64_t n, float tol,
+                         const char *fmt, ...)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (fabsf(got[i] - want[i]) > tol) {
+            char what[256];
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(what, sizeof what, fmt, ap);
+            va_end(ap);
+            fail_msg("%s: element %lld is %g, want %g", what, (long long)i, got[i], want[i]);
+        }
+}
 
 static uint32_t g_seed = 12345;
 
@@ -208,19 +225,14 @@ static void check_case(const conv_case *c)
             if (parts != expect)
                 fail_msg("%s, %d threads: %d parts, expected %d", c->what, threads[t], parts,
                          expect);
-            for (int64_t i = 0; i < r.out_count; i++)
-                if (fabsf(got[i] - want[i]) > 1e-4f * peak)
-                    fail_msg("%s, %d threads%s: element %lld is %g, want %g", c->what, threads[t],
-                             exact ? ", exact" : "", (long long)i, got[i], want[i]);
+            expect_close(got, want, r.out_count, 1e-4f * peak, "%s, %d threads%s", c->what,
+                         threads[t], exact ? ", exact" : "");
         }
     /* Under the residency manager (ctx.whole) no layer is cut. */
     kc_threads_enter(3);
     if (run(&r, 1, 1, got) != 1)
         fail_msg("%s: cut although told to run whole", c->what);
-    for (int64_t i = 0; i < r.out_count; i++)
-        if (fabsf(got[i] - want[i]) > 1e-4f * peak)
-            fail_msg("%s, whole: element %lld is %g, want %g", c->what, (long long)i, got[i],
-                     want[i]);
+    expect_close(got, want, r.out_count, 1e-4f * peak, "%s, whole", c->what);
     kc_threads_enter(0);
     free(want);
     free(got);
@@ -261,10 +273,7 @@ static void test_winograd_map_size(void **state)
             if ((wino > 0) != (force || i == 1))
                 fail_msg("%s%s: %d Winograd parts", cases[i]->what,
                          force ? ", KC_WINOGRAD=1" : "", wino);
-            for (int64_t j = 0; j < r.out_count; j++)
-                if (fabsf(got[j] - want[j]) > 1e-4f * peak)
-                    fail_msg("%s: element %lld is %g, want %g", cases[i]->what, (long long)j,
-                             got[j], want[j]);
+            expect_close(got, want, r.out_count, 1e-4f * peak, "%s", cases[i]->what);
         }
         assert_int_equal(exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 1, 0,
                                      kc_dnnl_conv_wino_parts),
@@ -387,10 +396,7 @@ static void check_pool(const pool_case *c)
         int expect = threads[t] < along ? threads[t] : (int)along;
         if (parts != expect)
             fail_msg("%s, %d threads: %d parts, expected %d", c->what, threads[t], parts, expect);
-        for (int64_t i = 0; i < on; i++)
-            if (fabsf(got[i] - want[i]) > 1e-5f)
-                fail_msg("%s, %d threads: element %lld is %g, want %g", c->what, threads[t],
-                         (long long)i, got[i], want[i]);
+        expect_close(got, want, on, 1e-5f, "%s, %d threads", c->what, threads[t]);
     }
     kc_threads_enter(0);
     free(x);
@@ -585,10 +591,8 @@ static void check_dw_case(const dw_case *c)
         ins[0] = r.x;
         exec_kernel(&r.pl, ins, &r.in, 1, got, &r.mid, 0, 0, NULL);
         r.pa.post_dw = NULL;
-        for (int64_t i = 0; i < r.out_count; i++)
-            if (fabsf(got[i] - want[i]) > 1e-4f * peak)
-                fail_msg("%s, %d threads: element %lld is %g, want %g", c->what, threads[t],
-                         (long long)i, got[i], want[i]);
+        expect_close(got, want, r.out_count, 1e-4f * peak, "%s, %d threads", c->what,
+                     threads[t]);
     }
     kc_threads_enter(0);
     free(mid);
@@ -635,6 +639,120 @@ static void test_dw_fused(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_dw_case(&cases[i]);
+}
+
+/* ------------------------------- average pooling moved after a 1x1 */
+
+typedef struct pool_conv_case {
+    const char *what;
+    int64_t n, h, w, c, f, k; /* k: the pooling's window */
+    int64_t ks, stride;       /* the convolution's kernel, the pooling's stride */
+    int padding;              /* the pooling's: 1 same, 0 valid */
+    kc_pool_kind kind;
+    const char *act;
+    int bias, fusable;
+} pool_conv_case;
+
+/* A 1x1 convolution with a "same" stride-1 average pooling before it
+ * (kc_conv_attrs.pre_pool) must equal the pooling then the convolution on
+ * the plain paths, whatever the cut (images, rows, more threads than
+ * rows); pairs it cannot take are refused. */
+static void check_pool_conv_case(const pool_conv_case *c)
+{
+    kc_pool_attrs pa = {.kind = c->kind, .spatial = 2, .pool = {c->k, c->k, 1},
+                        .strides = {c->stride, c->stride, 1}, .padding = c->padding};
+    kc_conv_attrs ca;
+    memset(&ca, 0, sizeof ca);
+    ca.kind = KC_CONV_PLAIN;
+    ca.spatial = 2;
+    ca.filters = c->f;
+    ca.groups = ca.depth_multiplier = 1;
+    ca.use_bias = c->bias;
+    ca.activation = c->act;
+    ca.padding = 1;
+    for (int i = 0; i < 3; i++) {
+        ca.kernel[i] = i < 2 ? c->ks : 1;
+        ca.strides[i] = ca.dilation[i] = 1;
+        ca.output_padding[i] = -1;
+    }
+    kc_weight w[2] = {{.data = rand_buf(c->ks * c->ks * c->c * c->f)}, {.data = rand_buf(c->f)}};
+    const char *pool_cls = c->kind == KC_POOL_AVG ? "AveragePooling2D" : "MaxPooling2D";
+    kc_layer pl = {.name = "pool", .class_name = (char *)pool_cls, .attrs = &pa};
+    kc_layer cl = {.name = "conv", .class_name = "Conv2D", .attrs = &ca, .weights = w,
+                   .n_weights = 2};
+    pl.def = kc_op_lookup(NULL, pool_cls);
+    cl.def = kc_op_lookup(NULL, "Conv2D");
+    kc_shape in = {.rank = 4, .dims = {c->n, c->h, c->w, c->c}};
+    kc_shape out = {.rank = 4, .dims = {c->n, c->h, c->w, c->f}};
+    int fusable = kc_dnnl_ready() && kc_dnnl_conv_pool_fusable(&ca, &pl, &in);
+    if (kc_dnnl_ready() && fusable != c->fusable)
+        fail_msg("%s: fusable %d, expected %d", c->what, fusable, c->fusable);
+    if (!fusable) { /* the shapes below are a fusable pair's */
+        free(w[0].data);
+        free(w[1].data);
+        return;
+    }
+    float *x = rand_buf(kc_count(&in));
+    float *pooled = malloc((size_t)kc_count(&in) * sizeof *pooled);
+    float *want = malloc((size_t)kc_count(&out) * sizeof *want);
+    float *got = malloc((size_t)kc_count(&out) * sizeof *got);
+    setenv("KC_DNNL", "0", 1);
+    kc_threads_enter(1);
+    const float *ins[1] = {x};
+    exec_kernel(&pl, ins, &in, 1, pooled, &in, 1, 0, NULL);
+    ins[0] = pooled;
+    exec_kernel(&cl, ins, &in, 1, want, &out, 1, 0, NULL);
+    unsetenv("KC_DNNL");
+    float peak = 1.0f;
+    for (int64_t i = 0; i < kc_count(&out); i++)
+        peak = fmaxf(peak, fabsf(want[i]));
+    static const int threads[] = {1, 2, 3, 5};
+    for (int t = 0; t < 4; t++) {
+        kc_threads_enter(threads[t]);
+        ca.pre_pool = &pl;
+        memset(got, 0, (size_t)kc_count(&out) * sizeof *got);
+        ins[0] = x;
+        int parts = exec_kernel(&cl, ins, &in, 1, got, &out, 0, 0, kc_dnnl_conv_parts);
+        ca.pre_pool = NULL;
+        int64_t along = c->n > 1 ? c->n : c->h;
+        if (parts != (threads[t] < along ? threads[t] : (int)along))
+            fail_msg("%s, %d threads: %d parts", c->what, threads[t], parts);
+        expect_close(got, want, kc_count(&out), 1e-5f * peak, "%s, %d threads", c->what,
+                     threads[t]);
+    }
+    kc_threads_enter(0);
+    free(x);
+    free(pooled);
+    free(want);
+    free(got);
+    free(w[0].data);
+    free(w[1].data);
+}
+
+static void test_pool_conv_fused(void **state)
+{
+    (void)state;
+    static const pool_conv_case cases[] = {
+        {"3x3 on 35x35, relu (InceptionV3's branch_pool)", 1, 35, 35, 48, 16, 3, 1, 1, 1,
+         KC_POOL_AVG, "relu", 1, 1},
+        {"3 images (cut by images), relu6", 3, 17, 17, 40, 16, 3, 1, 1, 1, KC_POOL_AVG, "relu6",
+         1, 1},
+        {"2x2 window: the extra cell after; linear, no bias", 1, 20, 21, 32, 12, 2, 1, 1, 1,
+         KC_POOL_AVG, "linear", 0, 1},
+        {"5x5 window reaching two parts away, odd rows", 1, 23, 19, 48, 8, 5, 1, 1, 1,
+         KC_POOL_AVG, "relu", 1, 1},
+        {"3 rows, more threads than rows", 1, 3, 80, 64, 16, 3, 1, 1, 1, KC_POOL_AVG, "relu", 1,
+         1},
+        /* refused: run as two layers */
+        {"an activation oneDNN does not run (tanh)", 1, 9, 9, 8, 4, 3, 1, 1, 1, KC_POOL_AVG,
+         "tanh", 1, 0},
+        {"a 3x3 convolution", 1, 9, 9, 8, 4, 3, 3, 1, 1, KC_POOL_AVG, "relu", 1, 0},
+        {"a stride-2 pooling", 1, 9, 9, 8, 4, 3, 1, 2, 1, KC_POOL_AVG, "relu", 1, 0},
+        {"a valid pooling", 1, 9, 9, 8, 4, 3, 1, 1, 0, KC_POOL_AVG, "relu", 1, 0},
+        {"max pooling", 1, 9, 9, 8, 4, 3, 1, 1, 1, KC_POOL_MAX, "relu", 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_pool_conv_case(&cases[i]);
 }
 
 /* ------------------------------------------ ZeroPadding and Cropping */
@@ -739,11 +857,8 @@ static void check_global_pool(const char *cls, int max, int64_t n, int64_t cells
         kc_threads_enter(threads[t]);
         const float *ins[1] = {x};
         exec_kernel(&layer, ins, &is, 1, got, &os, 0, 0, NULL);
-        for (int64_t i = 0; i < n * c; i++)
-            if (fabsf(got[i] - want[i]) > 1e-5f)
-                fail_msg("%s, %lld images of %lld channels, %d threads: element %lld is %g, "
-                         "want %g", cls, (long long)n, (long long)c, threads[t], (long long)i,
-                         got[i], want[i]);
+        expect_close(got, want, n * c, 1e-5f, "%s, %lld images of %lld channels, %d threads",
+                     cls, (long long)n, (long long)c, threads[t]);
     }
     kc_threads_enter(0);
     free(x);
@@ -769,6 +884,7 @@ int main(void)
         cmocka_unit_test(test_pool_cuts),
         cmocka_unit_test(test_concat_cuts),
         cmocka_unit_test(test_dw_fused),
+        cmocka_unit_test(test_pool_conv_fused),
         cmocka_unit_test(test_pad_crop),
         cmocka_unit_test(test_global_pool),
     };

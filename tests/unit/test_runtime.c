@@ -268,6 +268,20 @@ static void test_residual_add_fusion(void **state)
     assert_int_equal(kc_app_fused_count("mobilenet_v2"), 52 + 35 + 10 + 4);
 }
 
+/* Outputs of two sessions on one input, within the fidelity tolerance. */
+static void assert_close_runs(kc_session *a, kc_session *b, const kc_tensor *in)
+{
+    kc_tensor *a_out = NULL, *b_out = NULL;
+    assert_int_equal(kc_session_run(a, &in, 1, &a_out, 1), KC_OK);
+    assert_int_equal(kc_session_run(b, &in, 1, &b_out, 1), KC_OK);
+    const float *x = kc_tensor_cdata(a_out), *y = kc_tensor_cdata(b_out);
+    assert_int_equal(kc_tensor_count(a_out), kc_tensor_count(b_out));
+    for (int64_t i = 0; i < kc_tensor_count(b_out); i++)
+        assert_true(fabsf(x[i] - y[i]) <= 1e-4f * fmaxf(1.0f, fabsf(y[i])));
+    kc_tensor_free(a_out);
+    kc_tensor_free(b_out);
+}
+
 /* MobileNetV2's 16 expand + depthwise pairs run as one oneDNN primitive
  * each when the batch has several images, and as two layers for one
  * image (cut into row parts instead); the choice follows each new plan,
@@ -275,17 +289,9 @@ static void test_residual_add_fusion(void **state)
  * session's at either batch. */
 static void run_pair(kc_session *a, kc_session *b, const kc_tensor *in, int want_fused)
 {
-    kc_tensor *a_out = NULL, *b_out = NULL;
-    assert_int_equal(kc_session_run(a, &in, 1, &a_out, 1), KC_OK);
-    assert_int_equal(kc_session_run(b, &in, 1, &b_out, 1), KC_OK);
+    assert_close_runs(a, b, in);
     assert_int_equal(a->fused.n_dw_on, want_fused);
     assert_int_equal(b->fused.n_dw_on, 0);
-    const float *x = kc_tensor_cdata(a_out), *y = kc_tensor_cdata(b_out);
-    assert_int_equal(kc_tensor_count(a_out), kc_tensor_count(b_out));
-    for (int64_t i = 0; i < kc_tensor_count(b_out); i++)
-        assert_true(fabsf(x[i] - y[i]) <= 1e-4f * fmaxf(1.0f, fabsf(y[i])));
-    kc_tensor_free(a_out);
-    kc_tensor_free(b_out);
 }
 
 static void test_depthwise_fusion_per_plan(void **state)
@@ -385,6 +391,40 @@ static kc_tensor *kc_app_input(const char *name, int64_t batch)
     return t;
 }
 
+/* InceptionV3's nine branch_pool average poolings run after their 1x1
+ * convolutions, at any batch, by default; not with KC_FUSE_POOL=0 nor
+ * with options.exact (which keeps Keras's order of operations), and the
+ * results agree within the tolerance. */
+static void test_pooling_fusion_per_plan(void **state)
+{
+    (void)state;
+    if (!kc_dnnl_ready())
+        skip();
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(KC_TEST_DATA "/../apps/inception_v3/model.keras", NULL, &m),
+                     KC_OK);
+    kc_session_options exact = {.exact = 1};
+    kc_session *fused = NULL, *plain = NULL, *ordered = NULL;
+    assert_int_equal(kc_session_new(m, NULL, &fused), KC_OK);
+    assert_int_equal(kc_session_new(m, &exact, &ordered), KC_OK);
+    setenv("KC_FUSE_POOL", "0", 1);
+    assert_int_equal(kc_session_new(m, NULL, &plain), KC_OK);
+    unsetenv("KC_FUSE_POOL");
+    for (int64_t batch = 1; batch <= 2; batch++) {
+        kc_tensor *in = kc_app_input("inception_v3", batch);
+        assert_close_runs(fused, plain, in);
+        assert_close_runs(fused, ordered, in);
+        assert_int_equal(fused->fused.n_pool_on, 9);
+        assert_int_equal(plain->fused.n_pool_on, 0);
+        assert_int_equal(ordered->fused.n_pool_on, 0);
+        kc_tensor_free(in);
+    }
+    kc_session_free(fused);
+    kc_session_free(plain);
+    kc_session_free(ordered);
+    kc_model_free(m);
+}
+
 /* Once oneDNN has packed a folded convolution's kernel, the session's
  * folded copy is freed (one resident copy per session, not two); a new
  * batch size rebuilds the primitives from a fresh fold, and every run
@@ -464,6 +504,7 @@ int main(void)
         cmocka_unit_test(test_fusion_matches_unfused),
         cmocka_unit_test(test_residual_add_fusion),
         cmocka_unit_test(test_depthwise_fusion_per_plan),
+        cmocka_unit_test(test_pooling_fusion_per_plan),
         cmocka_unit_test(test_run_into_checks),
         cmocka_unit_test(test_profile_per_layer),
         cmocka_unit_test(test_exact_convolutions),
