@@ -12,7 +12,9 @@
  *    the convolution; an activation after that Add becomes the
  *    convolution's (applied after the sum, as Keras does after the Add).
  *  - a ZeroPadding whose only reader is a "valid" plain/depthwise
- *    convolution becomes that convolution's own (asymmetric) padding.
+ *    convolution becomes that convolution's own (asymmetric) padding; one
+ *    whose only reader is a "valid" max pooling of non-negative values
+ *    becomes padding the pooling ignores.
  *  - per plan (kc_fuse_dw_plan): a 3x3 depthwise convolution that alone
  *    reads a 1x1 convolution's output runs inside it (MobileNet's expand
  *    and depthwise layers), when the session runs on the host CPU, the
@@ -85,8 +87,9 @@ static kc_layer *kc_fuse_own(kc_fused *f, int node, const kc_graph *g)
     if (!l)
         return NULL;
     *l = *src;
-    size_t attrs_size = !strcmp(src->class_name, "Dense") ? sizeof(kc_dense_attrs)
-                                                          : sizeof(kc_conv_attrs);
+    size_t attrs_size = !strcmp(src->class_name, "Dense")      ? sizeof(kc_dense_attrs)
+                        : !strncmp(src->class_name, "MaxPool", 7) ? sizeof(kc_pool_attrs)
+                                                                  : sizeof(kc_conv_attrs);
     l->attrs = kc_calloc(1, attrs_size);
     l->weights = kc_calloc(KC_MAX_WEIGHT_SPECS, sizeof *l->weights);
     if (!l->attrs || !l->weights) {
@@ -335,6 +338,50 @@ static kc_status kc_fuse_add(kc_fused *f, const kc_graph *g, int i)
 
 /* ---------------------------------------------- ZeroPadding folding */
 
+/* Whether value v cannot hold a negative number: the output of a relu or
+ * relu6, as a layer of its own or as its producer's activation. */
+static int kc_value_nonnegative(const kc_fused *f, const kc_graph *g, int v)
+{
+    int p = kc_producer(g, v);
+    if (p < 0)
+        return 0;
+    const kc_layer *l = f->shadow[p] ? f->shadow[p] : g->nodes[p].layer;
+    const char *act = kc_plain_activation(l);
+    if (!act && kc_host_of(l, &act) == KC_HOST_NONE)
+        return 0;
+    return act && (!strcmp(act, "relu") || !strcmp(act, "relu6"));
+}
+
+/* A ZeroPadding read only by a "valid" max pooling of non-negative
+ * values (ResNet's pool1_pad after conv1's relu) becomes padding the
+ * pooling ignores: a zero never beats a real cell there. */
+static kc_status kc_fuse_zeropad_pool(kc_fused *f, const kc_graph *g, int i, int reader)
+{
+    const kc_node *pn = &g->nodes[reader], *n = &g->nodes[i];
+    const kc_pad_attrs *p = n->layer->attrs;
+    const kc_pool_attrs *a = pn->layer->attrs;
+    if (pn->inputs[0] != n->outputs[0] || pn->n_inputs != 1 || pn->n_outputs != 1 ||
+        pn->layer->n_calls != 1 || pn->layer->channels_first ||
+        strncmp(pn->layer->class_name, "MaxPool", 7) || a->global || a->padding ||
+        a->spatial != p->spatial || !kc_value_nonnegative(f, g, n->inputs[0]))
+        return KC_OK;
+    for (int d = 0; d < p->spatial; d++)
+        if (p->before[d] >= a->pool[d] || p->after[d] >= a->pool[d])
+            return KC_OK; /* a window of padding alone would be 0, not ignored */
+    kc_layer *l = kc_fuse_own(f, reader, g);
+    if (!l)
+        return KC_ERR_NOMEM;
+    kc_pool_attrs *la = l->attrs;
+    for (int d = 0; d < p->spatial; d++) {
+        la->pad_before[d] += p->before[d];
+        la->pad_after[d] += p->after[d];
+    }
+    f->alias[n->outputs[0]] = kc_resolve(f, n->inputs[0]);
+    f->skip[i] = 1;
+    f->n_fused++;
+    return KC_OK;
+}
+
 static kc_status kc_fuse_zeropad(kc_fused *f, const kc_graph *g, int i)
 {
     const kc_node *n = &g->nodes[i];
@@ -347,6 +394,8 @@ static kc_status kc_fuse_zeropad(kc_fused *f, const kc_graph *g, int i)
         return KC_OK;
     const kc_node *cn = &g->nodes[reader];
     const char *act = NULL;
+    if (!strncmp(cn->layer->class_name, "MaxPool", 7))
+        return kc_fuse_zeropad_pool(f, g, i, reader);
     if (cn->inputs[0] != out || cn->n_outputs != 1 || cn->layer->n_calls != 1 ||
         cn->layer->channels_first || kc_host_of(cn->layer, &act) != KC_HOST_CONV)
         return KC_OK;
@@ -491,7 +540,7 @@ kc_status kc_fuse_pool_plan(kc_fused *f, const kc_graph *g, const kc_shape *shap
     return KC_OK;
 }
 
-kc_status kc_fuse(const kc_graph *g, int allowed, int *taken, kc_fused *f)
+kc_status kc_fuse(const kc_graph *g, kc_fuse_level level, int *taken, kc_fused *f)
 {
     memset(f, 0, sizeof *f);
     f->taken = taken;
@@ -510,7 +559,7 @@ kc_status kc_fuse(const kc_graph *g, int allowed, int *taken, kc_fused *f)
     for (int v = 0; v < g->n_values; v++)
         f->alias[v] = -1;
     const char *env = getenv("KC_FUSE");
-    if (!allowed || (env && !strcmp(env, "0")))
+    if (level == KC_FUSE_NONE || (env && !strcmp(env, "0")))
         return KC_OK;
     for (int i = 0; i < g->n_nodes; i++) {
         const kc_node *n = &g->nodes[i];
@@ -547,6 +596,8 @@ kc_status kc_fuse(const kc_graph *g, int allowed, int *taken, kc_fused *f)
             f->n_fused++;
         }
     }
+    if (level < KC_FUSE_HOST)
+        return KC_OK;
     for (int i = 0; i < g->n_nodes; i++)
         if (!f->skip[i] && !strcmp(g->nodes[i].layer->class_name, "Add"))
             KC_TRY(kc_fuse_add(f, g, i));

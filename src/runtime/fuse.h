@@ -23,13 +23,22 @@ typedef struct kc_fused {
     int n_pool_on;
 } kc_fused;
 
-/* allowed = 0: no rewrites (disk-backed weights: a rewritten layer would
- * copy its weights into memory). taken = NULL: a rewritten layer copies
+/* What kc_fuse may rewrite: nothing (disk-backed weights: a rewritten
+ * layer would copy its weights into memory); only what any backend runs
+ * as it is (BatchNormalization folded into weights, an activation made
+ * the layer's own); or also what only the host's kernels know (a residual
+ * Add as the convolution's sum, a ZeroPadding folded in as padding, and
+ * the per-plan fusions). A session through the scheduler gets the
+ * portable set: its devices run other kernels (the CUDA plugin's
+ * convolution would overwrite where the host's adds). */
+typedef enum { KC_FUSE_NONE, KC_FUSE_PORTABLE, KC_FUSE_HOST } kc_fuse_level;
+
+/* taken = NULL: a rewritten layer copies
  * its layer's arrays. Else the graph's arrays are the caller's to give
  * (release_packed_weights): a rewritten layer takes them over and an
  * absorbed BatchNormalization's are freed, each leaving its slot NULL
  * and counted in *taken. */
-kc_status kc_fuse(const kc_graph *graph, int allowed, int *taken, kc_fused *out);
+kc_status kc_fuse(const kc_graph *graph, kc_fuse_level level, int *taken, kc_fused *out);
 void kc_fused_free(kc_fused *fused, int n_nodes);
 
 /* For a plan with value shapes `shape`: fuse each depthwise convolution

@@ -54,6 +54,12 @@ static int kc_session_scheduled(const kc_model *model, const kc_session_options 
            o->host_memory || model->disk_weights;
 }
 
+/* What kc_fuse may rewrite for a session (fuse.h). */
+static kc_fuse_level kc_session_fuse_level(const kc_model *m, int scheduled)
+{
+    return m->disk_weights ? KC_FUSE_NONE : scheduled ? KC_FUSE_PORTABLE : KC_FUSE_HOST;
+}
+
 /* kc_fuse's `taken`: the model's count of released arrays when this
  * session may take them over. */
 static int *kc_session_taken(kc_session *s)
@@ -155,7 +161,8 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
         }
     }
     s->release_originals = o->release_packed_weights && !kc_session_scheduled(model, o);
-    kc_status fst = kc_fuse(g, !model->disk_weights, kc_session_taken(s), &s->fused);
+    kc_status fst = kc_fuse(g, kc_session_fuse_level(model, kc_session_scheduled(model, o)),
+                            kc_session_taken(s), &s->fused);
     if (fst != KC_OK) {
         kc_session_free(s);
         return fst;
@@ -328,7 +335,8 @@ static kc_status kc_session_refuse(kc_session *s)
     if (reread)
         KC_TRY(kc_session_reread(s));
     kc_fused_free(&s->fused, s->graph->n_nodes);
-    return kc_fuse(s->graph, !s->model->disk_weights, kc_session_taken(s), &s->fused);
+    return kc_fuse(s->graph, kc_session_fuse_level(s->model, s->sched != NULL),
+                   kc_session_taken(s), &s->fused);
 }
 
 /* Depthwise-after-1x1 and pooling-before-1x1 fusions are decided per

@@ -200,6 +200,27 @@ static void test_supports(void **state)
     assert_int_equal(g_if->supports(NULL, &l, NULL), 1);
     l.channels_first = 1;
     assert_int_equal(g_if->supports(NULL, &l, NULL), 0);
+    /* the host's rewrites (runtime/fuse.c), which these kernels do not run */
+    l.channels_first = 0;
+    c2.accumulate = 1;
+    assert_int_equal(g_if->supports(NULL, &l, NULL), 0);
+    c2.accumulate = 0;
+    c2.pad_after[1] = 1;
+    assert_int_equal(g_if->supports(NULL, &l, NULL), 0);
+    c2.pad_after[1] = 0;
+    c2.post_dw = &l;
+    assert_int_equal(g_if->supports(NULL, &l, NULL), 0);
+    c2.post_dw = NULL;
+    c2.pre_pool = &l;
+    assert_int_equal(g_if->supports(NULL, &l, NULL), 0);
+    c2.pre_pool = NULL;
+    assert_int_equal(g_if->supports(NULL, &l, NULL), 1);
+    kc_pool_attrs mp = {.kind = KC_POOL_MAX, .spatial = 2, .pool = {3, 3, 1},
+                        .strides = {2, 2, 1}};
+    l = make_layer("MaxPooling2D", &mp, 0);
+    assert_int_equal(g_if->supports(NULL, &l, NULL), 1);
+    mp.pad_before[0] = mp.pad_before[1] = 1;
+    assert_int_equal(g_if->supports(NULL, &l, NULL), 0);
     kc_conv_attrs c3 = conv_attrs(KC_CONV_PLAIN, 3, 8, 3, 3, 1, 1, 0, 1, 1, 1, "relu");
     l = make_layer("Conv3D", &c3, 2);
     assert_int_equal(g_if->supports(NULL, &l, NULL), 0);

@@ -417,6 +417,65 @@ static void test_pool_cuts(void **state)
         check_pool(&cases[i]);
 }
 
+/* A ZeroPadding folded into a "valid" max pooling (pad_before/after,
+ * runtime/fuse.c) of non-negative values: oneDNN's pooling and the plain
+ * loops, cut by rows and images, must equal padding with zeros and then
+ * pooling. */
+static void check_pool_folded_pad(int64_t n, int64_t h, int64_t w, int64_t pb, int64_t pa,
+                                  int64_t k, int64_t st)
+{
+    int64_t c = 16, ph = h + pb + pa, pw = w + pb + pa;
+    int64_t oh = (ph - k) / st + 1, ow = (pw - k) / st + 1;
+    kc_pool_attrs a = {.kind = KC_POOL_MAX, .spatial = 2, .pool = {k, k, 1},
+                       .strides = {st, st, 1}};
+    kc_layer layer = {.name = "pool", .class_name = "MaxPooling2D", .attrs = &a};
+    layer.def = kc_op_lookup(NULL, "MaxPooling2D");
+    kc_shape is = {.rank = 4, .dims = {n, ph, pw, c}}, os = {.rank = 4, .dims = {n, oh, ow, c}};
+    float *x = rand_buf(n * h * w * c), *padded = calloc((size_t)(n * ph * pw * c), sizeof(float));
+    for (int64_t i = 0; i < n * h * w * c; i++)
+        x[i] = fabsf(x[i]); /* a relu's output */
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t y = 0; y < h; y++)
+            memcpy(padded + ((b * ph + y + pb) * pw + pb) * c, x + (b * h + y) * w * c,
+                   (size_t)(w * c) * sizeof(float));
+    int64_t on = n * oh * ow * c;
+    float *want = malloc((size_t)on * sizeof *want), *got = malloc((size_t)on * sizeof *got);
+    setenv("KC_DNNL", "0", 1);
+    kc_threads_enter(1);
+    run_pool(&layer, padded, &is, &os, want);
+    for (int i = 0; i < 2; i++) {
+        a.pad_before[i] = pb;
+        a.pad_after[i] = pa;
+    }
+    run_pool(&layer, x, &is, &os, got); /* the plain loops */
+    expect_close(got, want, on, 0.0f, "max pooling, ZeroPadding (%lld, %lld) folded, plain",
+                 (long long)pb, (long long)pa);
+    unsetenv("KC_DNNL");
+    static const int threads[] = {1, 2, 3};
+    for (int t = 0; t < 3; t++) {
+        kc_threads_enter(threads[t]);
+        memset(got, 0, (size_t)on * sizeof *got);
+        run_pool(&layer, x, &is, &os, got);
+        expect_close(got, want, on, 0.0f, "max pooling %lldx%lld, ZeroPadding (%lld, %lld) "
+                     "folded, %lld images, %d threads", (long long)h, (long long)w,
+                     (long long)pb, (long long)pa, (long long)n, threads[t]);
+    }
+    kc_threads_enter(0);
+    free(x);
+    free(padded);
+    free(want);
+    free(got);
+}
+
+static void test_pool_folded_pad(void **state)
+{
+    (void)state;
+    check_pool_folded_pad(1, 112, 112, 1, 1, 3, 2); /* ResNet50's pool1_pad + pool1_pool */
+    check_pool_folded_pad(3, 21, 40, 1, 1, 3, 2);   /* cut by images */
+    check_pool_folded_pad(1, 30, 31, 0, 1, 3, 2);   /* after only; odd width */
+    check_pool_folded_pad(1, 25, 64, 2, 1, 3, 1);   /* more before than the window needs */
+}
+
 /* Concatenate, cut by images or rows: every element lands where the
  * uncut copy puts it, for any thread count and axis. */
 static void check_concat(int64_t n, int64_t h, int64_t w, int axis)
@@ -882,6 +941,7 @@ int main(void)
         cmocka_unit_test(test_winograd_map_size),
         cmocka_unit_test(test_conv1d_cuts),
         cmocka_unit_test(test_pool_cuts),
+        cmocka_unit_test(test_pool_folded_pad),
         cmocka_unit_test(test_concat_cuts),
         cmocka_unit_test(test_dw_fused),
         cmocka_unit_test(test_pool_conv_fused),

@@ -15,6 +15,8 @@
 
 #include "kerasc.h"
 #include "kernels/dnnl_common.h"
+#include "ops/conv.h"
+#include "ops/pool.h"
 #include "runtime/session_internal.h"
 
 /* x -> relu -> (a) ; a + x -> (b); concat(a, b) -> out0, b -> out1 */
@@ -257,14 +259,14 @@ static int kc_app_fused_count(const char *name)
 /* Residual Adds fuse into the convolution before them (oneDNN sum
  * post-op), with the ReLU after the Add, and ZeroPadding into the valid
  * convolution after it: ResNet50 (reduced) has 53 BN folds, 33 conv ReLUs,
- * 16 Adds and 16 ReLUs after them, 1 of its 2 ZeroPaddings before a conv
- * (the other feeds MaxPooling); MobileNetV2 52 BN folds, 35 ReLU6, 10 Adds
+ * 16 Adds and 16 ReLUs after them, its 2 ZeroPaddings (one before a
+ * conv, one before the MaxPooling of conv1's ReLU output); MobileNetV2 52 BN folds, 35 ReLU6, 10 Adds
  * (linear bottlenecks, no activation) and 4 ZeroPaddings before stride-2
  * depthwise convolutions. Fused outputs equal unfused ones (1e-4). */
 static void test_residual_add_fusion(void **state)
 {
     (void)state;
-    assert_int_equal(kc_app_fused_count("resnet50"), 53 + 33 + 16 + 16 + 1);
+    assert_int_equal(kc_app_fused_count("resnet50"), 53 + 33 + 16 + 16 + 2);
     assert_int_equal(kc_app_fused_count("mobilenet_v2"), 52 + 35 + 10 + 4);
 }
 
@@ -425,6 +427,57 @@ static void test_pooling_fusion_per_plan(void **state)
     kc_model_free(m);
 }
 
+/* How many of a session's rewritten layers only the host's kernels run:
+ * convolutions with a residual sum or a folded ZeroPadding, poolings with
+ * a folded ZeroPadding. */
+static int kc_host_rewrites(const kc_session *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->graph->n_nodes; i++) {
+        const kc_layer *l = s->fused.shadow[i];
+        if (!l)
+            continue;
+        if (!strncmp(l->class_name, "MaxPool", 7)) {
+            const kc_pool_attrs *p = l->attrs;
+            n += p->pad_before[0] || p->pad_before[1] || p->pad_after[0] || p->pad_after[1];
+        } else if (strcmp(l->class_name, "Dense")) {
+            const kc_conv_attrs *c = l->attrs;
+            n += c->accumulate || c->pad_before[0] || c->pad_before[1] || c->pad_after[0] ||
+                 c->pad_after[1];
+        }
+    }
+    return n;
+}
+
+/* A session through the scheduler gets only the rewrites every backend
+ * runs as they are: the CUDA plugin's convolution writes its output
+ * (a fused residual sum would be lost) and reads the padded shape (a
+ * folded ZeroPadding would be misread). On the host the reduced ResNet50
+ * has 16 residual sums and 2 folded paddings (conv1_pad, pool1_pad); on a
+ * stand-in GPU none, with the same results. */
+static void test_scheduled_sessions_get_portable_rewrites(void **state)
+{
+    (void)state;
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(KC_TEST_DATA "/../apps/resnet50/model.keras", NULL, &m),
+                     KC_OK);
+    kc_session *host = NULL, *gpu = NULL;
+    assert_int_equal(kc_session_new(m, NULL, &host), KC_OK);
+    setenv("KC_FAKE_GPUS", "1", 1);
+    kc_session_options o = {.device = "/GPU:0"};
+    assert_int_equal(kc_session_new(m, &o, &gpu), KC_OK);
+    kc_tensor *in = kc_app_input("resnet50", 2);
+    assert_close_runs(host, gpu, in);
+    unsetenv("KC_FAKE_GPUS");
+    assert_int_equal(kc_host_rewrites(host), 16 + 2);
+    assert_int_equal(kc_host_rewrites(gpu), 0);
+    assert_true(kc_session_fused_nodes(gpu) > 0); /* BatchNorm folds and activations */
+    kc_tensor_free(in);
+    kc_session_free(host);
+    kc_session_free(gpu);
+    kc_model_free(m);
+}
+
 /* Once oneDNN has packed a folded convolution's kernel, the session's
  * folded copy is freed (one resident copy per session, not two); a new
  * batch size rebuilds the primitives from a fresh fold, and every run
@@ -444,7 +497,8 @@ static void test_folded_kernels_released_after_packing(void **state)
         assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&in, 1, &out[i], 1), KC_OK);
         int released = 0;
         for (int n = 0; n < s->graph->n_nodes; n++)
-            if (s->fused.shadow[n] && !s->fused.shadow[n]->weights[0].data) {
+            if (s->fused.shadow[n] && s->fused.shadow[n]->n_weights &&
+                !s->fused.shadow[n]->weights[0].data) {
                 assert_non_null(s->state[n]);
                 assert_true(s->state[n]->weights_cached);
                 released++;
@@ -505,6 +559,7 @@ int main(void)
         cmocka_unit_test(test_residual_add_fusion),
         cmocka_unit_test(test_depthwise_fusion_per_plan),
         cmocka_unit_test(test_pooling_fusion_per_plan),
+        cmocka_unit_test(test_scheduled_sessions_get_portable_rewrites),
         cmocka_unit_test(test_run_into_checks),
         cmocka_unit_test(test_profile_per_layer),
         cmocka_unit_test(test_exact_convolutions),

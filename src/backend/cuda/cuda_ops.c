@@ -177,6 +177,18 @@ static kc_status kc_cuda_activate(kc_backend *b, const float *x, float *y, const
 
 /* --------------------------------------------------------------- supports */
 
+/* A convolution the host's fusions rewrote (runtime/fuse.c): a residual
+ * sum, a folded ZeroPadding, a fused depthwise layer or pooling. The
+ * session gives a scheduled graph none of these (KC_FUSE_PORTABLE); were
+ * one to arrive, the kernels here would drop it, so it stays on the host. */
+static int kc_cuda_host_rewrite(const kc_conv_attrs *a)
+{
+    for (int i = 0; i < 3; i++)
+        if (a->pad_before[i] || a->pad_after[i])
+            return 1;
+    return a->accumulate || a->post_dw || a->pre_pool;
+}
+
 int kc_cuda_supports(kc_backend *b, const kc_layer *layer, const kc_node *node)
 {
     (void)b;
@@ -194,7 +206,7 @@ int kc_cuda_supports(kc_backend *b, const kc_layer *layer, const kc_node *node)
     switch (fam) {
     case KCF_CONV: {
         const kc_conv_attrs *a = layer->attrs;
-        if (!kc_cuda_act_known(a->activation) || a->spatial < 1)
+        if (!kc_cuda_act_known(a->activation) || a->spatial < 1 || kc_cuda_host_rewrite(a))
             return 0;
         switch (a->kind) {
         case KC_CONV_PLAIN: return a->spatial <= 2 && a->groups >= 1;
@@ -222,6 +234,9 @@ int kc_cuda_supports(kc_backend *b, const kc_layer *layer, const kc_node *node)
     case KCF_MERGE: return ((const kc_merge_attrs *)layer->attrs)->kind != KC_MERGE_DOT;
     case KCF_POOL: {
         const kc_pool_attrs *a = layer->attrs;
+        for (int i = 0; i < 3; i++)
+            if (a->pad_before[i] || a->pad_after[i]) /* a folded ZeroPadding (fuse.c) */
+                return 0;
         return a->spatial >= 1 && a->spatial <= 3;
     }
     case KCF_PAD:
