@@ -374,12 +374,38 @@ static kc_status kc_dnnl_wino_setup(kc_dnnl_conv_part *pt, const_dnnl_primitive_
     return KC_OK;
 }
 
-/* The primitive descriptor for desc. For a depthwise convolution on NHWC
- * data, oneDNN 2.x lists brdgmm_dw first, but its jit_dw kernel measured
- * faster on every MobileNetV2 shape here (e.g. 32x112x112: 0.047 against
- * 0.064 ms; 144x56x56: 0.052 against 0.070), so it is taken when offered.
- * A fixed preference, not a timing at run time: every process picks the
- * same kernel, so split runs stay bit-identical to local ones. */
+/* A residual sum on a wide 1x1 convolution: brgconv's sum post-op costs
+ * far more there than oneDNN's older direct kernel's. One thread, 4
+ * images of 56x56, 64 -> 256 channels (ResNet50's conv2_block*_3 parts at
+ * batch 8): 3.1-4.1 ms against 2.4-3.5 (0.76-0.86 in 6 runs); at 28x28,
+ * 128 -> 512 level (0.88-1.04), and with 256 input channels brgconv wins. */
+#define KC_DNNL_SUM_WIDE_BYTES ((int64_t)8 << 20)
+static int kc_dnnl_wide_sum(const kc_conv_attrs *a, const kc_dnnl_window *g)
+{
+    int64_t out_bytes = 4 * g->dst[0] * g->dst[1];
+    for (int i = 0; i < g->sp; i++)
+        out_bytes *= g->dst[2 + i];
+    int one = 1;
+    for (int i = 0; i < g->sp; i++)
+        one &= a->kernel[i] == 1 && a->strides[i] == 1;
+    return a->accumulate && one && g->src[1] <= 128 && out_bytes >= KC_DNNL_SUM_WIDE_BYTES;
+}
+
+/* The implementation to take when oneDNN offers it (kc_dnnl_conv_pd), or
+ * NULL for oneDNN's own first choice. Fixed preferences, not timings at
+ * run time: every process picks the same kernel, so split runs stay
+ * bit-identical to local ones. For a depthwise convolution on NHWC data
+ * oneDNN 2.x lists brdgmm_dw first, but its jit_dw kernel measured faster
+ * on every MobileNetV2 shape here (e.g. 32x112x112: 0.047 against 0.064
+ * ms; 144x56x56: 0.052 against 0.070); for a wide residual sum, above,
+ * its direct kernel. */
+static const char *kc_dnnl_preferred_impl(const kc_conv_attrs *a, const kc_dnnl_window *g)
+{
+    if (a->kind == KC_CONV_DEPTHWISE && a->depth_multiplier == 1)
+        return "jit_dw:";
+    return kc_dnnl_wide_sum(a, g) ? "jit:" : NULL;
+}
+
 /* The first of the first 8 implementations oneDNN offers for desc whose
  * name starts with `impl`, or NULL. */
 static dnnl_primitive_desc_t kc_dnnl_pd_named(const dnnl_convolution_desc_t *desc,
@@ -406,9 +432,9 @@ static dnnl_primitive_desc_t kc_dnnl_pd_named(const dnnl_convolution_desc_t *des
 }
 
 static dnnl_primitive_desc_t kc_dnnl_conv_pd(const dnnl_convolution_desc_t *desc,
-                                             const_dnnl_primitive_attr_t attr, int depthwise)
+                                             const_dnnl_primitive_attr_t attr, const char *prefer)
 {
-    dnnl_primitive_desc_t pd = depthwise ? kc_dnnl_pd_named(desc, attr, "jit_dw:") : NULL;
+    dnnl_primitive_desc_t pd = prefer ? kc_dnnl_pd_named(desc, attr, prefer) : NULL;
     if (!pd && dnnl_primitive_desc_create(&pd, desc, attr, kc_dnnl_engine(), NULL) != dnnl_success)
         return NULL;
     return pd;
@@ -608,12 +634,11 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
             return ds;
         }
     }
-    int depthwise = a->kind == KC_CONV_DEPTHWISE && a->depth_multiplier == 1;
     if (!pd && (dnnl_dilated_convolution_forward_desc_init(
                     &desc, dnnl_forward_inference, dnnl_convolution_direct, &pt->src_md, &w_any,
                     st->has_bias ? &st->b_md : NULL, &pt->dst_md, g->strides, g->dilates,
                     g->pad_l, g->pad_r) != dnnl_success ||
-                !(pd = kc_dnnl_conv_pd(&desc, attr, depthwise)))) {
+                !(pd = kc_dnnl_conv_pd(&desc, attr, kc_dnnl_preferred_impl(a, g))))) {
         dnnl_primitive_attr_destroy(attr);
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN has no convolution for this configuration");
     }

@@ -317,6 +317,9 @@ static void test_conv2d_cuts(void **state)
          2, 1, 0, 1, 0, "relu"},
         {"residual sum fused, 1x1", "Conv2D", KC_CONV_PLAIN, 2, 1, 9, 4, 6, 6, 1, 1, 1, 1, 0, 1,
          NULL},
+        {"residual sum fused, 1x1 64 -> 256 on 8 images of 56x56 (parts of 8 MB and more "
+         "take oneDNN's direct kernel)", "Conv2D", KC_CONV_PLAIN, 2, 8, 56, 56, 64, 256, 1, 1,
+         1, 1, 0, 1, "relu"},
         {"batch 3 (parts of 1 and 2 images)", "Conv2D", KC_CONV_PLAIN, 2, 3, 6, 6, 4, 4, 3, 1, 1,
          1, 0, 0, "relu"},
         {"depthwise 3x3 same s1", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 1, 9, 9, 16, 1, 3, 1,
