@@ -288,7 +288,8 @@ static kc_status kc_dnnl_descs(const kc_dnnl_window *g, int64_t groups, const in
  * streamed weights (Winograd weights are a transformed copy), or a fused
  * residual sum (no model at hand exercises that combination), or fewer
  * than KC_DNNL_WINO_MIN_CHANNELS input or output channels, or fewer than
- * KC_DNNL_WINO_MIN_PIXELS output pixels per image (unless KC_WINOGRAD=1). */
+ * KC_DNNL_WINO_MIN_PIXELS output pixels over all the images (unless
+ * KC_WINOGRAD=1). */
 #define KC_DNNL_WINO_MIN_CHANNELS 64
 #define KC_DNNL_WINO_MIN_PIXELS 100
 static int kc_dnnl_wino_eligible(const kc_exec_ctx *ctx, const kc_conv_attrs *a, int64_t groups,
@@ -307,15 +308,17 @@ static int kc_dnnl_wino_eligible(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
     if (!always && (in->dims[in->rank - 1] < KC_DNNL_WINO_MIN_CHANNELS ||
                     a->filters < KC_DNNL_WINO_MIN_CHANNELS))
         return 0;
-    /* Small maps: the transformed weights (1.8x the kernel for F(2x2),
-     * 4x for F(4x4)) cost the same bytes whatever the map's size, while
-     * the time saved grows with its pixels. Each of ResNet50's three
-     * 512 -> 512 layers on 7x7 saved 0.10 ms per image (of 22) for 7.3 MB
-     * more; without those, and InceptionV3's 8x8 ones, peak RSS fell by
-     * 38 MB (ResNet50) and 20 MB (InceptionV3) at the same speed
-     * (alternating runs at batch 1 and 8: 0.97-1.00). */
+    /* Few pixels in the run: the transformed weights (1.8x the kernel for
+     * F(2x2), 4x for F(4x4)) cost the same bytes whatever the run, while
+     * the time saved grows with the pixels of all its images. Each of
+     * ResNet50's three 512 -> 512 layers on 7x7 saved 0.10 ms per image
+     * for 7.3 MB more: at batch 1 dropping them (and InceptionV3's 8x8
+     * ones) cut peak RSS by 38 MB (ResNet50) and 20 MB (InceptionV3) at
+     * the same speed (alternating runs: 0.99-1.01); at batch 8 they saved
+     * 2% (0.978, 8 rounds). */
     const kc_shape *out = &ctx->out_shape[0];
-    if (!always && out->rank == 4 && out->dims[1] * out->dims[2] < KC_DNNL_WINO_MIN_PIXELS)
+    if (!always && out->rank == 4 &&
+        out->dims[0] * out->dims[1] * out->dims[2] < KC_DNNL_WINO_MIN_PIXELS)
         return 0;
     return a->kind == KC_CONV_PLAIN && a->spatial == 2 && groups == 1 && a->kernel[0] == 3 &&
            a->kernel[1] == 3 && a->strides[0] == 1 && a->strides[1] == 1 &&
