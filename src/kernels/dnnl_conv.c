@@ -12,6 +12,7 @@
 #include "base/threads.h"
 #include "graph/graph.h"
 #include "kernels/dnnl_common.h"
+#include "kernels/dnnl_pool.h"
 #include "ops/conv.h"
 #include "ops/op.h"
 #include "ops/pool.h"
@@ -686,33 +687,15 @@ static void kc_dnnl_pool_window_of(const kc_exec_ctx *ctx, const kc_pool_attrs *
 static kc_status kc_dnnl_build_pool_part(const kc_conv_attrs *a, const kc_pool_attrs *p,
                                          const kc_dnnl_window *g, kc_dnnl_conv_part *pt)
 {
-    dnnl_memory_desc_t src_md, dst_md;
-    dnnl_dims_t kernel = {p->pool[0], p->pool[1]}, dilation = {0, 0};
-    dnnl_pooling_v2_desc_t desc;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_post_ops_t ops = NULL;
-    dnnl_primitive_attr_t attr = kc_dnnl_attr_new();
-    int bad = !attr || dnnl_post_ops_create(&ops) || kc_dnnl_append_act(ops, a->activation) ||
-              dnnl_primitive_attr_set_post_ops(attr, ops) ||
-              dnnl_memory_desc_init_by_tag(&src_md, 4, g->src, dnnl_f32, dnnl_nhwc) ||
-              dnnl_memory_desc_init_by_tag(&dst_md, 4, g->dst, dnnl_f32, dnnl_nhwc) ||
-              dnnl_pooling_v2_forward_desc_init(&desc, dnnl_forward_inference,
-                                                dnnl_pooling_avg_exclude_padding, &src_md,
-                                                &dst_md, g->strides, kernel, dilation, g->pad_l,
-                                                g->pad_r) ||
-              dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL);
-    if (ops)
-        dnnl_post_ops_destroy(ops);
+    int fused = 0;
+    dnnl_primitive_attr_t attr = kc_dnnl_post_ops_attr(a->activation, 0, NULL, NULL, &fused);
+    kc_status s = attr ? kc_dnnl_pool_prim_init(p, g, attr, &pt->pool) : KC_ERR_UNSUPPORTED;
     if (attr)
         dnnl_primitive_attr_destroy(attr);
-    if (bad)
-        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN cannot pool after this convolution");
-    static const int args[2] = {DNNL_ARG_SRC, DNNL_ARG_DST};
-    const dnnl_memory_desc_t *mds[2] = {&src_md, &dst_md};
-    kc_status s = kc_dnnl_prim_init(&pt->pool, pd, 2, args, mds);
-    dnnl_primitive_desc_destroy(pd);
-    pt->tmp_bytes = dnnl_memory_desc_get_size(&src_md);
-    return s;
+    if (s != KC_OK)
+        return kc_fail(s, "oneDNN cannot pool after this convolution");
+    pt->tmp_bytes = sizeof(float) * (size_t)(g->src[0] * g->src[1] * g->src[2] * g->src[3]);
+    return KC_OK;
 }
 
 /* Part k of a 1x1 convolution with its pooling moved after it: g is the

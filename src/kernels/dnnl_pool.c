@@ -56,8 +56,8 @@ static void kc_dnnl_pool_window(const kc_exec_ctx *ctx, const kc_pool_attrs *a, 
     g->extent0 = a->pool[0];
 }
 
-static kc_status kc_dnnl_pool_build_part(const kc_pool_attrs *a, const kc_dnnl_window *g,
-                                         kc_dnnl_pool_part *pt)
+kc_status kc_dnnl_pool_prim_init(const kc_pool_attrs *a, const kc_dnnl_window *g,
+                                 const_dnnl_primitive_attr_t attr, kc_dnnl_prim *p)
 {
     static const dnnl_format_tag_t tag[] = {dnnl_nwc, dnnl_nhwc, dnnl_ndhwc};
     int nd = g->sp + 2;
@@ -67,23 +67,29 @@ static kc_status kc_dnnl_pool_build_part(const kc_pool_attrs *a, const kc_dnnl_w
     dnnl_memory_desc_t src_md, dst_md;
     dnnl_pooling_v2_desc_t desc;
     dnnl_primitive_desc_t pd = NULL;
-    dnnl_primitive_attr_t attr = kc_dnnl_attr_new();
     dnnl_alg_kind_t alg =
         a->kind == KC_POOL_MAX ? dnnl_pooling_max : dnnl_pooling_avg_exclude_padding;
-    if (!attr || dnnl_memory_desc_init_by_tag(&src_md, nd, g->src, dnnl_f32, tag[g->sp - 1]) ||
+    if (dnnl_memory_desc_init_by_tag(&src_md, nd, g->src, dnnl_f32, tag[g->sp - 1]) ||
         dnnl_memory_desc_init_by_tag(&dst_md, nd, g->dst, dnnl_f32, tag[g->sp - 1]) ||
         dnnl_pooling_v2_forward_desc_init(&desc, dnnl_forward_inference, alg, &src_md, &dst_md,
                                           g->strides, kernel, dilation, g->pad_l, g->pad_r) ||
-        dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL)) {
-        if (attr)
-            dnnl_primitive_attr_destroy(attr);
+        dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL))
         return KC_ERR_UNSUPPORTED;
-    }
-    dnnl_primitive_attr_destroy(attr);
     static const int args[2] = {DNNL_ARG_SRC, DNNL_ARG_DST};
     const dnnl_memory_desc_t *mds[2] = {&src_md, &dst_md};
-    kc_status s = kc_dnnl_prim_init(&pt->prim, pd, 2, args, mds);
+    kc_status s = kc_dnnl_prim_init(p, pd, 2, args, mds);
     dnnl_primitive_desc_destroy(pd);
+    return s;
+}
+
+static kc_status kc_dnnl_pool_build_part(const kc_pool_attrs *a, const kc_dnnl_window *g,
+                                         kc_dnnl_pool_part *pt)
+{
+    dnnl_primitive_attr_t attr = kc_dnnl_attr_new();
+    if (!attr)
+        return KC_ERR_UNSUPPORTED;
+    kc_status s = kc_dnnl_pool_prim_init(a, g, attr, &pt->prim);
+    dnnl_primitive_attr_destroy(attr);
     return s;
 }
 

@@ -60,6 +60,9 @@ static int kc_readers(const kc_graph *g, int v)
 
 typedef enum { KC_HOST_NONE, KC_HOST_CONV, KC_HOST_DENSE } kc_host_kind;
 
+/* MaxPooling1D-3D / MaxPool1D-2D: windowed max pooling (kc_pool_attrs). */
+static int kc_is_maxpool(const kc_layer *l) { return !strncmp(l->class_name, "MaxPool", 7); }
+
 static kc_host_kind kc_host_of(const kc_layer *layer, const char **activation)
 {
     const char *c = layer->class_name;
@@ -88,7 +91,7 @@ static kc_layer *kc_fuse_own(kc_fused *f, int node, const kc_graph *g)
         return NULL;
     *l = *src;
     size_t attrs_size = !strcmp(src->class_name, "Dense")      ? sizeof(kc_dense_attrs)
-                        : !strncmp(src->class_name, "MaxPool", 7) ? sizeof(kc_pool_attrs)
+                        : kc_is_maxpool(src)                      ? sizeof(kc_pool_attrs)
                                                                   : sizeof(kc_conv_attrs);
     l->attrs = kc_calloc(1, attrs_size);
     l->weights = kc_calloc(KC_MAX_WEIGHT_SPECS, sizeof *l->weights);
@@ -352,18 +355,17 @@ static int kc_value_nonnegative(const kc_fused *f, const kc_graph *g, int v)
     return act && (!strcmp(act, "relu") || !strcmp(act, "relu6"));
 }
 
-/* A ZeroPadding read only by a "valid" max pooling of non-negative
- * values (ResNet's pool1_pad after conv1's relu) becomes padding the
- * pooling ignores: a zero never beats a real cell there. */
+/* A ZeroPadding read only by a "valid" max pooling (reader, checked like
+ * a convolution reader by kc_fuse_zeropad) of non-negative values
+ * (ResNet's pool1_pad after conv1's relu) becomes padding the pooling
+ * ignores: a zero never beats a real cell there. */
 static kc_status kc_fuse_zeropad_pool(kc_fused *f, const kc_graph *g, int i, int reader)
 {
     const kc_node *pn = &g->nodes[reader], *n = &g->nodes[i];
     const kc_pad_attrs *p = n->layer->attrs;
     const kc_pool_attrs *a = pn->layer->attrs;
-    if (pn->inputs[0] != n->outputs[0] || pn->n_inputs != 1 || pn->n_outputs != 1 ||
-        pn->layer->n_calls != 1 || pn->layer->channels_first ||
-        strncmp(pn->layer->class_name, "MaxPool", 7) || a->global || a->padding ||
-        a->spatial != p->spatial || !kc_value_nonnegative(f, g, n->inputs[0]))
+    if (pn->n_inputs != 1 || a->global || a->padding || a->spatial != p->spatial ||
+        !kc_value_nonnegative(f, g, n->inputs[0]))
         return KC_OK;
     for (int d = 0; d < p->spatial; d++)
         if (p->before[d] >= a->pool[d] || p->after[d] >= a->pool[d])
@@ -394,10 +396,12 @@ static kc_status kc_fuse_zeropad(kc_fused *f, const kc_graph *g, int i)
         return KC_OK;
     const kc_node *cn = &g->nodes[reader];
     const char *act = NULL;
-    if (!strncmp(cn->layer->class_name, "MaxPool", 7))
-        return kc_fuse_zeropad_pool(f, g, i, reader);
     if (cn->inputs[0] != out || cn->n_outputs != 1 || cn->layer->n_calls != 1 ||
-        cn->layer->channels_first || kc_host_of(cn->layer, &act) != KC_HOST_CONV)
+        cn->layer->channels_first)
+        return KC_OK;
+    if (kc_is_maxpool(cn->layer))
+        return kc_fuse_zeropad_pool(f, g, i, reader);
+    if (kc_host_of(cn->layer, &act) != KC_HOST_CONV)
         return KC_OK;
     const kc_conv_attrs *a = f->shadow[reader] ? f->shadow[reader]->attrs : cn->layer->attrs;
     const kc_pad_attrs *p = n->layer->attrs;
@@ -488,21 +492,20 @@ kc_status kc_fuse_dw_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape,
 
 /* ------------------------------- average pooling before 1x1 (per plan) */
 
-static int kc_is_same_avgpool2d(const kc_node *n)
+/* A 2-D average pooling node, called once, one input and output,
+ * channels_last. Whether its window suits the fusion ("same", stride 1)
+ * is the kernel's to say, per plan (kc_dnnl_conv_pool_fusable). */
+static int kc_is_avgpool2d_node(const kc_node *n)
 {
     const char *c = n->layer->class_name;
-    if ((strcmp(c, "AveragePooling2D") && strcmp(c, "AvgPool2D")) || n->n_inputs != 1 ||
-        n->n_outputs != 1 || n->layer->n_calls != 1 || n->layer->channels_first)
-        return 0;
-    const kc_pool_attrs *p = n->layer->attrs;
-    return p->kind == KC_POOL_AVG && p->spatial == 2 && !p->global && p->padding == 1 &&
-           p->strides[0] == 1 && p->strides[1] == 1;
+    return (!strcmp(c, "AveragePooling2D") || !strcmp(c, "AvgPool2D")) && n->n_inputs == 1 &&
+           n->n_outputs == 1 && n->layer->n_calls == 1 && !n->layer->channels_first;
 }
 
 static kc_status kc_fuse_pool_pair(kc_fused *f, const kc_graph *g, int i)
 {
     int r = -1;
-    if (!kc_is_same_avgpool2d(&g->nodes[i]) ||
+    if (!kc_is_avgpool2d_node(&g->nodes[i]) ||
         kc_slot_readers(g, f, kc_resolve(f, g->nodes[i].outputs[0]), i + 1, &r) != 1 ||
         !kc_is_conv_node(f, g, r, KC_CONV_PLAIN) || g->nodes[r].inputs[0] != g->nodes[i].outputs[0])
         return KC_OK;
