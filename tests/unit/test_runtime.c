@@ -81,6 +81,55 @@ static void test_run_values_and_batches(void **state)
     kc_model_free(m);
 }
 
+/* Each numeric input dtype reaches the model as the same float values
+ * (one conversion loop per dtype in kc_to_f32). Values 0..4: exact in
+ * every dtype, half floats included (0x0000, 0x3c00, 0x4000, 0x4200, 0x4400). */
+static void test_input_dtypes_converted(void **state)
+{
+    (void)state;
+    static const uint16_t halves[5] = {0x0000, 0x3c00, 0x4000, 0x4200, 0x4400};
+    const kc_dtype types[] = {KC_F32, KC_F64, KC_F16, KC_I8,  KC_I16, KC_I32,
+                              KC_I64, KC_U8,  KC_U16, KC_U32, KC_U64, KC_BOOL};
+    kc_model *m = load_json(kc_model_json);
+    kc_session *s = NULL;
+    assert_int_equal(kc_session_new(m, NULL, &s), KC_OK);
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        int64_t dims[2] = {2, 3};
+        kc_tensor *in = NULL, *out[2] = {0};
+        assert_int_equal(kc_tensor_new(types[k], 2, dims, &in), KC_OK);
+        void *p = kc_tensor_data(in);
+        float want[6];
+        for (int i = 0; i < 6; i++) {
+            int v = types[k] == KC_BOOL ? i % 2 : i % 5;
+            want[i] = (float)v;
+            switch (types[k]) {
+            case KC_F32: ((float *)p)[i] = (float)v; break;
+            case KC_F64: ((double *)p)[i] = v; break;
+            case KC_F16: ((uint16_t *)p)[i] = halves[v]; break;
+            case KC_I8: ((int8_t *)p)[i] = (int8_t)v; break;
+            case KC_I16: ((int16_t *)p)[i] = (int16_t)v; break;
+            case KC_I32: ((int32_t *)p)[i] = v; break;
+            case KC_I64: ((int64_t *)p)[i] = v; break;
+            case KC_U8: case KC_BOOL: ((uint8_t *)p)[i] = (uint8_t)v; break;
+            case KC_U16: ((uint16_t *)p)[i] = (uint16_t)v; break;
+            case KC_U32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+            case KC_U64: ((uint64_t *)p)[i] = (uint64_t)v; break;
+            default: fail();
+            }
+        }
+        assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&in, 1, out, 2), KC_OK);
+        const float *b = kc_tensor_cdata(out[1]); /* relu(x) + x = 2x for x >= 0 */
+        for (int i = 0; i < 6; i++)
+            if (b[i] != 2 * want[i])
+                fail_msg("dtype %d element %d: %g, want %g", (int)types[k], i, b[i], 2 * want[i]);
+        kc_tensor_free(in);
+        kc_tensor_free(out[0]);
+        kc_tensor_free(out[1]);
+    }
+    kc_session_free(s);
+    kc_model_free(m);
+}
+
 static void test_bad_inputs(void **state)
 {
     (void)state;
@@ -553,6 +602,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_values_and_batches),
+        cmocka_unit_test(test_input_dtypes_converted),
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_long_chain),
         cmocka_unit_test(test_fusion_matches_unfused),
