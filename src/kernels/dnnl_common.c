@@ -195,10 +195,15 @@ void kc_dnnl_window_cut(const kc_dnnl_window *whole, const kc_dnnl_cut *cut,
     *dst_off = (size_t)cut->lo * kc_dnnl_step(whole->dst, whole->sp, 1);
 }
 
-kc_status kc_dnnl_build_cut(const kc_dnnl_window *whole, const kc_dnnl_cut *cuts, int n,
-                            int64_t work, kc_dnnl_part_build_fn build, void *arg)
+int kc_dnnl_small(int64_t work, int64_t weight_bytes)
 {
-    int solo = n > 1 || work < KC_DNNL_SOLO_WORK;
+    return work < KC_DNNL_SOLO_WORK && weight_bytes < KC_DNNL_TEAM_WEIGHT_BYTES;
+}
+
+kc_status kc_dnnl_build_cut(const kc_dnnl_window *whole, const kc_dnnl_cut *cuts, int n,
+                            int small, kc_dnnl_part_build_fn build, void *arg)
+{
+    int solo = n > 1 || small;
     int prev = kc_dnnl_solo_enter(solo);
     kc_status s = KC_OK;
     for (int k = 0; k < n && s == KC_OK; k++) {

@@ -26,6 +26,18 @@ typedef struct kc_dnnl_prim {
  * a small layer (MobileNetV2's 7x7 blocks). */
 #define KC_DNNL_SOLO_WORK ((int64_t)4 << 20)
 
+/* ...unless it streams at least this many weight bytes, more than one
+ * core's L2 holds: then it is bound by memory bandwidth, which one core
+ * cannot fill. ResNet50's and InceptionV3's 2048 -> 1000 classifiers at
+ * batch 1 (2M MACs, 8 MB of weights): 0.30-0.38 ms alone, 0.20-0.25 ms
+ * on two threads. */
+#define KC_DNNL_TEAM_WEIGHT_BYTES ((int64_t)2 << 20)
+
+/* 1 when a primitive of `work` multiply-accumulates (or element visits)
+ * reading `weight_bytes` of weights should run on the calling thread
+ * alone (the two rules above). */
+int kc_dnnl_small(int64_t work, int64_t weight_bytes);
+
 /* Around a small primitive's creation and every execution: one OpenMP
  * thread (oneDNN sizes its partitioning when the primitive is created).
  * enter returns what leave restores; both do nothing unless solo. */
@@ -84,13 +96,13 @@ void kc_dnnl_window_cut(const kc_dnnl_window *whole, const kc_dnnl_cut *cut,
  * build(arg, k, part window, its input and output offsets, solo) for
  * each, with OpenMP sized for the threads that will run them: a part of
  * a cut layer runs alone on one pool thread; a whole layer uses the pool
- * unless `work` is too small to be worth waking it, and then the part's
- * primitives must be marked solo (the last argument). Stops at the first
- * failure; gives the lanes a stream each. */
+ * unless it is `small` (kc_dnnl_small), and then the part's primitives
+ * must be marked solo (the last argument). Stops at the first failure;
+ * gives the lanes a stream each. */
 typedef kc_status (*kc_dnnl_part_build_fn)(void *arg, int k, const kc_dnnl_window *part,
                                            size_t src_off, size_t dst_off, int solo);
 kc_status kc_dnnl_build_cut(const kc_dnnl_window *whole, const kc_dnnl_cut *cuts, int n,
-                            int64_t work, kc_dnnl_part_build_fn build, void *arg);
+                            int small, kc_dnnl_part_build_fn build, void *arg);
 
 /* Make sure lanes 0..n-1 have a stream each (call before kc_parallel). */
 kc_status kc_dnnl_lanes(int n);

@@ -771,14 +771,15 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
         n = 1;
     st->in_shape = ctx->in_shape[0];
     kc_dnnl_conv_build b = {ctx, a, st, groups};
-    kc_status s = kc_dnnl_build_cut(&whole, cuts, n, work, kc_dnnl_conv_build_one, &b);
+    int small = kc_dnnl_small(work, wbytes);
+    kc_status s = kc_dnnl_build_cut(&whole, cuts, n, small, kc_dnnl_conv_build_one, &b);
     if (s == KC_OK || n == 1)
         return s;
     kc_error_clear();
     for (int k = 0; k < st->n_parts; k++)
         kc_dnnl_conv_part_free(&st->part[k]);
     st->n_parts = 0;
-    return kc_dnnl_build_cut(&whole, cuts, 1, work, kc_dnnl_conv_build_one, &b);
+    return kc_dnnl_build_cut(&whole, cuts, 1, small, kc_dnnl_conv_build_one, &b);
 }
 
 /* A run's buffers: input, Keras-layout weights, bias, output, and a

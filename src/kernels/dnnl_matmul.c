@@ -71,7 +71,9 @@ kc_status kc_dnnl_dense(const kc_exec_ctx *ctx, int *handled)
             return KC_ERR_NOMEM;
         st->base.free = kc_dnnl_matmul_free;
         const kc_dense_attrs *a = ctx->layer->attrs;
-        int solo = kc_count(&ctx->in_shape[0]) * a->units < KC_DNNL_SOLO_WORK;
+        const kc_shape *in = &ctx->in_shape[0];
+        int solo = kc_dnnl_small(kc_count(in) * a->units,
+                                 (int64_t)sizeof(float) * in->dims[in->rank - 1] * a->units);
         int prev = kc_dnnl_solo_enter(solo);
         kc_status bst = kc_dnnl_matmul_build(ctx, st);
         kc_dnnl_solo_leave(solo, prev);
@@ -88,4 +90,11 @@ kc_status kc_dnnl_dense(const kc_exec_ctx *ctx, int *handled)
     KC_TRY(kc_dnnl_run(&st->prim, ptrs));
     *handled = 1;
     return KC_OK;
+}
+
+int kc_dnnl_dense_solo(const kc_kernel_state *state)
+{
+    if (!state || state->free != kc_dnnl_matmul_free)
+        return -1;
+    return ((const kc_dnnl_matmul_state *)state)->prim.solo;
 }

@@ -8,4 +8,9 @@
  * its own GEMM (KC_DNNL=0 forces that). The activation is the caller's. */
 kc_status kc_dnnl_dense(const kc_exec_ctx *ctx, int *handled);
 
+/* For tests: 1 when the Dense state's primitive runs on the calling thread
+ * alone (kc_dnnl_small), 0 when on the pool, -1 when state is no oneDNN
+ * Dense state. */
+int kc_dnnl_dense_solo(const kc_kernel_state *state);
+
 #endif

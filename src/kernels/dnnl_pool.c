@@ -124,14 +124,15 @@ static kc_status kc_dnnl_pool_build(const kc_exec_ctx *ctx, const kc_pool_attrs 
     int n = ctx->whole ? 1 : kc_dnnl_plan_cuts(whole.src[0], whole.dst[2], act, 0, cuts);
     st->in_shape = ctx->in_shape[0];
     kc_dnnl_pool_build_arg b = {a, st};
-    kc_status s = kc_dnnl_build_cut(&whole, cuts, n, work, kc_dnnl_pool_build_one, &b);
+    int small = kc_dnnl_small(work, 0);
+    kc_status s = kc_dnnl_build_cut(&whole, cuts, n, small, kc_dnnl_pool_build_one, &b);
     if (s == KC_OK || n == 1)
         return s;
     kc_error_clear(); /* a part refused: the layer runs whole */
     for (int k = 0; k < st->n_parts; k++)
         kc_dnnl_prim_destroy(&st->part[k].prim);
     st->n_parts = 0;
-    return kc_dnnl_build_cut(&whole, cuts, 1, work, kc_dnnl_pool_build_one, &b);
+    return kc_dnnl_build_cut(&whole, cuts, 1, small, kc_dnnl_pool_build_one, &b);
 }
 
 typedef struct kc_dnnl_pool_job {

@@ -24,9 +24,11 @@
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
 #include "kernels/dnnl_conv.h"
+#include "kernels/dnnl_matmul.h"
 #include "kernels/dnnl_pool.h"
 #include "kernels/kernel.h"
 #include "ops/conv.h"
+#include "ops/core.h"
 #include "ops/merge.h"
 #include "ops/op.h"
 #include "ops/pool.h"
@@ -940,6 +942,76 @@ static void test_global_pool(void **state)
     check_global_pool("GlobalMaxPooling2D", 1, 1, 64, 2048);
 }
 
+/* One batch-1 Dense run on `threads` threads; returns whether its oneDNN
+ * primitive ran alone on the calling thread, the output in got. */
+static int dense_solo(int64_t in_units, int64_t units, int threads, float *got, float *want)
+{
+    kc_dense_attrs a = {units, 1, "linear"};
+    kc_weight w[2];
+    memset(w, 0, sizeof w);
+    float *kernel = malloc((size_t)(in_units * units) * sizeof *kernel);
+    float *bias = malloc((size_t)units * sizeof *bias);
+    float *x = malloc((size_t)in_units * sizeof *x);
+    assert_non_null(kernel);
+    assert_non_null(bias);
+    assert_non_null(x);
+    for (int64_t i = 0; i < in_units * units; i++)
+        kernel[i] = (float)((i * 7919) % 13) / 13.0f - 0.5f;
+    for (int64_t j = 0; j < units; j++)
+        bias[j] = (float)(j % 5) * 0.1f;
+    for (int64_t i = 0; i < in_units; i++)
+        x[i] = (float)(i % 11) / 11.0f;
+    for (int64_t j = 0; j < units; j++) {
+        double acc = bias[j];
+        for (int64_t i = 0; i < in_units; i++)
+            acc += (double)x[i] * kernel[i * units + j];
+        want[j] = (float)acc;
+    }
+    w[0].data = kernel;
+    w[1].data = bias;
+    kc_layer layer;
+    memset(&layer, 0, sizeof layer);
+    layer.name = "dense";
+    layer.class_name = "Dense";
+    layer.def = kc_op_lookup(NULL, "Dense");
+    layer.attrs = &a;
+    layer.weights = w;
+    layer.n_weights = 2;
+    kc_shape in = {2, {1, in_units}}, out = {2, {1, units}};
+    const float *ins[1] = {x};
+    kc_threads_enter(threads);
+    int solo = exec_kernel(&layer, ins, &in, 1, got, &out, 0, 0, kc_dnnl_dense_solo);
+    kc_threads_enter(0);
+    free(kernel);
+    free(bias);
+    free(x);
+    return solo;
+}
+
+/* A small Dense layer runs on the calling thread alone; one reading more
+ * weight bytes than a core's L2 holds (ResNet50's 2048 -> 1000
+ * classifier, 8 MB) runs on the pool even at batch 1, where it is bound
+ * by memory bandwidth. Both equal the plain sum. */
+static void test_dense_solo_by_weight_bytes(void **state)
+{
+    (void)state;
+    static const int64_t shapes[][3] = {{64, 10, 1}, {2048, 1000, 0}, {1024, 256, 1}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        float *got = malloc((size_t)shapes[k][1] * sizeof *got);
+        float *want = malloc((size_t)shapes[k][1] * sizeof *want);
+        assert_non_null(got);
+        assert_non_null(want);
+        int solo = dense_solo(shapes[k][0], shapes[k][1], 2, got, want);
+        if (solo != (int)shapes[k][2])
+            fail_msg("Dense %lld -> %lld: solo %d, expected %d", (long long)shapes[k][0],
+                     (long long)shapes[k][1], solo, (int)shapes[k][2]);
+        expect_close(got, want, shapes[k][1], 1e-3f, "Dense %lld -> %lld",
+                     (long long)shapes[k][0], (long long)shapes[k][1]);
+        free(got);
+        free(want);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -953,6 +1025,7 @@ int main(void)
         cmocka_unit_test(test_pool_conv_fused),
         cmocka_unit_test(test_pad_crop),
         cmocka_unit_test(test_global_pool),
+        cmocka_unit_test(test_dense_solo_by_weight_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
