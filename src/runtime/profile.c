@@ -10,13 +10,21 @@
 
 #include "base/mem.h"
 
+/* Runs on a new plan not counted. The first builds the kernels and packs
+ * the weights. The second still pays once for some oneDNN primitives:
+ * InceptionV3's first 448 -> 384 3x3 convolution took 8.5-9.3 ms in it
+ * against 0.6-0.8 ms later, ResNet50's conv5_block1_2 5.2 against
+ * 0.8-1.0 ms; counted, that one run put those layers 40-70% too high in
+ * a 20-run mean. */
+#define KC_PROFILE_WARMUP_RUNS 2
+
 struct kc_profile {
     double *node_s; /* seconds summed over the counted runs, per node */
     double *run_s;  /* this run's, per node */
     int n_nodes;
     int64_t runs;
-    int warming;    /* the next run is the first on its plan */
-    int warm_only;  /* node_s holds that first run alone (no other yet) */
+    int warm_left;  /* warm-up runs still to come on this plan */
+    int warm_only;  /* node_s holds the latest warm-up run alone (no other yet) */
     char *text;
     size_t len, cap;
 };
@@ -32,7 +40,7 @@ kc_profile *kc_profile_new(int n_nodes)
         kc_profile_free(p);
         return NULL;
     }
-    p->warming = 1;
+    p->warm_left = KC_PROFILE_WARMUP_RUNS;
     p->n_nodes = n_nodes;
     return p;
 }
@@ -55,16 +63,16 @@ void kc_profile_add(kc_profile *p, int node, double seconds)
 
 void kc_profile_run_done(kc_profile *p)
 {
-    /* The warm-up's times stand in until a steady run replaces them, so
+    /* A warm-up's times stand in until a later run replaces them, so
      * that a single run (`kerasc run --stats`) still has a profile. */
-    int replace = p->warming || p->warm_only;
+    int warming = p->warm_left > 0, replace = warming || p->warm_only;
     for (int i = 0; i < p->n_nodes; i++) {
         p->node_s[i] = replace ? p->run_s[i] : p->node_s[i] + p->run_s[i];
         p->run_s[i] = 0;
     }
-    p->warm_only = p->warming;
-    p->runs += !p->warming;
-    p->warming = 0;
+    p->warm_only = warming;
+    p->runs += !warming;
+    p->warm_left -= warming;
 }
 
 void kc_profile_new_plan(kc_profile *p)
@@ -72,7 +80,7 @@ void kc_profile_new_plan(kc_profile *p)
     memset(p->node_s, 0, (size_t)p->n_nodes * sizeof *p->node_s);
     memset(p->run_s, 0, (size_t)p->n_nodes * sizeof *p->run_s);
     p->runs = 0;
-    p->warming = 1;
+    p->warm_left = KC_PROFILE_WARMUP_RUNS;
     p->warm_only = 0;
 }
 
@@ -121,14 +129,16 @@ const char *kc_profile_report(kc_profile *p, const kc_graph *g)
     for (int i = 0; i < p->n_nodes; i++)
         total += p->node_s[i] * 1e3 / runs;
     if (p->warm_only)
-        kc_profile_printf(p, "profile: ms of the first run on this plan, on the host CPU "
-                             "(kernels built and weights packed within it; later runs "
-                             "replace it)\n");
+        kc_profile_printf(p,
+                          "profile: ms of warm-up run %d of %d on this plan, on the host CPU "
+                          "(kernels built and weights packed in the first; later runs "
+                          "replace it)\n",
+                          KC_PROFILE_WARMUP_RUNS - p->warm_left, KC_PROFILE_WARMUP_RUNS);
     else
         kc_profile_printf(p,
                           "profile: mean ms per run over %lld run(s) on the host CPU (the "
-                          "first run on a plan is a warm-up, not counted)\n",
-                          (long long)p->runs);
+                          "first %d runs on a plan are warm-ups, not counted)\n",
+                          (long long)p->runs, KC_PROFILE_WARMUP_RUNS);
     kc_profile_printf(p, "  %-36s %-26s %10s %6s\n", "layer", "class", "ms", "%");
     kc_class_time *classes = kc_calloc((size_t)p->n_nodes + 1, sizeof *classes);
     int n_classes = 0;

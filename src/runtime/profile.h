@@ -14,9 +14,10 @@ kc_profile *kc_profile_new(int n_nodes);
 void kc_profile_free(kc_profile *p);
 /* Node `node` took `seconds` in this run. */
 void kc_profile_add(kc_profile *p, int node, double seconds);
-/* The run is over: its times count, unless it was the first on a new
- * plan (kernels built, weights packed: a warm-up, not the steady state),
- * whose times are reported only until a later run replaces them. */
+/* The run is over: its times count, unless it was one of the first two
+ * on a new plan (kernels built, weights packed, oneDNN's one-time costs:
+ * warm-ups, not the steady state), whose times are reported only until
+ * a later run replaces them. */
 void kc_profile_run_done(kc_profile *p);
 /* The session planned for new input shapes: forget the times so far and
  * skip the next run. */
