@@ -123,6 +123,10 @@ dnnl_primitive_attr_t kc_dnnl_attr_new(void);
  * by the caller after init (and the pd created inside solo_enter/leave). */
 kc_status kc_dnnl_prim_init(kc_dnnl_prim *p, const_dnnl_primitive_desc_t pd, int n,
                             const int *args, const dnnl_memory_desc_t *const *mds);
+/* Reorder weights w (layout w_md) into a new buffer of layout to_md, once
+ * (at build): *packed, freed by the caller. */
+kc_status kc_dnnl_pack(const dnnl_memory_desc_t *w_md, const dnnl_memory_desc_t *to_md,
+                       const float *w, float **packed);
 /* Execute with ptrs[i] as argument i and wait. */
 kc_status kc_dnnl_run(kc_dnnl_prim *p, void *const *ptrs);
 /* The same on lane `lane`'s stream: parts run concurrently on their own. */

@@ -138,45 +138,6 @@ static dnnl_primitive_attr_t kc_dnnl_post_ops_attr(const char *act, int accumula
     return attr;
 }
 
-/* Reorder weights w (layout w_md) into a new buffer of layout to_md, once. */
-static kc_status kc_dnnl_pack(const dnnl_memory_desc_t *w_md, const dnnl_memory_desc_t *to_md,
-                              const float *w, float **packed)
-{
-    size_t bytes = dnnl_memory_desc_get_size(to_md);
-    float *buf = kc_calloc(bytes / sizeof(float) + 1, sizeof(float));
-    if (!buf)
-        return KC_ERR_NOMEM;
-    *packed = buf;
-    dnnl_primitive_desc_t rpd = NULL;
-    dnnl_primitive_t reorder = NULL;
-    dnnl_memory_t from = NULL, to = NULL;
-    kc_status status = KC_OK;
-    dnnl_engine_t eng = kc_dnnl_engine();
-    dnnl_stream_t stream = NULL;
-    if (dnnl_stream_create(&stream, eng, dnnl_stream_default_flags) ||
-        dnnl_memory_create(&from, w_md, eng, (void *)w) ||
-        dnnl_memory_create(&to, to_md, eng, buf) ||
-        dnnl_reorder_primitive_desc_create(&rpd, w_md, eng, to_md, eng, NULL) ||
-        dnnl_primitive_create(&reorder, rpd)) {
-        status = kc_fail(KC_ERR_UNSUPPORTED, "oneDNN cannot reorder the convolution weights");
-    } else {
-        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-        if (dnnl_primitive_execute(reorder, stream, 2, args) || dnnl_stream_wait(stream))
-            status = kc_fail(KC_ERR_UNSUPPORTED, "oneDNN weight reorder failed");
-    }
-    if (reorder)
-        dnnl_primitive_destroy(reorder);
-    if (rpd)
-        dnnl_primitive_desc_destroy(rpd);
-    if (from)
-        dnnl_memory_destroy(from);
-    if (to)
-        dnnl_memory_destroy(to);
-    if (stream)
-        dnnl_stream_destroy(stream);
-    return status;
-}
-
 /* The whole layer's geometry. The padding follows TensorFlow: for "same"
  * the extra pixel goes after; "causal" pads only before; a folded
  * ZeroPadding adds its own. */

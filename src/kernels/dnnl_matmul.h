@@ -13,4 +13,8 @@ kc_status kc_dnnl_dense(const kc_exec_ctx *ctx, int *handled);
  * Dense state. */
 int kc_dnnl_dense_solo(const kc_kernel_state *state);
 
+/* For tests: 1 when the Dense state reads its own packed copy of the
+ * kernel, 0 when Keras's array, -1 when state is no oneDNN Dense state. */
+int kc_dnnl_dense_packed(const kc_kernel_state *state);
+
 #endif

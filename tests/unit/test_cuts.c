@@ -942,16 +942,17 @@ static void test_global_pool(void **state)
     check_global_pool("GlobalMaxPooling2D", 1, 1, 64, 2048);
 }
 
-/* One batch-1 Dense run on `threads` threads; returns whether its oneDNN
- * primitive ran alone on the calling thread, the output in got. */
-static int dense_solo(int64_t in_units, int64_t units, int threads, float *got, float *want)
+/* One Dense run of `batch` rows on `threads` threads; returns what probe
+ * says of its oneDNN state, the output in got and the plain sum in want. */
+static int dense_run(int64_t in_units, int64_t units, int64_t batch, int threads,
+                     int (*probe)(const kc_kernel_state *), float *got, float *want)
 {
     kc_dense_attrs a = {units, 1, "linear"};
     kc_weight w[2];
     memset(w, 0, sizeof w);
     float *kernel = malloc((size_t)(in_units * units) * sizeof *kernel);
     float *bias = malloc((size_t)units * sizeof *bias);
-    float *x = malloc((size_t)in_units * sizeof *x);
+    float *x = malloc((size_t)(batch * in_units) * sizeof *x);
     assert_non_null(kernel);
     assert_non_null(bias);
     assert_non_null(x);
@@ -959,14 +960,15 @@ static int dense_solo(int64_t in_units, int64_t units, int threads, float *got, 
         kernel[i] = (float)((i * 7919) % 13) / 13.0f - 0.5f;
     for (int64_t j = 0; j < units; j++)
         bias[j] = (float)(j % 5) * 0.1f;
-    for (int64_t i = 0; i < in_units; i++)
+    for (int64_t i = 0; i < batch * in_units; i++)
         x[i] = (float)(i % 11) / 11.0f;
-    for (int64_t j = 0; j < units; j++) {
-        double acc = bias[j];
-        for (int64_t i = 0; i < in_units; i++)
-            acc += (double)x[i] * kernel[i * units + j];
-        want[j] = (float)acc;
-    }
+    for (int64_t r = 0; r < batch; r++)
+        for (int64_t j = 0; j < units; j++) {
+            double acc = bias[j];
+            for (int64_t i = 0; i < in_units; i++)
+                acc += (double)x[r * in_units + i] * kernel[i * units + j];
+            want[r * units + j] = (float)acc;
+        }
     w[0].data = kernel;
     w[1].data = bias;
     kc_layer layer;
@@ -977,15 +979,34 @@ static int dense_solo(int64_t in_units, int64_t units, int threads, float *got, 
     layer.attrs = &a;
     layer.weights = w;
     layer.n_weights = 2;
-    kc_shape in = {2, {1, in_units}}, out = {2, {1, units}};
+    kc_shape in = {2, {batch, in_units}}, out = {2, {batch, units}};
     const float *ins[1] = {x};
     kc_threads_enter(threads);
-    int solo = exec_kernel(&layer, ins, &in, 1, got, &out, 0, 0, kc_dnnl_dense_solo);
+    int said = exec_kernel(&layer, ins, &in, 1, got, &out, 0, 0, probe);
     kc_threads_enter(0);
     free(kernel);
     free(bias);
     free(x);
-    return solo;
+    return said;
+}
+
+/* Runs Dense in -> out on `batch` rows and checks what probe says of its
+ * state against `expect` and the output against the plain sum. */
+static void check_dense(int64_t in_units, int64_t units, int64_t batch,
+                        int (*probe)(const kc_kernel_state *), int expect, const char *what)
+{
+    float *got = malloc((size_t)(batch * units) * sizeof *got);
+    float *want = malloc((size_t)(batch * units) * sizeof *want);
+    assert_non_null(got);
+    assert_non_null(want);
+    int said = dense_run(in_units, units, batch, 2, probe, got, want);
+    if (said != expect)
+        fail_msg("Dense %lld -> %lld, batch %lld: %s %d, expected %d", (long long)in_units,
+                 (long long)units, (long long)batch, what, said, expect);
+    expect_close(got, want, batch * units, 1e-3f, "Dense %lld -> %lld, batch %lld",
+                 (long long)in_units, (long long)units, (long long)batch);
+    free(got);
+    free(want);
 }
 
 /* A small Dense layer runs on the calling thread alone; one reading more
@@ -995,21 +1016,22 @@ static int dense_solo(int64_t in_units, int64_t units, int threads, float *got, 
 static void test_dense_solo_by_weight_bytes(void **state)
 {
     (void)state;
-    static const int64_t shapes[][3] = {{64, 10, 1}, {2048, 1000, 0}, {1024, 256, 1}};
-    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
-        float *got = malloc((size_t)shapes[k][1] * sizeof *got);
-        float *want = malloc((size_t)shapes[k][1] * sizeof *want);
-        assert_non_null(got);
-        assert_non_null(want);
-        int solo = dense_solo(shapes[k][0], shapes[k][1], 2, got, want);
-        if (solo != (int)shapes[k][2])
-            fail_msg("Dense %lld -> %lld: solo %d, expected %d", (long long)shapes[k][0],
-                     (long long)shapes[k][1], solo, (int)shapes[k][2]);
-        expect_close(got, want, shapes[k][1], 1e-3f, "Dense %lld -> %lld",
-                     (long long)shapes[k][0], (long long)shapes[k][1]);
-        free(got);
-        free(want);
-    }
+    check_dense(64, 10, 1, kc_dnnl_dense_solo, 1, "solo");
+    check_dense(2048, 1000, 1, kc_dnnl_dense_solo, 0, "solo");
+    check_dense(1024, 256, 1, kc_dnnl_dense_solo, 1, "solo");
+}
+
+/* From 8 rows on, Dense reads its own copy of the kernel in the layout
+ * oneDNN picks, packed once; below, Keras's array in place. Equal results
+ * either way, on both sides of the rule and with a row count that is no
+ * multiple of oneDNN's blocks. */
+static void test_dense_packs_from_eight_rows(void **state)
+{
+    (void)state;
+    check_dense(2048, 1000, 1, kc_dnnl_dense_packed, 0, "packed");
+    check_dense(2048, 1000, 8, kc_dnnl_dense_packed, 1, "packed");
+    check_dense(300, 77, 13, kc_dnnl_dense_packed, 1, "packed");
+    check_dense(300, 77, 7, kc_dnnl_dense_packed, 0, "packed");
 }
 
 int main(void)
@@ -1026,6 +1048,7 @@ int main(void)
         cmocka_unit_test(test_pad_crop),
         cmocka_unit_test(test_global_pool),
         cmocka_unit_test(test_dense_solo_by_weight_bytes),
+        cmocka_unit_test(test_dense_packs_from_eight_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
