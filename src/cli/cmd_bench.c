@@ -124,7 +124,6 @@ int kc_cmd_bench(int argc, char **argv)
         kc_model_free(m);
         return 1;
     }
-    kc_cli_return_buffers();
     double load_ms = kc_now_ms() - t0;
     int n_in = kc_model_num_inputs(m), n_out = kc_model_num_outputs(m), rc = 0;
     kc_tensor *in[KC_BENCH_MAX_IO] = {0}, *out[KC_BENCH_MAX_IO] = {0};

@@ -476,7 +476,6 @@ static kc_status kc_predict_with_model(const kc_model *model, const kc_predict_a
         fprintf(stderr, "kerasc: error: %s\n", kc_last_error());
         return KC_ERR_UNSUPPORTED;
     }
-    kc_cli_return_buffers();
     kc_status st = KC_OK;
     for (int i = 0; i < a->n_images && st == KC_OK; i += KC_PREDICT_BATCH) {
         int n = a->n_images - i < KC_PREDICT_BATCH ? a->n_images - i : KC_PREDICT_BATCH;

@@ -13,8 +13,4 @@ int kc_cmd_status(int argc, char **argv);
 int kc_cmd_plan(int argc, char **argv);
 int kc_cmd_keygen(int argc, char **argv);
 
-/* After the model is loaded: freed blocks of 128 KiB or more go back to
- * the system at once (see main.c). */
-void kc_cli_return_buffers(void);
-
 #endif

@@ -158,26 +158,6 @@ static void kc_keep_buffers(void)
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
 }
 
-/* The opposite policy once `bench` and `predict` have loaded their model
- * (kc_cli_return_buffers, commands.h): every block of 128 KiB or more
- * mapped on its own and unmapped when freed. By default glibc's mmap
- * threshold rises to the largest block freed so far (up to 32 MiB), so
- * once the first run frees a kernel replaced by its packed copy, the
- * transient buffers of the later layers' builds (oneDNN's primitives and
- * reorders) come from the heap and leave resident holes between the
- * packed copies. Peak RSS, MiB, glibc's default -> fixed: ResNet50 173 ->
- * 162 (batch 1), 253 -> 244 (batch 8); InceptionV3 190 -> 174, 312 ->
- * 291; MobileNetV2 58 -> 48, 98 -> 88. Not before the load: its
- * transient buffers, mapped and unmapped one by one, made ResNet50's
- * load 18% slower. Inference allocates nothing that large
- * (tests/alloc), so its speed is unchanged. Library users get the same
- * with mallopt(M_MMAP_THRESHOLD, 128 << 10) after loading. */
-void kc_cli_return_buffers(void)
-{
-    if (!getenv("MALLOC_MMAP_THRESHOLD_"))
-        mallopt(M_MMAP_THRESHOLD, 128 << 10);
-}
-
 int main(int argc, char **argv)
 {
     if (argc >= 2 && (!strcmp(argv[1], "run") || !strcmp(argv[1], "predict") ||
