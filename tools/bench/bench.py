@@ -291,6 +291,17 @@ def summarize(rows, batches, runners, results, errors, macs):
     return table
 
 
+def target_met(ratio, rounds):
+    """The ≤ 0.8 column: "yes" only when every round's kerasc/ORT is ≤ 0.8.
+    A median under 0.8 with a round above it is "median only": on this
+    shared machine one noisy round moves a row by 10-20%, and a target met
+    at some moments and not at others is not met."""
+    worst = max(rounds) if rounds else ratio
+    if worst <= 0.8:
+        return "yes"
+    return "median only" if ratio <= 0.8 else "no"
+
+
 def markdown(table, runners, meta, sgemm):
     L = []
     L.append(f"# kerasc benchmark — {meta['date']}")
@@ -335,7 +346,7 @@ def markdown(table, runners, meta, sgemm):
         # (a 1000-class head, 5 MB read per batch: ~5% of MobileNetV2 at
         # batch 1): indicative, not judged against the target
         judged = rt is not None and not e.get("peer_from")
-        cells.append(("yes" if rt <= 0.8 else "no") if judged else "—")
+        cells.append(target_met(rt, pr) if judged else "—")
         L.append("| " + " | ".join(cells) + " |")
     L.append("")
     L.append("Load to first inference (load_ms + first_run_ms, ms) and peak RSS (MB, whole process: "
@@ -370,7 +381,8 @@ def markdown(table, runners, meta, sgemm):
     L.append("ms/img: median over rounds of each run's median time per batch / batch (warm-up excluded). "
              "GFLOP/s: 2 × multiply-accumulates per image (conv + dense, counted from the architecture: "
              "tools/bench/macs.py) / time. kerasc/ORT: median over rounds of each round's ratio (kerasc and "
-             "ORT run back to back within a round), with its range over the rounds; the target is ≤ 0.8. "
+             "ORT run back to back within a round), with its range over the rounds; the target is ≤ 0.8, met (yes) when every round's ratio is; "
+             "median only: the median is, some round is not. "
              "† nsfwjs rows: ORT and torch figures are those of the Keras-definition row of the same "
              "architecture (torchvision export, 1000-class head; nsfwjs's head is 5 classes, < 0.5% of the "
              "work; but its 1000-class Dense reads 5 MB of weights per batch, ~5% of MobileNetV2's time "
