@@ -276,7 +276,7 @@ void kc_dnnl_prim_destroy(kc_dnnl_prim *p)
 }
 
 kc_status kc_dnnl_pack(const dnnl_memory_desc_t *w_md, const dnnl_memory_desc_t *to_md,
-                              const float *w, float **packed)
+                       const float *w, float **packed)
 {
     size_t bytes = dnnl_memory_desc_get_size(to_md);
     float *buf = kc_calloc(bytes / sizeof(float) + 1, sizeof(float));
