@@ -158,6 +158,15 @@ typedef struct kc_session_options {
      * from direct convolution by ~1e-6 relative, inside kerasc's 1e-4
      * fidelity tolerance). KC_WINOGRAD=0 in the environment does the same. */
     int exact;
+    /* Bytes Winograd convolutions may add to the session's memory over
+     * direct ones: their transformed kernels beyond the Keras kernels
+     * (1.8x to 4x the kernel) and the growth of the per-thread
+     * scratchpads they need where the activation arena has no room for
+     * them. Layers take Winograd in the order they first run while their
+     * cost fits; the rest run direct. 0 = no bound. ResNet50 at batch 8:
+     * 24 MiB keeps peak RSS within weights + activations + 64 MiB for
+     * 2-10% more time than no bound. */
+    size_t winograd_memory;
     /* 1: the session may free the model's arrays it does not read: those
      * of layers rewritten into copies of its own at creation (a
      * BatchNormalization folded into its convolution: the rewritten layer

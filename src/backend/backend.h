@@ -78,6 +78,10 @@ typedef struct kc_backend_call {
     size_t workspace_size;
     void **state;                     /* this node's slot for backend state */
     int exact;                        /* direct algorithms only (no Winograd) */
+    struct kc_wino_budget *wino_budget; /* the session's Winograd allowance
+                                         (kernels/kernel.h), or NULL */
+    void *spare;                      /* host arena free during the call */
+    size_t spare_bytes;
 } kc_backend_call;
 
 typedef struct kc_backend_iface {

@@ -81,6 +81,9 @@ kc_status kc_cpu_exec(kc_kernel_fn fn, const kc_backend_call *call, kc_kernel_st
         .w_ext = call->w,
         .exact = call->exact,
         .whole = whole,
+        .wino_budget = call->wino_budget,
+        .spare = call->spare,
+        .spare_bytes = call->spare_bytes,
     };
     if (ctx.layer->channels_first && ctx.n_in > 0)
         return kc_run_channels_first(fn, &ctx);

@@ -50,6 +50,8 @@ void kc_threads_enter(int threads)
 
 int kc_threads_max(void) { return omp_get_max_threads(); }
 
+int kc_thread_index(void) { return omp_get_thread_num(); }
+
 int kc_parallel_parts(int64_t bytes, int64_t items)
 {
     int64_t parts = bytes >= ((int64_t)256 << 10) ? kc_threads_max() : 1;

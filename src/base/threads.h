@@ -22,6 +22,9 @@ void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg);
 
 /* The OpenMP thread count a primitive built now would be sized for. */
 int kc_threads_max(void);
+/* The calling thread's number in its kc_parallel team (0 outside one):
+ * threads running side by side have different numbers. */
+int kc_thread_index(void);
 
 /* How many parts (kc_parallel) a memory-bound loop over `items` equal
  * items touching `bytes` in all should be cut into: one per thread from

@@ -234,9 +234,31 @@ kc_status kc_dnnl_lanes(int n)
     return s;
 }
 
+char *kc_dnnl_lane_spare(void *spare, size_t bytes, int lane, size_t need)
+{
+    if (!spare || lane < 0)
+        return NULL;
+    uintptr_t at = (uintptr_t)spare, first = (at + 63) & ~(uintptr_t)63;
+    size_t skip = first - at;
+    if (skip > bytes || (size_t)(lane + 1) > (bytes - skip) / (need ? need : 1))
+        return NULL;
+    return (char *)first + (size_t)lane * need;
+}
+
+size_t kc_dnnl_pd_bytes(const_dnnl_primitive_desc_t pd, dnnl_query_t what)
+{
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, what, 0);
+    return md ? dnnl_memory_desc_get_size(md) : 0;
+}
+
 kc_status kc_dnnl_run(kc_dnnl_prim *p, void *const *ptrs) { return kc_dnnl_run_lane(p, ptrs, 0); }
 
 kc_status kc_dnnl_run_lane(kc_dnnl_prim *p, void *const *ptrs, int lane)
+{
+    return kc_dnnl_run_in(p, ptrs, lane, NULL);
+}
+
+kc_status kc_dnnl_run_in(kc_dnnl_prim *p, void *const *ptrs, int lane, void *scratch)
 {
     dnnl_stream_t stream = lane > 0 ? kc_lane_stream[lane] : kc_stream;
     dnnl_exec_arg_t args[KC_DNNL_MAX_ARGS + 1];
@@ -247,7 +269,7 @@ kc_status kc_dnnl_run_lane(kc_dnnl_prim *p, void *const *ptrs, int lane)
     }
     int n = p->n;
     if (p->scratch) {
-        void *buf = kc_dnnl_workspace(KC_DNNL_SLOT_SCRATCHPAD, p->scratch_bytes);
+        void *buf = scratch ? scratch : kc_dnnl_workspace(KC_DNNL_SLOT_SCRATCHPAD, p->scratch_bytes);
         if (!buf)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a oneDNN scratchpad");
         if (dnnl_memory_set_data_handle(p->scratch, buf) != dnnl_success)

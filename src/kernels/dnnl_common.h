@@ -131,6 +131,18 @@ kc_status kc_dnnl_pack(const dnnl_memory_desc_t *w_md, const dnnl_memory_desc_t 
 kc_status kc_dnnl_run(kc_dnnl_prim *p, void *const *ptrs);
 /* The same on lane `lane`'s stream: parts run concurrently on their own. */
 kc_status kc_dnnl_run_lane(kc_dnnl_prim *p, void *const *ptrs, int lane);
+/* The same with the caller's scratchpad of p->scratch_bytes (64-byte
+ * aligned), or NULL: the lane's workspace. */
+kc_status kc_dnnl_run_in(kc_dnnl_prim *p, void *const *ptrs, int lane, void *scratch);
+
+static inline size_t kc_dnnl_align64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+/* Lane `lane`'s `need` bytes (64-byte aligned) in a free range of `bytes`
+ * at `spare`, lanes side by side from its first aligned byte; NULL when
+ * they do not fit. */
+char *kc_dnnl_lane_spare(void *spare, size_t bytes, int lane, size_t need);
+/* The size of a primitive descriptor's memory `what` (a dnnl_query_*_md),
+ * 0 when it has none. */
+size_t kc_dnnl_pd_bytes(const_dnnl_primitive_desc_t pd, dnnl_query_t what);
 void kc_dnnl_prim_destroy(kc_dnnl_prim *p);
 
 #endif

@@ -63,7 +63,17 @@ typedef struct kc_dnnl_conv_state {
     const void *pre_pool;   /* the pooling layer built for (pre_pool) */
     dnnl_memory_desc_t dw_w_md, dw_b_md;
     float *zero_bias;
-    kc_dnnl_conv_part part[KC_DNNL_MAX_CUTS];
+    /* Winograd's cost, paid from the session's budget (NULL: unbounded)
+     * at the first part and refunded when the state goes; lanes: threads
+     * running parts side by side, each with a scratchpad of its own. */
+    kc_wino_budget *budget;
+    size_t wino_paid;
+    int lanes;
+    /* n_parts of them, allocated for the cuts planned: a part holds six
+     * oneDNN memory descriptors (~4.7 KB), and a fixed array for
+     * KC_DNNL_MAX_CUTS made every convolution's state 300 KB, 16 MB over
+     * ResNet50's 53 convolutions. */
+    kc_dnnl_conv_part *part;
 } kc_dnnl_conv_state;
 
 static void kc_dnnl_conv_part_free(kc_dnnl_conv_part *p)
@@ -79,11 +89,22 @@ static void kc_dnnl_conv_part_free(kc_dnnl_conv_part *p)
     memset(p, 0, sizeof *p);
 }
 
+/* Give back what the layer's transformed kernel cost; the scratchpads it
+ * grew stay paid, as the per-thread workspaces never shrink. */
+static void kc_dnnl_wino_refund(kc_dnnl_conv_state *st)
+{
+    if (st->budget && st->budget->left != SIZE_MAX)
+        st->budget->left += st->wino_paid;
+    st->wino_paid = 0;
+}
+
 static void kc_dnnl_conv_free(kc_kernel_state *s)
 {
     kc_dnnl_conv_state *c = (kc_dnnl_conv_state *)s;
+    kc_dnnl_wino_refund(c);
     for (int i = 0; i < c->n_parts; i++)
         kc_dnnl_conv_part_free(&c->part[i]);
+    free(c->part);
     free(c->zero_bias);
     free(c);
 }
@@ -339,6 +360,46 @@ static kc_status kc_dnnl_wino_setup(kc_dnnl_conv_part *pt, const_dnnl_primitive_
     return KC_OK;
 }
 
+/* Whether the layer may take Winograd primitive pd at part k, paying its
+ * cost from the session's budget: the transformed kernel's bytes beyond
+ * the Keras kernel's, and the scratchpad's growth past what is paid on
+ * each lane. The first part decides for the layer (its parts share one
+ * kernel copy). ResNet50 at batch 8 adds 40 MB of transformed kernels
+ * and 2 x 10.5 MB of scratchpads for 11% less time; without a bound its
+ * peak RSS passed weights + activations + 64 MiB by 41 MiB. */
+static int kc_dnnl_wino_pay(const kc_exec_ctx *ctx, kc_dnnl_conv_state *st, int k,
+                            const_dnnl_primitive_desc_t pd)
+{
+    kc_wino_budget *b = st->budget;
+    if (k > 0)
+        return st->part[0].wino;
+    if (!b)
+        return 1;
+    size_t kernel = kc_dnnl_pd_bytes(pd, dnnl_query_weights_md);
+    size_t keras = dnnl_memory_desc_get_size(&st->w_md);
+    size_t scratch = kc_dnnl_pd_bytes(pd, dnnl_query_scratchpad_md);
+    size_t lane = kc_dnnl_align64(kc_dnnl_pd_bytes(pd, dnnl_query_src_md)) +
+                  kc_dnnl_align64(kc_dnnl_pd_bytes(pd, dnnl_query_dst_md)) +
+                  kc_dnnl_align64(scratch);
+    /* Lanes whose buffers fit in the arena's free range cost nothing. */
+    int in_arena = 0;
+    while (in_arena < st->lanes && kc_dnnl_lane_spare(ctx->spare, ctx->spare_bytes, in_arena, lane))
+        in_arena++;
+    size_t kernel_cost = kernel > keras ? kernel - keras : 0;
+    size_t scratch_cost = in_arena < st->lanes && scratch > b->scratch_paid
+                              ? (scratch - b->scratch_paid) * (size_t)(st->lanes - in_arena)
+                              : 0;
+    if (b->left != SIZE_MAX) {
+        if (kernel_cost + scratch_cost > b->left)
+            return 0;
+        b->left -= kernel_cost + scratch_cost;
+        st->wino_paid = kernel_cost;
+    }
+    if (scratch > b->scratch_paid)
+        b->scratch_paid = scratch;
+    return 1;
+}
+
 /* A residual sum on a wide 1x1 convolution: brgconv's sum post-op costs
  * far more there than oneDNN's older direct kernel's. One thread, 4
  * images of 56x56, 64 -> 256 channels (ResNet50's conv2_block*_3 parts at
@@ -582,6 +643,10 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN rejected the convolution's post-ops");
     if (kc_dnnl_wino_eligible(ctx, a, groups, st))
         pd = kc_dnnl_wino_pd(st, pt, &w_any, g, attr);
+    if (pd && !kc_dnnl_wino_pay(ctx, st, k, pd)) {
+        dnnl_primitive_desc_destroy(pd);
+        pd = NULL;
+    }
     if (pd && kc_dnnl_wino_setup(pt, pd) != KC_OK) {
         kc_error_clear();
         kc_dnnl_prim_destroy(&pt->to_src);
@@ -731,15 +796,21 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
     if (a->post_dw && whole.src[0] == 1)
         n = 1;
     st->in_shape = ctx->in_shape[0];
+    if (!(st->part = kc_calloc((size_t)n, sizeof *st->part)))
+        return KC_ERR_NOMEM;
     kc_dnnl_conv_build b = {ctx, a, st, groups};
     int small = kc_dnnl_small(work, wbytes);
+    /* A layer run whole by the team has one scratchpad for all threads. */
+    st->lanes = n > 1 ? (n < kc_threads_max() ? n : kc_threads_max()) : 1;
     kc_status s = kc_dnnl_build_cut(&whole, cuts, n, small, kc_dnnl_conv_build_one, &b);
     if (s == KC_OK || n == 1)
         return s;
     kc_error_clear();
+    kc_dnnl_wino_refund(st);
     for (int k = 0; k < st->n_parts; k++)
         kc_dnnl_conv_part_free(&st->part[k]);
     st->n_parts = 0;
+    st->lanes = 1;
     return kc_dnnl_build_cut(&whole, cuts, 1, small, kc_dnnl_conv_build_one, &b);
 }
 
@@ -750,6 +821,8 @@ typedef struct kc_dnnl_conv_io {
     const float *src, *w, *b;
     float *dst;
     const float *dw_w, *dw_b;
+    void *spare;            /* the arena's free range during the call */
+    size_t spare_bytes;
 } kc_dnnl_conv_io;
 
 /* The part's primitive once, on src and dst (already offset). */
@@ -771,13 +844,18 @@ static kc_status kc_dnnl_execute_once(kc_dnnl_conv_part *pt, int lane, const kc_
         void *ptrs[6] = {(void *)src, wp, dst, (void *)b, dwp, (void *)io->dw_b};
         return kc_dnnl_run_lane(&pt->prim, ptrs, lane);
     }
-    void *sb = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, dnnl_memory_desc_get_size(&pt->src_blk_md));
-    void *db = kc_dnnl_workspace(KC_DNNL_SLOT_DST, dnnl_memory_desc_get_size(&pt->dst_blk_md));
+    size_t src_bytes = kc_dnnl_align64(dnnl_memory_desc_get_size(&pt->src_blk_md));
+    size_t dst_bytes = kc_dnnl_align64(dnnl_memory_desc_get_size(&pt->dst_blk_md));
+    /* by thread, not part: a thread runs its parts one after another */
+    char *spare = kc_dnnl_lane_spare(io->spare, io->spare_bytes, kc_thread_index(),
+                                     src_bytes + dst_bytes + kc_dnnl_align64(pt->prim.scratch_bytes));
+    void *sb = spare ? spare : kc_dnnl_workspace(KC_DNNL_SLOT_SRC, src_bytes);
+    void *db = spare ? spare + src_bytes : kc_dnnl_workspace(KC_DNNL_SLOT_DST, dst_bytes);
     if (!sb || !db)
         return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
     void *in[2] = {(void *)src, sb}, *conv[4] = {sb, wp, db, (void *)b}, *out[2] = {db, dst};
     KC_TRY(kc_dnnl_run_lane(&pt->to_src, in, lane));
-    KC_TRY(kc_dnnl_run_lane(&pt->prim, conv, lane));
+    KC_TRY(kc_dnnl_run_in(&pt->prim, conv, lane, spare ? spare + src_bytes + dst_bytes : NULL));
     return kc_dnnl_run_lane(&pt->from_dst, out, lane);
 }
 
@@ -859,6 +937,7 @@ kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         }
         st->w_plain = ctx->w_ext != NULL;
         st->exact = ctx->exact;
+        st->budget = ctx->wino_budget;
         kc_status bst = kc_dnnl_build(ctx, a, st, groups, kc_dnnl_conv_work(ctx, a, groups));
         if (bst != KC_OK) {
             kc_dnnl_conv_free(&st->base);
@@ -870,7 +949,7 @@ kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         *ctx->state = &st->base;
     }
     kc_dnnl_conv_io io = {ctx->in[0], kc_w(ctx, 0), a->use_bias ? kc_w(ctx, 1) : st->zero_bias,
-                          ctx->out[0], NULL, NULL};
+                          ctx->out[0], NULL, NULL, ctx->spare, ctx->spare_bytes};
     if (dw) {
         io.dw_w = a->post_dw->weights[0].data;
         io.dw_b = dw->use_bias ? a->post_dw->weights[1].data : st->zero_bias;
@@ -925,9 +1004,11 @@ int kc_dnnl_conv_dw_fusable(const kc_conv_attrs *a, const kc_layer *dw, const kc
         if (a->kernel[i] != 1 || a->strides[i] != 1 || a->dilation[i] != 1 ||
             a->pad_before[i] || a->pad_after[i])
             return 0;
+    kc_dnnl_conv_part part = {0};
     kc_dnnl_conv_state *st = kc_calloc(1, sizeof *st);
     if (!st)
         return 0;
+    st->part = &part;
     /* judged on one image: the pair is built and run one image at a time */
     kc_dnnl_window whole, one;
     kc_dnnl_window_of(in, mid, a, &whole);

@@ -23,6 +23,17 @@ typedef struct kc_kernel_state {
     int weights_cached;
 } kc_kernel_state;
 
+/* What Winograd convolutions may still add to a session's memory over
+ * direct ones (kc_session_options.winograd_memory): a layer takes
+ * Winograd only when its cost fits in `left`, and pays it from there. */
+typedef struct kc_wino_budget {
+    size_t left;             /* bytes; SIZE_MAX: no bound */
+    /* Scratchpads are per thread and shared by every layer a thread runs
+     * (dnnl_common.c's workspaces), so a layer pays only for the growth
+     * past the largest scratchpad paid so far, on each thread it uses. */
+    size_t scratch_paid;
+} kc_wino_budget;
+
 typedef struct kc_exec_ctx {
     const kc_node *node;
     const kc_layer *layer;
@@ -47,6 +58,12 @@ typedef struct kc_exec_ctx {
      * copy thread streams the next layers' weights beside the compute,
      * and a cut layer holding every core left it none. */
     int whole;
+    kc_wino_budget *wino_budget; /* the session's, or NULL: no bound */
+    /* Arena memory no live value occupies while this node runs (the
+     * plan's spare range), free for the kernel's scratch use during the
+     * call; NULL when none. */
+    void *spare;
+    size_t spare_bytes;
 } kc_exec_ctx;
 
 typedef kc_status (*kc_kernel_fn)(const kc_exec_ctx *ctx);

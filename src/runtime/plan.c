@@ -25,6 +25,8 @@ void kc_plan_free(kc_plan *plan)
 {
     free(plan->shape);
     free(plan->offset);
+    free(plan->spare_offset);
+    free(plan->spare_floats);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -118,6 +120,35 @@ static void kc_free_block(kc_allocator *a, int value)
         }
 }
 
+/* The widest gap between a's live blocks (sorted by offset) into
+ * p->spare_*[node], and in *live_end where the last one ends: the range
+ * past it up to the final arena size is free too (kc_plan_spare_tail). */
+static void kc_plan_spare_gap(const kc_allocator *a, int node, kc_plan *p, size_t *live_end)
+{
+    size_t at = 0, best_off = 0, best = 0;
+    for (int i = 0; i < a->n; i++) {
+        if (a->live[i].offset > at && a->live[i].offset - at > best) {
+            best = a->live[i].offset - at;
+            best_off = at;
+        }
+        size_t end = a->live[i].offset + a->live[i].size;
+        if (end > at)
+            at = end;
+    }
+    p->spare_offset[node] = best_off;
+    p->spare_floats[node] = best;
+    *live_end = at;
+}
+
+static void kc_plan_spare_tail(kc_plan *p, int n_nodes, const size_t *live_end)
+{
+    for (int i = 0; i < n_nodes; i++)
+        if (p->arena_floats - live_end[i] > p->spare_floats[i]) {
+            p->spare_offset[i] = live_end[i];
+            p->spare_floats[i] = p->arena_floats - live_end[i];
+        }
+}
+
 static int kc_root(const int *alias, int v)
 {
     while (alias && alias[v] >= 0)
@@ -129,9 +160,13 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, kc_plan *p)
 {
     int *last_use = kc_calloc((size_t)g->n_values + 1, sizeof *last_use);
     kc_allocator a = {.live = kc_calloc((size_t)g->n_values + 1, sizeof(kc_block))};
-    if (!last_use || !a.live) {
+    size_t *live_end = kc_calloc((size_t)g->n_nodes + 1, sizeof *live_end);
+    p->spare_offset = kc_calloc((size_t)g->n_nodes + 1, sizeof *p->spare_offset);
+    p->spare_floats = kc_calloc((size_t)g->n_nodes + 1, sizeof *p->spare_floats);
+    if (!last_use || !a.live || !live_end || !p->spare_offset || !p->spare_floats) {
         free(last_use);
         free(a.live);
+        free(live_end);
         return KC_ERR_NOMEM;
     }
     for (int v = 0; v < g->n_values; v++)
@@ -162,6 +197,7 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, kc_plan *p)
             if (last_use[v] < 0) /* computed but never read: free at once */
                 last_use[v] = i;
         }
+        kc_plan_spare_gap(&a, i, p, &live_end[i]);
         /* Inputs and dead outputs whose last reader is this node. */
         for (int j = 0; j < node->n_inputs; j++) {
             int r = kc_root(alias, node->inputs[j]);
@@ -175,8 +211,10 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, kc_plan *p)
         }
     }
     p->arena_floats = a.peak ? a.peak : KC_ALIGN_FLOATS;
+    kc_plan_spare_tail(p, g->n_nodes, live_end);
     free(last_use);
     free(a.live);
+    free(live_end);
     return KC_OK;
 }
 

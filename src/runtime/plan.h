@@ -18,6 +18,10 @@ typedef struct kc_plan {
     kc_shape *shape;       /* per value */
     size_t *offset;        /* per value, in floats */
     size_t arena_floats;   /* arena size needed */
+    /* Per node: the largest range of the arena that holds no value live
+     * while the node runs (offset and size in floats; size 0: none). A
+     * kernel may use it as scratch memory for that run. */
+    size_t *spare_offset, *spare_floats;
     kc_shape in_shapes[KC_PLAN_MAX_INPUTS];
     int n_in;              /* 0: no plan yet */
 } kc_plan;

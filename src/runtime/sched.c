@@ -347,6 +347,7 @@ static void kc_shape_call(const kc_sched *sc, int i, kc_backend_call *c, kc_shap
     c->layer = kc_sched_layer(sc, i);
     c->keras_major = s->model->keras_major;
     c->exact = s->exact;
+    c->wino_budget = &sc->s->wino_budget; /* kernels pay from it when built */
     c->in_shape = in_shape;
     c->n_in = node->n_inputs;
     c->out_shape = out_shape;

@@ -130,6 +130,7 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     s->microbatch = options && options->microbatch > 0 ? options->microbatch : 0;
     s->stage_first = s->stage_last = -1;
     s->exact = options && options->exact;
+    s->wino_budget.left = options && options->winograd_memory ? options->winograd_memory : SIZE_MAX;
     const char *dw_env = getenv("KC_FUSE_DW"); /* 0: never fuse depthwise pairs (fuse.c) */
     s->fuse_dw = !(dw_env && !strcmp(dw_env, "0"));
     const char *pool_env = getenv("KC_FUSE_POOL"); /* 0: never move a pooling (fuse.c) */
@@ -294,6 +295,9 @@ kc_status kc_session_run_node(kc_session *s, int index)
         .n_out = node->n_outputs,
         .in_mask = node->n_inputs ? s->mask[node->inputs[0]] : NULL,
         .exact = s->exact,
+        .wino_budget = &s->wino_budget,
+        .spare = s->arena + s->plan.spare_offset[index],
+        .spare_bytes = s->plan.spare_floats[index] * sizeof(float),
     };
     kc_status st = kc_cpu_exec(s->kernels[index], &call, &s->state[index], 0);
     if (st != KC_OK)

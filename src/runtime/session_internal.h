@@ -23,6 +23,7 @@ struct kc_session {
     unsigned char *mask_owned;
     int threads;
     int exact;               /* kc_session_options.exact: no Winograd */
+    kc_wino_budget wino_budget; /* kc_session_options.winograd_memory left */
     int fuse_dw;             /* KC_FUSE_DW unset or not 0 at creation */
     int fuse_pool;           /* KC_FUSE_POOL unset or not 0 at creation */
     int counted;             /* counted in model->n_sessions */

@@ -427,6 +427,95 @@ static void test_exact_convolutions(void **state)
     kc_model_free(m);
 }
 
+static kc_tensor *kc_app_input(const char *name, int64_t batch);
+
+/* options.winograd_memory bounds what Winograd may add: with 1 byte no
+ * layer can pay for its transformed kernel, so every one runs direct (the
+ * same bits as exact); without a bound they take Winograd (KC_WINOGRAD=1:
+ * the reduced ResNet50's layers are narrow). */
+static void test_winograd_memory_bound(void **state)
+{
+    (void)state;
+    if (!kc_dnnl_ready())
+        skip();
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(KC_TEST_DATA "/../apps/resnet50/model.keras", NULL, &m), KC_OK);
+    kc_tensor *in = NULL, *out[3] = {0};
+    assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/../apps/resnet50/input_0.npy", &in),
+                     KC_OK);
+    kc_session_options opts[3] = {{.exact = 1}, {.winograd_memory = 1}, {0}};
+    kc_session *s[3] = {0};
+    setenv("KC_WINOGRAD", "1", 1);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(kc_session_new(m, &opts[i], &s[i]), KC_OK);
+        assert_int_equal(kc_session_run(s[i], (const kc_tensor *const *)&in, 1, &out[i], 1),
+                         KC_OK);
+    }
+    unsetenv("KC_WINOGRAD");
+    size_t bytes = (size_t)kc_tensor_count(out[0]) * sizeof(float);
+    assert_memory_equal(kc_tensor_cdata(out[0]), kc_tensor_cdata(out[1]), bytes);
+    assert_true(s[1]->wino_budget.left == 1); /* nothing was paid */
+    assert_true(memcmp(kc_tensor_cdata(out[0]), kc_tensor_cdata(out[2]), bytes) != 0);
+    for (int i = 0; i < 3; i++) {
+        kc_tensor_free(out[i]);
+        kc_session_free(s[i]);
+    }
+    kc_tensor_free(in);
+    kc_model_free(m);
+}
+
+/* The plan's spare range of every node lies inside the arena and clear of
+ * every value live while the node runs (defined at or before it, read at
+ * or after it): kernels write scratch there (Winograd's buffers). */
+static void test_plan_spare_is_free(void **state)
+{
+    (void)state;
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(KC_TEST_DATA "/../apps/inception_v3/model.keras", NULL, &m),
+                     KC_OK);
+    kc_tensor *in = kc_app_input("inception_v3", 2), *out = NULL;
+    kc_session *s = NULL;
+    assert_int_equal(kc_session_new(m, NULL, &s), KC_OK);
+    assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&in, 1, &out, 1), KC_OK);
+    const kc_graph *g = s->graph;
+    const kc_plan *p = &s->plan;
+    int *def = calloc((size_t)g->n_values, sizeof *def), *last = calloc((size_t)g->n_values, sizeof *last);
+    assert_non_null(def);
+    assert_non_null(last);
+    for (int v = 0; v < g->n_values; v++)
+        def[v] = -1, last[v] = -1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        for (int j = 0; j < g->nodes[i].n_outputs; j++)
+            def[g->nodes[i].outputs[j]] = i;
+        for (int j = 0; j < g->nodes[i].n_inputs; j++)
+            last[g->nodes[i].inputs[j]] = i;
+    }
+    for (int i = 0; i < g->n_outputs; i++)
+        last[g->outputs[i]] = g->n_nodes;
+    int with_spare = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        size_t lo = p->spare_offset[i], hi = lo + p->spare_floats[i];
+        assert_true(hi <= p->arena_floats);
+        with_spare += p->spare_floats[i] > 0;
+        for (int v = 0; v < g->n_values && hi > lo; v++) {
+            int end = last[v] < def[v] ? def[v] : last[v];
+            if (def[v] > i || end < i)
+                continue;
+            size_t vlo = p->offset[v], vhi = vlo + (size_t)kc_shape_count(&p->shape[v]);
+            if (vlo < hi && lo < vhi)
+                fail_msg("node %d (%s): spare [%zu, %zu) overlaps value %d [%zu, %zu)", i,
+                         g->nodes[i].layer->name, lo, hi, v, vlo, vhi);
+        }
+    }
+    assert_true(with_spare > g->n_nodes / 2);
+    free(def);
+    free(last);
+    kc_tensor_free(in);
+    kc_tensor_free(out);
+    kc_session_free(s);
+    kc_model_free(m);
+}
+
 /* The input batch `batch` of app `name`'s golden input (image 0 repeated). */
 static kc_tensor *kc_app_input(const char *name, int64_t batch)
 {
@@ -618,6 +707,8 @@ int main(void)
         cmocka_unit_test(test_run_into_checks),
         cmocka_unit_test(test_profile_per_layer),
         cmocka_unit_test(test_exact_convolutions),
+        cmocka_unit_test(test_winograd_memory_bound),
+        cmocka_unit_test(test_plan_spare_is_free),
         cmocka_unit_test(test_folded_kernels_released_after_packing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
