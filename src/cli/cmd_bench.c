@@ -2,8 +2,6 @@
  * load once, warm up, time N runs on seeded random input of the model's
  * shape; print medians, load time and peak RSS as "key: value" lines.
  * --exact: direct convolutions only (kc_session_options.exact).
- * --winograd-memory SIZE: what Winograd may add to memory
- * (kc_session_options.winograd_memory).
  * Under the allocation-counting shim (LD_PRELOAD=build/tests/
  * libkc_alloc_shim.so) it also prints the heap allocations per run after
  * the first (kc_session_run_into, outputs reused). */
@@ -81,7 +79,6 @@ int kc_cmd_bench(int argc, char **argv)
     long batch = 1, iters = 20, warmup = 3, threads = 0;
     kc_cli_placement placement = {0};
     int exact = 0;
-    size_t wino_memory = 0;
     for (int i = 0; i < argc; i++) {
         int has = i + 1 < argc, rc = 0;
         int placed = kc_cli_placement_arg("bench", argc, argv, &i, &placement);
@@ -99,16 +96,9 @@ int kc_cmd_bench(int argc, char **argv)
             rc = kc_bench_int(argv[++i], "--threads", 1, 1024, &threads);
         else if (!strcmp(argv[i], "--exact"))
             exact = 1;
-        else if (!strcmp(argv[i], "--winograd-memory") && has) {
-            if (!kc_parse_bytes(argv[++i], &wino_memory) || !wino_memory) {
-                fprintf(stderr, "kerasc bench: --winograd-memory takes a size above 0, such as "
-                                "24MiB\n");
-                return 2;
-            }
-        } else if (argv[i][0] == '-' || path) {
+        else if (argv[i][0] == '-' || path) {
             fprintf(stderr, "kerasc bench: unexpected argument '%s' (usage: kerasc bench MODEL "
                             "[--batch B] [--iters N] [--warmup W] [--threads T] [--exact] "
-                            "[--winograd-memory SIZE] "
                             KC_CLI_PLACEMENT_USAGE ")\n", argv[i]);
             return 2;
         } else
@@ -125,7 +115,7 @@ int kc_cmd_bench(int argc, char **argv)
     kc_session *s = NULL;
     /* one session per model: its packed weights need no second copy */
     kc_session_options so = {.threads = (int)threads, .exact = exact,
-                             .winograd_memory = wino_memory, .release_packed_weights = 1};
+                             .release_packed_weights = 1};
     kc_cli_placement_apply(&placement, &so);
     kc_load_options lo = {0};
     kc_cli_placement_load(&placement, &lo);

@@ -51,7 +51,8 @@ int kc_cli_placement_arg(const char *cmd, int argc, char **argv, int *i, kc_cli_
     }
     static const char *const valued[] = {"--device", "--place", "--variables", "--trace",
                                          "--device-memory", "--prefetch-depth", "--microbatch",
-                                         "--host-memory", "--spill-dir", NULL};
+                                         "--host-memory", "--spill-dir", "--winograd-memory",
+                                         NULL};
     int k = 0;
     while (valued[k] && strcmp(arg, valued[k]))
         k++;
@@ -90,6 +91,10 @@ int kc_cli_placement_arg(const char *cmd, int argc, char **argv, int *i, kc_cli_
         p->spill_dir = value;
         p->disk = 1;
         break;
+    case 9:
+        if (!kc_parse_bytes(value, &p->winograd_memory) || !p->winograd_memory)
+            return kc_bad(cmd, "--winograd-memory takes a size above 0, such as 24MiB");
+        break;
     default: {
         char *end;
         long d = strtol(value, &end, 10);
@@ -113,6 +118,7 @@ void kc_cli_placement_apply(const kc_cli_placement *p, kc_session_options *o)
     o->trace_path = p->trace;
     o->microbatch = p->microbatch;
     o->host_memory = p->host_memory;
+    o->winograd_memory = p->winograd_memory;
     o->profile = p->stats;
 }
 

@@ -9,7 +9,8 @@
  *   --stats                per-layer times (and with placement, transfers and the bound)
  *   --microbatch N         run a larger batch as micro-batches of N
  *   --host-memory SIZE     disk tier: weights stay in a disk file, at most SIZE paged in ahead
- *   --spill-dir DIR        where the disk tier's weight file goes ($TMPDIR, /var/tmp) */
+ *   --spill-dir DIR        where the disk tier's weight file goes ($TMPDIR, /var/tmp)
+ *   --winograd-memory SIZE what Winograd convolutions may add to memory */
 #ifndef KC_CLI_PLACEMENT_ARGS_H
 #define KC_CLI_PLACEMENT_ARGS_H
 
@@ -29,12 +30,13 @@ typedef struct kc_cli_placement {
     size_t host_memory;
     int disk;
     const char *spill_dir;
+    size_t winograd_memory;
 } kc_cli_placement;
 
 #define KC_CLI_PLACEMENT_USAGE                                                              \
     "[--device DEV] [--place FIRST..LAST=DEV ...] [--variables DEV] [--strict-placement] " \
     "[--device-memory SIZE] [--prefetch-depth N] [--microbatch N] [--host-memory SIZE] "    \
-    "[--spill-dir DIR] [--trace FILE] [--stats]"
+    "[--spill-dir DIR] [--winograd-memory SIZE] [--trace FILE] [--stats]"
 
 /* 1: argv[*i] (and its value) consumed, *i advanced past the value;
  * 0: not a placement option; -1: bad value (message printed). */

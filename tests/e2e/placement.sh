@@ -75,6 +75,19 @@ expect_run_error "cluster" --place 'predictions=/job:worker/task:1/GPU:0'
 expect_run_error "microbatch takes a number" --microbatch 0
 expect_run_error "host memory budget .* below the minimum .*conv5_block1_2_conv" --host-memory 10KiB
 expect_run_error "host-memory takes a size" --host-memory -5
+expect_run_error "winograd-memory takes a size above 0" --winograd-memory 0
+
+# --winograd-memory 1 (one byte): no layer can pay for Winograd's
+# transformed kernel, so even with KC_WINOGRAD=1 every one runs direct,
+# bit-identical to --exact; without the bound Winograd changes the bits.
+KC_WINOGRAD=1 "$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/w1.npy" --winograd-memory 1 2>/dev/null &&
+  KC_WINOGRAD=1 "$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/wany.npy" 2>/dev/null &&
+  "$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/exact.npy" --exact 2>/dev/null
+if cmp -s "$T/w1.npy" "$T/exact.npy" && ! cmp -s "$T/wany.npy" "$T/exact.npy"; then
+  pass "--winograd-memory 1 keeps every convolution direct (bit-identical to --exact)"
+else
+  fail "--winograd-memory 1 against --exact"
+fi
 
 # soft placement: one warning, then the run completes
 err=$("$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/soft.npy" --device /GPU:3 2>&1 >/dev/null); rc=$?
