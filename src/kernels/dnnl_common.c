@@ -269,7 +269,8 @@ kc_status kc_dnnl_run_in(kc_dnnl_prim *p, void *const *ptrs, int lane, void *scr
     }
     int n = p->n;
     if (p->scratch) {
-        void *buf = scratch ? scratch : kc_dnnl_workspace(KC_DNNL_SLOT_SCRATCHPAD, p->scratch_bytes);
+        void *buf = scratch ? scratch
+                            : kc_dnnl_workspace(KC_DNNL_SLOT_SCRATCHPAD, p->scratch_bytes);
         if (!buf)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a oneDNN scratchpad");
         if (dnnl_memory_set_data_handle(p->scratch, buf) != dnnl_success)

@@ -36,6 +36,9 @@ typedef struct kc_dnnl_conv_part {
      * reordered into and out of per-thread buffers around it. */
     int wino;
     dnnl_memory_desc_t src_blk_md, dst_blk_md;
+    /* A thread's buffers for it (kc_dnnl_wino_lane_bytes): blocked input,
+     * blocked output, then the scratchpad, each 64-byte aligned. */
+    size_t src_blk_bytes, dst_blk_bytes, lane_bytes;
     kc_dnnl_prim to_src, from_dst;
     kc_dnnl_wcopy dw;       /* those of a fused depthwise post-op (post_dw) */
     /* pre_pool: the average pooling run after the convolution, from the
@@ -349,11 +352,24 @@ static dnnl_primitive_desc_t kc_dnnl_wino_pd(const kc_dnnl_conv_state *st,
     return pd;
 }
 
+/* The bytes one thread's buffers for Winograd primitive pd take: its
+ * blocked input (*src_bytes) and output (*dst_bytes) and its scratchpad,
+ * each 64-byte aligned. */
+static size_t kc_dnnl_wino_lane_bytes(const_dnnl_primitive_desc_t pd, size_t *src_bytes,
+                                      size_t *dst_bytes)
+{
+    *src_bytes = kc_dnnl_align64(kc_dnnl_pd_bytes(pd, dnnl_query_src_md));
+    *dst_bytes = kc_dnnl_align64(kc_dnnl_pd_bytes(pd, dnnl_query_dst_md));
+    size_t scratch = kc_dnnl_pd_bytes(pd, dnnl_query_scratchpad_md);
+    return *src_bytes + *dst_bytes + kc_dnnl_align64(scratch);
+}
+
 /* The reorders around a Winograd primitive whose pd is given. */
 static kc_status kc_dnnl_wino_setup(kc_dnnl_conv_part *pt, const_dnnl_primitive_desc_t pd)
 {
     pt->src_blk_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
     pt->dst_blk_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    pt->lane_bytes = kc_dnnl_wino_lane_bytes(pd, &pt->src_blk_bytes, &pt->dst_blk_bytes);
     KC_TRY(kc_dnnl_reorder_prim(&pt->to_src, &pt->src_md, &pt->src_blk_md));
     KC_TRY(kc_dnnl_reorder_prim(&pt->from_dst, &pt->dst_blk_md, &pt->dst_md));
     pt->wino = 1;
@@ -378,9 +394,7 @@ static int kc_dnnl_wino_pay(const kc_exec_ctx *ctx, kc_dnnl_conv_state *st, int 
     size_t kernel = kc_dnnl_pd_bytes(pd, dnnl_query_weights_md);
     size_t keras = dnnl_memory_desc_get_size(&st->w_md);
     size_t scratch = kc_dnnl_pd_bytes(pd, dnnl_query_scratchpad_md);
-    size_t lane = kc_dnnl_align64(kc_dnnl_pd_bytes(pd, dnnl_query_src_md)) +
-                  kc_dnnl_align64(kc_dnnl_pd_bytes(pd, dnnl_query_dst_md)) +
-                  kc_dnnl_align64(scratch);
+    size_t src_bytes, dst_bytes, lane = kc_dnnl_wino_lane_bytes(pd, &src_bytes, &dst_bytes);
     /* Lanes whose buffers fit in the arena's free range cost nothing. */
     int in_arena = 0;
     while (in_arena < st->lanes && kc_dnnl_lane_spare(ctx->spare, ctx->spare_bytes, in_arena, lane))
@@ -844,18 +858,17 @@ static kc_status kc_dnnl_execute_once(kc_dnnl_conv_part *pt, int lane, const kc_
         void *ptrs[6] = {(void *)src, wp, dst, (void *)b, dwp, (void *)io->dw_b};
         return kc_dnnl_run_lane(&pt->prim, ptrs, lane);
     }
-    size_t src_bytes = kc_dnnl_align64(dnnl_memory_desc_get_size(&pt->src_blk_md));
-    size_t dst_bytes = kc_dnnl_align64(dnnl_memory_desc_get_size(&pt->dst_blk_md));
     /* by thread, not part: a thread runs its parts one after another */
-    char *spare = kc_dnnl_lane_spare(io->spare, io->spare_bytes, kc_thread_index(),
-                                     src_bytes + dst_bytes + kc_dnnl_align64(pt->prim.scratch_bytes));
-    void *sb = spare ? spare : kc_dnnl_workspace(KC_DNNL_SLOT_SRC, src_bytes);
-    void *db = spare ? spare + src_bytes : kc_dnnl_workspace(KC_DNNL_SLOT_DST, dst_bytes);
+    char *spare = kc_dnnl_lane_spare(io->spare, io->spare_bytes, kc_thread_index(), pt->lane_bytes);
+    void *sb = spare ? spare : kc_dnnl_workspace(KC_DNNL_SLOT_SRC, pt->src_blk_bytes);
+    void *db = spare ? spare + pt->src_blk_bytes
+                     : kc_dnnl_workspace(KC_DNNL_SLOT_DST, pt->dst_blk_bytes);
     if (!sb || !db)
         return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
     void *in[2] = {(void *)src, sb}, *conv[4] = {sb, wp, db, (void *)b}, *out[2] = {db, dst};
     KC_TRY(kc_dnnl_run_lane(&pt->to_src, in, lane));
-    KC_TRY(kc_dnnl_run_in(&pt->prim, conv, lane, spare ? spare + src_bytes + dst_bytes : NULL));
+    KC_TRY(kc_dnnl_run_in(&pt->prim, conv, lane,
+                          spare ? spare + pt->src_blk_bytes + pt->dst_blk_bytes : NULL));
     return kc_dnnl_run_lane(&pt->from_dst, out, lane);
 }
 

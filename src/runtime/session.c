@@ -130,7 +130,8 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     s->microbatch = options && options->microbatch > 0 ? options->microbatch : 0;
     s->stage_first = s->stage_last = -1;
     s->exact = options && options->exact;
-    s->wino_budget.left = options && options->winograd_memory ? options->winograd_memory : SIZE_MAX;
+    s->wino_budget.left =
+        options && options->winograd_memory ? options->winograd_memory : SIZE_MAX;
     const char *dw_env = getenv("KC_FUSE_DW"); /* 0: never fuse depthwise pairs (fuse.c) */
     s->fuse_dw = !(dw_env && !strcmp(dw_env, "0"));
     const char *pool_env = getenv("KC_FUSE_POOL"); /* 0: never move a pooling (fuse.c) */
