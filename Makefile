@@ -9,7 +9,7 @@ FUZZ_SECONDS ?= 30
 DEMO_MODEL ?= tools/node_modules/nsfwjs/dist/models/mobilenet_v2/model.min.js
 DEMO_IMAGE ?= data/images/chelsea.jpg
 
-.PHONY: all deps build demo check check-asan check-valgrind bench bench-quick bench-cluster fuzz fuzz-long clean
+.PHONY: all deps build demo check check-asan check-valgrind bench bench-quick bench-layers bench-cluster fuzz fuzz-long clean
 
 all: build
 
@@ -49,6 +49,14 @@ bench: build
 
 bench-quick: build
 	bash tools/bench/run_bench.sh --quick
+
+# Per-stage time against ONNX Runtime's profile (tools/bench/layer_compare.py;
+# run make bench once first for the models and peers).
+MODEL ?= resnet50
+BATCH ?= 1
+bench-layers: build
+	/usr/bin/python3 tools/bench/layer_compare.py bench/models/$(MODEL).keras bench/models/$(MODEL).onnx \
+		--batch $(BATCH) --iters $$(( $(BATCH) > 1 ? 12 : 40 ))
 
 # Split-run pipeline throughput in a namespace testbed with capped links
 # (needs root; see tools/bench/cluster_bench.sh). Not part of make check.

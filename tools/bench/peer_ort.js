@@ -3,6 +3,7 @@
 // ONNX Runtime peer of `kerasc bench` (see bench/README.md).
 //
 //   node tools/bench/peer_ort.js MODEL.onnx [--batch B] [--iters N] [--warmup W] [--threads T]
+//                                [--profile FILE]
 //
 // Same protocol and output as `kerasc bench`: load (file read + session
 // creation with graph optimisations "all") timed as load_ms; W warm-up runs,
@@ -10,7 +11,12 @@
 // input of the model's shape (NCHW here, batch B); the median; peak RSS of
 // the process (ru_maxrss: node itself, ~40-50 MB, included). Threads:
 // intraOpNumThreads = T, interOpNumThreads = 1, sequential execution.
+// --profile FILE: ONNX Runtime's own per-node profile (JSON, chrome trace
+// format) of every run, warm-ups included, written to FILE; profiling adds
+// its own overhead, so its times are for per-layer comparison
+// (tools/bench/layer_compare.py), not for the ms/image figures.
 // onnxruntime-node comes from bench/node_modules (tools/bench/install_peers.sh).
+const fs = require('fs');
 const path = require('path');
 
 const BENCH = path.resolve(__dirname, '..', '..', 'bench');
@@ -18,7 +24,7 @@ const ort = require(path.join(BENCH, 'node_modules', 'onnxruntime-node'));
 const ortVersion = require(path.join(BENCH, 'node_modules', 'onnxruntime-node', 'package.json')).version;
 
 function parseArgs(argv) {
-  const a = {model: null, batch: 1, iters: 20, warmup: 3, threads: 0};
+  const a = {model: null, batch: 1, iters: 20, warmup: 3, threads: 0, profile: null};
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i];
     const num = () => {
@@ -30,6 +36,10 @@ function parseArgs(argv) {
     else if (k === '--iters') a.iters = num();
     else if (k === '--warmup') a.warmup = num();
     else if (k === '--threads') a.threads = num();
+    else if (k === '--profile') {
+      if (i + 1 >= argv.length) throw new Error('--profile takes a file name');
+      a.profile = argv[++i];
+    }
     else if (k.startsWith('-') || a.model) throw new Error(`unexpected argument '${k}'`);
     else a.model = k;
   }
@@ -63,6 +73,10 @@ async function main() {
     executionProviders: ['cpu'],
   };
   if (a.threads) opts.intraOpNumThreads = a.threads;
+  if (a.profile) {
+    opts.enableProfiling = true;
+    opts.profileFilePrefix = path.join(path.dirname(path.resolve(a.profile)), `.ort_profile_${process.pid}`);
+  }
   const t0 = now();
   const session = await ort.InferenceSession.create(a.model, opts);
   const loadMs = now() - t0;
@@ -102,6 +116,14 @@ async function main() {
     `max_ms: ${times[n - 1].toFixed(3)}`,
     `peak_rss_kb: ${process.resourceUsage().maxRSS}`,
   ];
+  if (a.profile) {
+    session.endProfiling();
+    const dir = path.dirname(path.resolve(a.profile));
+    const made = fs.readdirSync(dir).filter((f) => f.startsWith(`.ort_profile_${process.pid}`));
+    if (made.length !== 1) throw new Error(`ONNX Runtime wrote no profile under ${dir}`);
+    fs.renameSync(path.join(dir, made[0]), a.profile);
+    lines.push(`profile: ${a.profile}`);
+  }
   process.stdout.write(lines.join('\n') + '\n');
   if (session.release) await session.release();
 }

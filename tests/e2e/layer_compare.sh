@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# tools/bench/layer_compare.py: kerasc's profile and ONNX Runtime's, grouped
+# by kind and output height, from saved outputs (no ONNX Runtime needed:
+# its profile here is written by hand, in the format peer_ort.js saves).
+source "$(dirname "$0")/lib.bash"
+HERE=$(cd "$(dirname "$0")" && pwd)
+TOOL="$HERE/../../tools/bench/layer_compare.py"
+M="$HERE/../zoo/conv2d_s1_valid/model.keras"   # conv2d -> (6, 6, 4), conv2d_1 -> (5, 4, 5)
+T=$(mktemp -d "${KC_TEST_TMP:-/tmp}/layer_compare.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+
+"$KERASC" summary "$M" >"$T/summary.txt" 2>&1 || fail "kerasc summary failed"
+# ORT: a conv node at height 6 (3 warm-ups of 9 ms, then 0.2, 0.3, 0.25 ms),
+# a Gemm (warm-ups, then 0.1 ms), a 1-pixel reorder, a session event.
+cat >"$T/ort.json" <<'JSON'
+[{"cat": "Session", "name": "model_run", "dur": 99999},
+ {"cat": "Node", "name": "c_kernel_time", "dur": 9000, "args": {"op_name": "Conv", "output_type_shape": [{"float": [1, 4, 6, 6]}]}},
+ {"cat": "Node", "name": "c_kernel_time", "dur": 9000, "args": {"op_name": "Conv", "output_type_shape": [{"float": [1, 4, 6, 6]}]}},
+ {"cat": "Node", "name": "c_kernel_time", "dur": 9000, "args": {"op_name": "Conv", "output_type_shape": [{"float": [1, 4, 6, 6]}]}},
+ {"cat": "Node", "name": "c_kernel_time", "dur": 200, "args": {"op_name": "Conv", "output_type_shape": [{"float": [1, 4, 6, 6]}]}},
+ {"cat": "Node", "name": "c_kernel_time", "dur": 300, "args": {"op_name": "Conv", "output_type_shape": [{"float": [1, 4, 6, 6]}]}},
+ {"cat": "Node", "name": "c_kernel_time", "dur": 250, "args": {"op_name": "Conv", "output_type_shape": [{"float": [1, 4, 6, 6]}]}},
+ {"cat": "Node", "name": "g_kernel_time", "dur": 5000, "args": {"op_name": "Gemm", "output_type_shape": [{"float": [1, 5]}]}},
+ {"cat": "Node", "name": "g_kernel_time", "dur": 5000, "args": {"op_name": "Gemm", "output_type_shape": [{"float": [1, 5]}]}},
+ {"cat": "Node", "name": "g_kernel_time", "dur": 5000, "args": {"op_name": "Gemm", "output_type_shape": [{"float": [1, 5]}]}},
+ {"cat": "Node", "name": "g_kernel_time", "dur": 100, "args": {"op_name": "Gemm", "output_type_shape": [{"float": [1, 5]}]}},
+ {"cat": "Node", "name": "r_kernel_time", "dur": 40, "args": {"op_name": "ReorderOutput", "output_type_shape": [{"float": [1, 5, 1, 1]}]}}]
+JSON
+cat >"$T/stats.txt" <<'TXT'
+median_ms_per_image: 0.8
+profile: mean ms per run over 20 run(s) on the host CPU (the first 2 runs on a plan are warm-ups, not counted)
+  layer                                class                              ms      %
+  conv2d                               Conv2D                         0.5000  66.67
+  conv2d_1                             Conv2D                         0.2500  33.33
+by class:
+  Conv2D                        2 layer(s)     0.7500 ms 100.00%
+TXT
+out=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/summary.txt" --kerasc-stats "$T/stats.txt" \
+      --ort-profile "$T/ort.json" 2>&1)
+rc=$?
+if [[ $rc -eq 0 ]] && grep -qF '| conv | 6 | 0.500 | 0.250 | 2.00 | +0.250 |' <<<"$out" &&
+   grep -qF '| conv | 5 | 0.250 | 0.000 | - | +0.250 |' <<<"$out" &&
+   grep -qF '| dense | - | 0.000 | 0.100 | 0.00 | -0.100 |' <<<"$out" &&
+   grep -qF '| other | - | 0.000 | 0.040 | 0.00 | -0.040 |' <<<"$out" &&
+   grep -qF '| **all** | | 0.750 | 0.390 | 1.92 | +0.360 |' <<<"$out"; then
+  pass "groups by kind and output height; ORT node medians after the warm-ups"
+else
+  fail "layer_compare table (rc $rc): $out"
+fi
+
+# A real `kerasc bench --stats` output parses.
+"$KERASC" bench "$M" --iters 3 --warmup 1 --stats >"$T/real.txt" 2>&1
+out=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/summary.txt" --kerasc-stats "$T/real.txt" \
+      --ort-profile "$T/ort.json" 2>&1)
+if [[ $? -eq 0 ]] && grep -qE '^\| conv \| 6 \| [0-9.]+ \| 0\.250 \|' <<<"$out" &&
+   grep -qE '^\| conv \| 5 \| [0-9.]+ \| 0\.000 \|' <<<"$out"; then
+  pass "reads kerasc bench --stats as printed"
+else
+  fail "layer_compare on real stats: $out"
+fi
+
+# Bad input: one line on stderr, nonzero exit.
+"$KERASC" bench "$M" --iters 3 --warmup 1 >"$T/nostats.txt" 2>&1
+err=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/summary.txt" --kerasc-stats "$T/nostats.txt" \
+      --ort-profile "$T/ort.json" 2>&1 >/dev/null); rc=$?
+[[ $rc -eq 1 && "$err" == "layer_compare: error: no per-layer profile"* && $(wc -l <<<"$err") -eq 1 ]] &&
+  pass "stats without --stats: one-line error, exit 1" || fail "no-stats: rc $rc: $err"
+echo '[1, "x", {"cat": "Node", "name": "a_kernel_time", "dur": "soon"}]' >"$T/bad.json"
+err=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/summary.txt" --kerasc-stats "$T/stats.txt" \
+      --ort-profile "$T/bad.json" 2>&1 >/dev/null); rc=$?
+[[ $rc -eq 1 && "$err" == "layer_compare: error: "* && $(wc -l <<<"$err") -eq 1 ]] &&
+  pass "a profile that is not a trace: one-line error, exit 1" || fail "bad profile: rc $rc: $err"
+echo '{"not": "a trace"}' >"$T/obj.json"
+err=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/summary.txt" --kerasc-stats "$T/stats.txt" \
+      --ort-profile "$T/obj.json" 2>&1 >/dev/null); rc=$?
+[[ $rc -eq 1 && "$err" == "layer_compare: error: the ONNX Runtime profile is not a list"* ]] &&
+  pass "a JSON object for a profile: one-line error, exit 1" || fail "object profile: rc $rc: $err"
+/usr/bin/python3 "$TOOL" --kerasc-stats "$T/stats.txt" >/dev/null 2>&1; rc=$?
+[[ $rc -eq 2 ]] && pass "half the saved inputs is a usage error" || fail "partial inputs: rc $rc"
+finish
