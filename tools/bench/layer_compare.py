@@ -126,6 +126,10 @@ def ort_groups(profile, warmup):
     return groups
 
 
+def ratio(a, b):
+    return '%.2f' % (a / b) if b > 0 else '-'
+
+
 def table(kc, ort):
     keys = sorted(set(kc) | set(ort),
                   key=lambda k: (KINDS.index(k[0]), -(k[1] if k[1] is not None else -1)))
@@ -133,12 +137,10 @@ def table(kc, ort):
            '|---|---:|---:|---:|---:|---:|']
     for key in keys:
         a, b = kc.get(key, 0.0), ort.get(key, 0.0)
-        ratio = '%.2f' % (a / b) if b > 0 else '-'
         out.append('| %s | %s | %.3f | %.3f | %s | %+.3f |' %
-                   (key[0], key[1] if key[1] is not None else '-', a, b, ratio, a - b))
+                   (key[0], key[1] if key[1] is not None else '-', a, b, ratio(a, b), a - b))
     ta, tb = sum(kc.values()), sum(ort.values())
-    out.append('| **all** | | %.3f | %.3f | %s | %+.3f |' %
-               (ta, tb, '%.2f' % (ta / tb) if tb > 0 else '-', ta - tb))
+    out.append('| **all** | | %.3f | %.3f | %s | %+.3f |' % (ta, tb, ratio(ta, tb), ta - tb))
     return '\n'.join(out)
 
 

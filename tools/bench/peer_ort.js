@@ -73,9 +73,12 @@ async function main() {
     executionProviders: ['cpu'],
   };
   if (a.threads) opts.intraOpNumThreads = a.threads;
+  // ORT names its profile PREFIX_<date>.json: made beside FILE, renamed after.
+  const profileDir = a.profile ? path.dirname(path.resolve(a.profile)) : null;
+  const profilePrefix = `.ort_profile_${process.pid}`;
   if (a.profile) {
     opts.enableProfiling = true;
-    opts.profileFilePrefix = path.join(path.dirname(path.resolve(a.profile)), `.ort_profile_${process.pid}`);
+    opts.profileFilePrefix = path.join(profileDir, profilePrefix);
   }
   const t0 = now();
   const session = await ort.InferenceSession.create(a.model, opts);
@@ -118,10 +121,9 @@ async function main() {
   ];
   if (a.profile) {
     session.endProfiling();
-    const dir = path.dirname(path.resolve(a.profile));
-    const made = fs.readdirSync(dir).filter((f) => f.startsWith(`.ort_profile_${process.pid}`));
-    if (made.length !== 1) throw new Error(`ONNX Runtime wrote no profile under ${dir}`);
-    fs.renameSync(path.join(dir, made[0]), a.profile);
+    const made = fs.readdirSync(profileDir).filter((f) => f.startsWith(profilePrefix));
+    if (made.length !== 1) throw new Error(`ONNX Runtime wrote no profile under ${profileDir}`);
+    fs.renameSync(path.join(profileDir, made[0]), a.profile);
     lines.push(`profile: ${a.profile}`);
   }
   process.stdout.write(lines.join('\n') + '\n');
