@@ -70,16 +70,37 @@ static long kc_status_kb(const char *text, const char *key)
     return p ? strtol(p + strlen(key), NULL, 10) : -1;
 }
 
-void kc_mem_trace(const char *stage)
+static void kc_mem_read(long *rss_kb, long *peak_kb)
 {
-    if (!getenv("KC_MEM_TRACE"))
-        return;
     FILE *f = fopen("/proc/self/status", "r");
     char text[4096];
     size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
     if (f)
         fclose(f);
     text[n] = '\0';
-    fprintf(stderr, "kerasc mem: %-28s rss %6ld KiB  peak %6ld KiB\n", stage,
-            kc_status_kb(text, "VmRSS:"), kc_status_kb(text, "VmHWM:"));
+    *rss_kb = kc_status_kb(text, "VmRSS:");
+    *peak_kb = kc_status_kb(text, "VmHWM:");
+}
+
+void kc_mem_trace(const char *stage)
+{
+    if (!getenv("KC_MEM_TRACE"))
+        return;
+    long rss, peak;
+    kc_mem_read(&rss, &peak);
+    fprintf(stderr, "kerasc mem: %-28s rss %6ld KiB  peak %6ld KiB\n", stage, rss, peak);
+}
+
+void kc_mem_trace_node(const char *layer_name)
+{
+    const char *level = getenv("KC_MEM_TRACE");
+    if (!level || strcmp(level, "nodes"))
+        return;
+    static long last_peak; /* a diagnostic: one process, one run at a time */
+    long rss, peak;
+    kc_mem_read(&rss, &peak);
+    if (peak > last_peak)
+        fprintf(stderr, "kerasc mem: after %-22s rss %6ld KiB  peak %6ld KiB (+%ld)\n",
+                layer_name, rss, peak, peak - last_peak);
+    last_peak = peak;
 }

@@ -298,8 +298,25 @@ void kc_dnnl_prim_destroy(kc_dnnl_prim *p)
     memset(p, 0, sizeof *p);
 }
 
+/* The reorder's scratchpad: in the spare range when it fits, else a
+ * buffer of its own for the one call (what oneDNN would allocate). */
+static void *kc_dnnl_pack_scratch(const_dnnl_primitive_desc_t rpd, void *spare,
+                                  size_t spare_bytes, void **owned)
+{
+    size_t need = kc_dnnl_pd_bytes(rpd, dnnl_query_scratchpad_md);
+    *owned = NULL;
+    if (!need)
+        return NULL;
+    void *in_spare = kc_dnnl_lane_spare(spare, spare_bytes, 0, kc_dnnl_align64(need));
+    if (in_spare)
+        return in_spare;
+    if (posix_memalign(owned, 64, kc_dnnl_align64(need)))
+        *owned = NULL;
+    return *owned;
+}
+
 kc_status kc_dnnl_pack(const dnnl_memory_desc_t *w_md, const dnnl_memory_desc_t *to_md,
-                       const float *w, float **packed)
+                       const float *w, void *spare, size_t spare_bytes, float **packed)
 {
     size_t bytes = dnnl_memory_desc_get_size(to_md);
     float *buf = kc_calloc(bytes / sizeof(float) + 1, sizeof(float));
@@ -308,29 +325,45 @@ kc_status kc_dnnl_pack(const dnnl_memory_desc_t *w_md, const dnnl_memory_desc_t 
     *packed = buf;
     dnnl_primitive_desc_t rpd = NULL;
     dnnl_primitive_t reorder = NULL;
-    dnnl_memory_t from = NULL, to = NULL;
+    dnnl_memory_t from = NULL, to = NULL, scratch_mem = NULL;
+    void *scratch = NULL, *scratch_owned = NULL;
     kc_status status = KC_OK;
     dnnl_engine_t eng = kc_dnnl_engine();
     dnnl_stream_t stream = NULL;
-    if (dnnl_stream_create(&stream, eng, dnnl_stream_default_flags) ||
+    dnnl_primitive_attr_t attr = kc_dnnl_attr_new();
+    if (!attr || dnnl_stream_create(&stream, eng, dnnl_stream_default_flags) ||
         dnnl_memory_create(&from, w_md, eng, (void *)w) ||
         dnnl_memory_create(&to, to_md, eng, buf) ||
-        dnnl_reorder_primitive_desc_create(&rpd, w_md, eng, to_md, eng, NULL) ||
+        dnnl_reorder_primitive_desc_create(&rpd, w_md, eng, to_md, eng, attr) ||
         dnnl_primitive_create(&reorder, rpd)) {
         status = kc_fail(KC_ERR_UNSUPPORTED, "oneDNN cannot reorder the weights");
+    } else if (kc_dnnl_pd_bytes(rpd, dnnl_query_scratchpad_md) &&
+               (!(scratch = kc_dnnl_pack_scratch(rpd, spare, spare_bytes, &scratch_owned)) ||
+                dnnl_memory_create(&scratch_mem,
+                                   dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0),
+                                   eng, scratch))) {
+        status = scratch ? kc_fail(KC_ERR_UNSUPPORTED, "oneDNN cannot reorder the weights")
+                         : KC_ERR_NOMEM;
     } else {
-        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-        if (dnnl_primitive_execute(reorder, stream, 2, args) || dnnl_stream_wait(stream))
+        dnnl_exec_arg_t args[3] = {
+            {DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, scratch_mem}};
+        if (dnnl_primitive_execute(reorder, stream, scratch_mem ? 3 : 2, args) ||
+            dnnl_stream_wait(stream))
             status = kc_fail(KC_ERR_UNSUPPORTED, "oneDNN weight reorder failed");
     }
     if (reorder)
         dnnl_primitive_destroy(reorder);
     if (rpd)
         dnnl_primitive_desc_destroy(rpd);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
     if (from)
         dnnl_memory_destroy(from);
     if (to)
         dnnl_memory_destroy(to);
+    if (scratch_mem)
+        dnnl_memory_destroy(scratch_mem);
+    free(scratch_owned);
     if (stream)
         dnnl_stream_destroy(stream);
     return status;

@@ -124,9 +124,13 @@ dnnl_primitive_attr_t kc_dnnl_attr_new(void);
 kc_status kc_dnnl_prim_init(kc_dnnl_prim *p, const_dnnl_primitive_desc_t pd, int n,
                             const int *args, const dnnl_memory_desc_t *const *mds);
 /* Reorder weights w (layout w_md) into a new buffer of layout to_md, once
- * (at build): *packed, freed by the caller. */
+ * (at build): *packed, freed by the caller. The reorder's scratchpad goes
+ * in the free range of spare_bytes at spare (the activation arena's, or
+ * NULL) when it fits: a Winograd kernel's reorder books the whole
+ * transformed kernel twice over (16.8 MB for 512 x 512 x 3 x 3), which
+ * set ResNet50's peak RSS at batch 8. */
 kc_status kc_dnnl_pack(const dnnl_memory_desc_t *w_md, const dnnl_memory_desc_t *to_md,
-                       const float *w, float **packed);
+                       const float *w, void *spare, size_t spare_bytes, float **packed);
 /* Execute with ptrs[i] as argument i and wait. */
 kc_status kc_dnnl_run(kc_dnnl_prim *p, void *const *ptrs);
 /* The same on lane `lane`'s stream: parts run concurrently on their own. */

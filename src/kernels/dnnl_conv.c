@@ -489,8 +489,8 @@ static kc_dnnl_wcopy *kc_dnnl_wcopy_of(kc_dnnl_conv_part *pt, int dw)
  * depthwise ones): none when the primitive reads that layout, an earlier
  * part's packed copy when it wants the same layout (the usual case: parts
  * differ only in rows or images), else a copy of its own. */
-static kc_status kc_dnnl_part_copy(kc_dnnl_conv_state *st, int k, int dw,
-                                   const dnnl_memory_desc_t *keras_md, const float *w)
+static kc_status kc_dnnl_part_copy(const kc_exec_ctx *ctx, kc_dnnl_conv_state *st, int k,
+                                   int dw, const dnnl_memory_desc_t *keras_md, const float *w)
 {
     kc_dnnl_wcopy *c = kc_dnnl_wcopy_of(&st->part[k], dw);
     if (dnnl_memory_desc_equal(&c->prim_md, keras_md))
@@ -502,14 +502,14 @@ static kc_status kc_dnnl_part_copy(kc_dnnl_conv_state *st, int k, int dw,
             return KC_OK;
         }
     }
-    KC_TRY(kc_dnnl_pack(keras_md, &c->prim_md, w, &c->packed));
+    KC_TRY(kc_dnnl_pack(keras_md, &c->prim_md, w, ctx->spare, ctx->spare_bytes, &c->packed));
     c->owner = 1;
     return KC_OK;
 }
 
-static kc_status kc_dnnl_part_weights(kc_dnnl_conv_state *st, int k, const float *w)
+static kc_status kc_dnnl_part_weights(const kc_exec_ctx *ctx, kc_dnnl_conv_state *st, int k)
 {
-    return kc_dnnl_part_copy(st, k, 0, &st->w_md, w);
+    return kc_dnnl_part_copy(ctx, st, k, 0, &st->w_md, kc_w(ctx, 0));
 }
 
 /* A fused depthwise post-op's Keras-layout descriptors: its (3, 3, C, 1)
@@ -588,7 +588,8 @@ static const kc_dnnl_window *kc_dnnl_one_image(const kc_dnnl_window *part, kc_dn
  * tensor falls out of cache. One thread, MobileNetV2's block_1 (16 -> 96
  * channels on 112x112, 4.8 MB expanded per image): 0.34 ms for one
  * image, 0.84 for two, 3.1 for four. */
-static kc_status kc_dnnl_build_fused_part(const kc_conv_attrs *a, kc_dnnl_conv_state *st, int k,
+static kc_status kc_dnnl_build_fused_part(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
+                                          kc_dnnl_conv_state *st, int k,
                                           const kc_dnnl_window *part)
 {
     kc_dnnl_conv_part *pt = &st->part[k];
@@ -620,7 +621,7 @@ static kc_status kc_dnnl_build_fused_part(const kc_conv_attrs *a, kc_dnnl_conv_s
     dnnl_primitive_desc_destroy(pd);
     if (s != KC_OK)
         return s;
-    return kc_dnnl_part_copy(st, k, 1, &st->dw_w_md, dl->weights[0].data);
+    return kc_dnnl_part_copy(ctx, st, k, 1, &st->dw_w_md, dl->weights[0].data);
 }
 
 static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
@@ -629,8 +630,8 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
 {
     kc_dnnl_conv_part *pt = &st->part[k];
     if (a->post_dw) {
-        KC_TRY(kc_dnnl_build_fused_part(a, st, k, g));
-        return kc_dnnl_part_weights(st, k, kc_w(ctx, 0));
+        KC_TRY(kc_dnnl_build_fused_part(ctx, a, st, k, g));
+        return kc_dnnl_part_weights(ctx, st, k);
     }
     /* Winograd one image at a time: a part's transformed tiles then stay
      * in cache. ResNet50 batch 8, per layer: level at 56x56, 0.85-0.96
@@ -696,7 +697,7 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
     if (s != KC_OK)
         return s;
     if (!st->w_plain)
-        KC_TRY(kc_dnnl_part_weights(st, k, kc_w(ctx, 0)));
+        KC_TRY(kc_dnnl_part_weights(ctx, st, k));
     return KC_OK;
 }
 

@@ -69,7 +69,7 @@ static kc_status kc_dnnl_matmul_build(const kc_exec_ctx *ctx, kc_dnnl_matmul_sta
     w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     kc_status s = KC_OK;
     if (!dnnl_memory_desc_equal(&w_md, &keras_w_md))
-        s = kc_dnnl_pack(&keras_w_md, &w_md, kc_w(ctx, 0), &st->packed);
+        s = kc_dnnl_pack(&keras_w_md, &w_md, kc_w(ctx, 0), ctx->spare, ctx->spare_bytes, &st->packed);
     static const int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
     const dnnl_memory_desc_t *mds[4] = {&src_md, &w_md, &dst_md, &b_md};
     if (s == KC_OK)

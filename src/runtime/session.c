@@ -309,6 +309,7 @@ kc_status kc_session_run_node(kc_session *s, int index)
             kc_session_release_packed(s, index);
     }
     kc_session_mask_after(s, index, node->n_inputs ? in[0] : NULL);
+    kc_mem_trace_node(node->layer->name);
     return KC_OK;
 }
 
