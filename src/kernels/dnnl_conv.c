@@ -278,6 +278,13 @@ static kc_status kc_dnnl_descs(const kc_dnnl_window *g, int64_t groups, const in
  * KC_WINOGRAD=1). */
 #define KC_DNNL_WINO_MIN_CHANNELS 64
 #define KC_DNNL_WINO_MIN_PIXELS 100
+/* KC_WINOGRAD=1: Winograd on every 3x3 stride-1 layer oneDNN takes. */
+static int kc_dnnl_wino_forced(void)
+{
+    const char *env = getenv("KC_WINOGRAD");
+    return env && !strcmp(env, "1");
+}
+
 static int kc_dnnl_wino_eligible(const kc_exec_ctx *ctx, const kc_conv_attrs *a, int64_t groups,
                                  const kc_dnnl_conv_state *st)
 {
@@ -290,21 +297,23 @@ static int kc_dnnl_wino_eligible(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
      * 32 -> 64 stem layers ran 2.0x and 1.4x slower than direct at batch
      * 8; from 64 channels on (ResNet50, InceptionV3's 64 -> 96, 80 ->
      * 192) it wins, by 1.2-1.7x. */
-    int always = env && !strcmp(env, "1"); /* KC_WINOGRAD=1: whatever the channels */
+    int always = kc_dnnl_wino_forced(); /* whatever the channels */
     if (!always && (in->dims[in->rank - 1] < KC_DNNL_WINO_MIN_CHANNELS ||
                     a->filters < KC_DNNL_WINO_MIN_CHANNELS))
         return 0;
-    /* Few pixels in the run: the transformed weights (1.8x the kernel for
-     * F(2x2), 4x for F(4x4)) cost the same bytes whatever the run, while
-     * the time saved grows with the pixels of all its images. Each of
-     * ResNet50's three 512 -> 512 layers on 7x7 saved 0.10 ms per image
-     * for 7.3 MB more: at batch 1 dropping them (and InceptionV3's 8x8
-     * ones) cut peak RSS by 38 MB (ResNet50) and 20 MB (InceptionV3) at
-     * the same speed (alternating runs: 0.99-1.01); at batch 8 they saved
-     * 2% (0.978, 8 rounds). */
+    /* Few pixels in an image: the transformed weights (1.8x the kernel
+     * for F(2x2), 4x for F(4x4)) cost the same bytes whatever the run,
+     * and Winograd parts run one image at a time, so the pixels of one
+     * image are what it has to save time on. ResNet50's three 512 -> 512
+     * layers on 7x7 cost 7.3 MB each: at batch 1 dropping them (and
+     * InceptionV3's 8x8 ones) cut peak RSS by 38 MB (ResNet50) and 20 MB
+     * (InceptionV3) at the same speed (alternating runs: 0.99-1.01); at
+     * batch 8 by 21 MB (ResNet50 217.7 -> 196.5 MB, now inside weights +
+     * arena + 64 MiB) with the three layers' share of the run level
+     * (0.0994 -> 0.1005, 4 runs each), and by 9 MB on InceptionV3, whose
+     * 8x8 layers' share grew 0.027 -> 0.034 (3 runs each). */
     const kc_shape *out = &ctx->out_shape[0];
-    if (!always && out->rank == 4 &&
-        out->dims[0] * out->dims[1] * out->dims[2] < KC_DNNL_WINO_MIN_PIXELS)
+    if (!always && out->rank == 4 && out->dims[1] * out->dims[2] < KC_DNNL_WINO_MIN_PIXELS)
         return 0;
     return a->kind == KC_CONV_PLAIN && a->spatial == 2 && groups == 1 && a->kernel[0] == 3 &&
            a->kernel[1] == 3 && a->strides[0] == 1 && a->strides[1] == 1 &&
@@ -331,6 +340,26 @@ static kc_status kc_dnnl_reorder_prim(kc_dnnl_prim *p, const dnnl_memory_desc_t 
 }
 
 /* The Winograd primitive descriptor (blocked src/dst), or NULL. */
+/* oneDNN's F(2x2, 3x3) kernel saves 2.25x the multiplications, less than
+ * its F(4x4) one, and its transforms cost per input and output channel:
+ * with few channels it is no faster than direct convolution, while its
+ * scratchpad grows with the map. InceptionV3's 80 -> 192 layer on 71x71
+ * (ic*oc/(ic+oc) = 56): at batch 1, where it gets half-image parts, its
+ * share of the run was 0.114-0.116 against 0.110-0.114 direct (3 runs
+ * each) for 2 x 13.5 MB of scratchpad outside the arena (peak RSS 180.9
+ * -> 152.9 MB); at batch 8 it was 4% faster than direct on that layer
+ * (0.5% of the run). ResNet50's 256 -> 256 layers on 14x14 (128) take
+ * 0.75 of the direct time with it. */
+#define KC_DNNL_WINO_2X3_MIN_CHANNELS 64
+static int kc_dnnl_wino_2x3_too_narrow(const_dnnl_primitive_desc_t pd, int64_t ic, int64_t oc)
+{
+    const char *name = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) != dnnl_success ||
+        !name || !strstr(name, "wino_2x3"))
+        return 0;
+    return ic * oc < KC_DNNL_WINO_2X3_MIN_CHANNELS * (ic + oc);
+}
+
 static dnnl_primitive_desc_t kc_dnnl_wino_pd(const kc_dnnl_conv_state *st,
                                              const kc_dnnl_conv_part *pt,
                                              const dnnl_memory_desc_t *w_any,
@@ -349,6 +378,11 @@ static dnnl_primitive_desc_t kc_dnnl_wino_pd(const kc_dnnl_conv_state *st,
                                            g->pad_l, g->pad_r) != dnnl_success ||
         dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL) != dnnl_success)
         return NULL;
+    if (!kc_dnnl_wino_forced() &&
+        kc_dnnl_wino_2x3_too_narrow(pd, pt->src_md.dims[1], pt->dst_md.dims[1])) {
+        dnnl_primitive_desc_destroy(pd);
+        return NULL;
+    }
     return pd;
 }
 
