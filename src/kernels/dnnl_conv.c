@@ -342,14 +342,15 @@ static kc_status kc_dnnl_reorder_prim(kc_dnnl_prim *p, const dnnl_memory_desc_t 
 /* The Winograd primitive descriptor (blocked src/dst), or NULL. */
 /* oneDNN's F(2x2, 3x3) kernel saves 2.25x the multiplications, less than
  * its F(4x4) one, and its transforms cost per input and output channel:
- * with few channels it is no faster than direct convolution, while its
- * scratchpad grows with the map. InceptionV3's 80 -> 192 layer on 71x71
- * (ic*oc/(ic+oc) = 56): at batch 1, where it gets half-image parts, its
- * share of the run was 0.114-0.116 against 0.110-0.114 direct (3 runs
+ * with few channels it gains little, while its scratchpad grows with the
+ * map. Such a layer takes it only when every lane's buffers fit in the
+ * arena's free range (kc_dnnl_wino_pay). InceptionV3's 80 -> 192 layer on
+ * 71x71 (ic*oc/(ic+oc) = 56): at batch 1, where it gets half-image parts,
+ * its share of the run was 0.114-0.116 against 0.110-0.114 direct (3 runs
  * each) for 2 x 13.5 MB of scratchpad outside the arena (peak RSS 180.9
- * -> 152.9 MB); at batch 8 it was 4% faster than direct on that layer
- * (0.5% of the run). ResNet50's 256 -> 256 layers on 14x14 (128) take
- * 0.75 of the direct time with it. */
+ * -> 152.9 MB); at batch 8, where the arena holds its buffers, it was 4%
+ * faster than direct on that layer (0.5% of the run). ResNet50's 256 ->
+ * 256 layers on 14x14 (128) take 0.75 of the direct time with it. */
 #define KC_DNNL_WINO_2X3_MIN_CHANNELS 64
 static int kc_dnnl_wino_2x3_too_narrow(const_dnnl_primitive_desc_t pd, int64_t ic, int64_t oc)
 {
@@ -378,11 +379,6 @@ static dnnl_primitive_desc_t kc_dnnl_wino_pd(const kc_dnnl_conv_state *st,
                                            g->pad_l, g->pad_r) != dnnl_success ||
         dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL) != dnnl_success)
         return NULL;
-    if (!kc_dnnl_wino_forced() &&
-        kc_dnnl_wino_2x3_too_narrow(pd, pt->src_md.dims[1], pt->dst_md.dims[1])) {
-        dnnl_primitive_desc_destroy(pd);
-        return NULL;
-    }
     return pd;
 }
 
@@ -423,8 +419,6 @@ static int kc_dnnl_wino_pay(const kc_exec_ctx *ctx, kc_dnnl_conv_state *st, int 
     kc_wino_budget *b = st->budget;
     if (k > 0)
         return st->part[0].wino;
-    if (!b)
-        return 1;
     size_t kernel = kc_dnnl_pd_bytes(pd, dnnl_query_weights_md);
     size_t keras = dnnl_memory_desc_get_size(&st->w_md);
     size_t scratch = kc_dnnl_pd_bytes(pd, dnnl_query_scratchpad_md);
@@ -433,6 +427,11 @@ static int kc_dnnl_wino_pay(const kc_exec_ctx *ctx, kc_dnnl_conv_state *st, int 
     int in_arena = 0;
     while (in_arena < st->lanes && kc_dnnl_lane_spare(ctx->spare, ctx->spare_bytes, in_arena, lane))
         in_arena++;
+    if (in_arena < st->lanes && !kc_dnnl_wino_forced() &&
+        kc_dnnl_wino_2x3_too_narrow(pd, st->part[0].src_md.dims[1], st->part[0].dst_md.dims[1]))
+        return 0;
+    if (!b)
+        return 1;
     size_t kernel_cost = kernel > keras ? kernel - keras : 0;
     size_t scratch_cost = in_arena < st->lanes && scratch > b->scratch_paid
                               ? (scratch - b->scratch_paid) * (size_t)(st->lanes - in_arena)

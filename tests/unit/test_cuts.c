@@ -167,6 +167,10 @@ static void teardown(conv_run *r)
 /* One run of the CPU kernel; returns the parts its oneDNN state used. */
 /* One run of layer's CPU kernel on ins (shapes is) into out (shape os);
  * returns the parts its oneDNN state used, read by parts_of. */
+/* The arena's free range exec_kernel offers the kernel (none by default). */
+static void *spare_range;
+static size_t spare_range_bytes;
+
 static int exec_kernel(const kc_layer *layer, const float *const *ins, const kc_shape *is,
                        int n_in, float *out, const kc_shape *os, int exact, int whole,
                        int (*parts_of)(const kc_kernel_state *))
@@ -186,6 +190,8 @@ static int exec_kernel(const kc_layer *layer, const float *const *ins, const kc_
     ctx.state = &state;
     ctx.exact = exact;
     ctx.whole = whole;
+    ctx.spare = spare_range;
+    ctx.spare_bytes = spare_range_bytes;
     kc_kernel_fn fn = kc_kernel_lookup(layer->def);
     assert_non_null(fn);
     assert_int_equal(fn(&ctx), KC_OK);
@@ -244,8 +250,9 @@ static void check_case(const conv_case *c)
 /* Winograd on a 3x3 128 -> 128 layer needs 100 output pixels in an image
  * (its parts run one image at a time), whatever the batch: below that its
  * transformed weights cost more memory than the time they save is worth.
- * On 64 -> 64 oneDNN offers its F(2x2) kernel, too narrow to beat direct
- * convolution (dnnl_conv.c). KC_WINOGRAD=1 takes Winograd anyway, exact
+ * On 64 -> 64 oneDNN offers its F(2x2) kernel, too narrow to pay for
+ * scratchpads outside the arena (dnnl_conv.c): direct, unless the arena's
+ * free range holds them. KC_WINOGRAD=1 takes Winograd anyway, exact
  * never. Every variant must still equal the plain path. */
 static void test_winograd_map_size(void **state)
 {
@@ -287,6 +294,18 @@ static void test_winograd_map_size(void **state)
         assert_int_equal(exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 1, 0,
                                      kc_dnnl_conv_wino_parts),
                          0);
+        if (i == 3) { /* the narrow F(2x2) layer, its buffers in the arena: no cost, Winograd */
+            spare_range_bytes = (size_t)64 << 20;
+            spare_range = malloc(spare_range_bytes);
+            int wino = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
+                                   kc_dnnl_conv_wino_parts);
+            free(spare_range);
+            spare_range = NULL;
+            spare_range_bytes = 0;
+            if (wino == 0)
+                fail_msg("%s: no Winograd with room in the arena", cases[i].what);
+            expect_close(got, want, r.out_count, 1e-4f * peak, "%s in the arena", cases[i].what);
+        }
         free(want);
         free(got);
         teardown(&r);
