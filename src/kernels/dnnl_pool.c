@@ -10,10 +10,13 @@
 #include "base/mem.h"
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
+#include "kernels/maxpool_nhwc.h"
 #include "ops/pool.h"
 
 typedef struct kc_dnnl_pool_part {
     kc_dnnl_prim prim;
+    int hand;                /* runs kc_maxpool_nhwc over geom, not prim */
+    kc_maxpool_geom geom;
     size_t src_off, dst_off; /* floats into the whole input and output */
 } kc_dnnl_pool_part;
 
@@ -82,9 +85,33 @@ kc_status kc_dnnl_pool_prim_init(const kc_pool_attrs *a, const kc_dnnl_window *g
     return s;
 }
 
-static kc_status kc_dnnl_pool_build_part(const kc_pool_attrs *a, const kc_dnnl_window *g,
-                                         kc_dnnl_pool_part *pt)
+/* Part window g as kc_maxpool_nhwc's geometry, when it is a 2-D max
+ * pooling whose every window holds an input cell and the CPU has
+ * AVX-512 (maxpool_nhwc.c: 1.6-2.3x faster than oneDNN's kernel). */
+static int kc_dnnl_pool_hand_geom(const kc_pool_attrs *a, const kc_dnnl_window *g,
+                                  kc_maxpool_geom *m)
 {
+    if (a->kind != KC_POOL_MAX || g->sp != 2 || !kc_maxpool_nhwc_available())
+        return 0;
+    *m = (kc_maxpool_geom){.n = g->src[0], .c = g->src[1], .ih = g->src[2], .iw = g->src[3],
+                           .oh = g->dst[2], .ow = g->dst[3], .kh = a->pool[0], .kw = a->pool[1],
+                           .sh = g->strides[0], .sw = g->strides[1], .pad_top = g->pad_l[0],
+                           .pad_left = g->pad_l[1]};
+    const int64_t len[2] = {m->ih, m->iw}, out[2] = {m->oh, m->ow}, k[2] = {m->kh, m->kw},
+                  st[2] = {m->sh, m->sw}, pad[2] = {m->pad_top, m->pad_left};
+    for (int i = 0; i < 2; i++) /* the first window must reach the input, the last start in it */
+        if (out[i] < 1 || k[i] - pad[i] < 1 || (out[i] - 1) * st[i] - pad[i] >= len[i])
+            return 0;
+    return 1;
+}
+
+/* team: the layer runs whole on oneDNN's threads, which the hand loop
+ * (one thread) would not use. */
+static kc_status kc_dnnl_pool_build_part(const kc_pool_attrs *a, const kc_dnnl_window *g,
+                                         int team, kc_dnnl_pool_part *pt)
+{
+    if (!team && (pt->hand = kc_dnnl_pool_hand_geom(a, g, &pt->geom)))
+        return KC_OK;
     dnnl_primitive_attr_t attr = kc_dnnl_attr_new();
     if (!attr)
         return KC_ERR_UNSUPPORTED;
@@ -96,6 +123,7 @@ static kc_status kc_dnnl_pool_build_part(const kc_pool_attrs *a, const kc_dnnl_w
 typedef struct kc_dnnl_pool_build_arg {
     const kc_pool_attrs *a;
     kc_dnnl_pool_state *st;
+    int team; /* one part on oneDNN's threads */
 } kc_dnnl_pool_build_arg;
 
 static kc_status kc_dnnl_pool_build_one(void *arg, int k, const kc_dnnl_window *g,
@@ -106,7 +134,7 @@ static kc_status kc_dnnl_pool_build_one(void *arg, int k, const kc_dnnl_window *
     pt->src_off = src_off;
     pt->dst_off = dst_off;
     b->st->n_parts = k + 1;
-    kc_status s = kc_dnnl_pool_build_part(b->a, g, pt);
+    kc_status s = kc_dnnl_pool_build_part(b->a, g, b->team, pt);
     pt->prim.solo = solo;
     return s;
 }
@@ -123,8 +151,8 @@ static kc_status kc_dnnl_pool_build(const kc_exec_ctx *ctx, const kc_pool_attrs 
     kc_dnnl_cut cuts[KC_DNNL_MAX_CUTS];
     int n = ctx->whole ? 1 : kc_dnnl_plan_cuts(whole.src[0], whole.dst[2], act, 0, cuts);
     st->in_shape = ctx->in_shape[0];
-    kc_dnnl_pool_build_arg b = {a, st};
     int small = kc_dnnl_small(work, 0);
+    kc_dnnl_pool_build_arg b = {a, st, n == 1 && !small};
     kc_status s = kc_dnnl_build_cut(&whole, cuts, n, small, kc_dnnl_pool_build_one, &b);
     if (s == KC_OK || n == 1)
         return s;
@@ -132,6 +160,7 @@ static kc_status kc_dnnl_pool_build(const kc_exec_ctx *ctx, const kc_pool_attrs 
     for (int k = 0; k < st->n_parts; k++)
         kc_dnnl_prim_destroy(&st->part[k].prim);
     st->n_parts = 0;
+    b.team = !small;
     return kc_dnnl_build_cut(&whole, cuts, 1, small, kc_dnnl_pool_build_one, &b);
 }
 
@@ -146,6 +175,11 @@ static void kc_dnnl_pool_job_part(void *arg, int k)
 {
     kc_dnnl_pool_job *job = arg;
     kc_dnnl_pool_part *pt = &job->st->part[k];
+    if (pt->hand) {
+        kc_maxpool_nhwc(job->src + pt->src_off, job->dst + pt->dst_off, &pt->geom);
+        job->status[k] = KC_OK;
+        return;
+    }
     void *ptrs[2] = {(void *)(job->src + pt->src_off), job->dst + pt->dst_off};
     job->status[k] = kc_dnnl_run_lane(&pt->prim, ptrs, k);
 }
@@ -155,6 +189,15 @@ int kc_dnnl_pool_parts(const kc_kernel_state *state)
     if (!state || state->free != kc_dnnl_pool_free)
         return 0;
     return ((const kc_dnnl_pool_state *)state)->n_parts;
+}
+
+int kc_dnnl_pool_hand_parts(const kc_kernel_state *state)
+{
+    int n = 0;
+    if (state && state->free == kc_dnnl_pool_free)
+        for (int k = 0; k < ((const kc_dnnl_pool_state *)state)->n_parts; k++)
+            n += ((const kc_dnnl_pool_state *)state)->part[k].hand;
+    return n;
 }
 
 kc_status kc_dnnl_pool(const kc_exec_ctx *ctx, int *handled)

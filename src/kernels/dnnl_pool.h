@@ -18,5 +18,7 @@ kc_status kc_dnnl_pool_prim_init(const struct kc_pool_attrs *a, const kc_dnnl_wi
 
 /* Parts a node's oneDNN pooling state runs in (1 whole, 0 for none). */
 int kc_dnnl_pool_parts(const kc_kernel_state *state);
+/* Those of them that run kerasc's AVX-512 max pooling (maxpool_nhwc.h). */
+int kc_dnnl_pool_hand_parts(const kc_kernel_state *state);
 
 #endif

@@ -27,6 +27,7 @@
 #include "kernels/dnnl_matmul.h"
 #include "kernels/dnnl_pool.h"
 #include "kernels/kernel.h"
+#include "kernels/maxpool_nhwc.h"
 #include "ops/conv.h"
 #include "ops/core.h"
 #include "ops/merge.h"
@@ -443,9 +444,60 @@ static void test_pool_cuts(void **state)
         {"max 3x3 valid s2 (Inception)", "MaxPooling2D", KC_POOL_MAX, 1, 11, 9, 4, 3, 2, 0},
         {"max 3x3 same s2, odd rows", "MaxPooling2D", KC_POOL_MAX, 1, 7, 7, 3, 3, 2, 1},
         {"average 2x2 valid s2, batch 3", "AveragePooling2D", KC_POOL_AVG, 3, 6, 6, 4, 2, 2, 0},
+        {"max 3x3 valid s2, 70 channels", "MaxPooling2D", KC_POOL_MAX, 2, 9, 9, 70, 3, 2, 0},
+        {"max 3x3 same s2, 192 channels", "MaxPooling2D", KC_POOL_MAX, 1, 9, 7, 192, 3, 2, 1},
+        {"max 2x2 valid s2, 17 channels", "MaxPooling2D", KC_POOL_MAX, 3, 6, 6, 17, 2, 2, 0},
+        {"max 9x9 same s1 (past 64 cells), 20 channels", "MaxPooling2D", KC_POOL_MAX, 1, 12, 5,
+         20, 9, 1, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_pool(&cases[i]);
+}
+
+/* On an AVX-512 CPU every cut part of a 2-D max pooling runs kerasc's own
+ * loop (maxpool_nhwc.c) instead of oneDNN's kernel, with the same bits as
+ * the plain path: whole 64-channel blocks, 16-channel blocks and masked
+ * tails, "same" windows cut at the input's edges, windows of more cells
+ * than it gathers at once. */
+static void test_maxpool_hand(void **state)
+{
+    (void)state;
+    if (!kc_dnnl_ready() || !kc_maxpool_nhwc_available())
+        skip();
+    static const int64_t channels[] = {3, 16, 70, 192};
+    static const int64_t windows[][3] = {{3, 2, 0}, {3, 2, 1}, {9, 1, 1}}; /* k, s, same */
+    kc_threads_enter(2);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++) {
+            int64_t n = 2, h = 13, w = 11, c = channels[i], k = windows[j][0], st = windows[j][1];
+            int same = (int)windows[j][2];
+            int64_t oh = same ? (h + st - 1) / st : (h - k) / st + 1;
+            int64_t ow = same ? (w + st - 1) / st : (w - k) / st + 1;
+            kc_pool_attrs a = {.kind = KC_POOL_MAX, .spatial = 2, .pool = {k, k, 1},
+                               .strides = {st, st, 1}, .padding = same};
+            kc_layer layer = {.name = "pool", .class_name = "MaxPooling2D", .attrs = &a};
+            layer.def = kc_op_lookup(NULL, "MaxPooling2D");
+            kc_shape is = {.rank = 4, .dims = {n, h, w, c}};
+            kc_shape os = {.rank = 4, .dims = {n, oh, ow, c}};
+            int64_t on = n * oh * ow * c;
+            float *x = rand_buf(n * h * w * c);
+            float *want = malloc((size_t)on * sizeof *want), *got = malloc((size_t)on * sizeof *got);
+            const float *ins[1] = {x};
+            setenv("KC_DNNL", "0", 1);
+            exec_kernel(&layer, ins, &is, 1, want, &os, 0, 0, NULL);
+            unsetenv("KC_DNNL");
+            int hand = exec_kernel(&layer, ins, &is, 1, got, &os, 0, 0, kc_dnnl_pool_hand_parts);
+            if (hand < 1)
+                fail_msg("max %ldx%ld s%ld, %ld channels: no part ran the AVX-512 loop", (long)k,
+                         (long)k, (long)st, (long)c);
+            if (memcmp(got, want, (size_t)on * sizeof *got))
+                fail_msg("max %ldx%ld s%ld%s, %ld channels: differs from the plain path", (long)k,
+                         (long)k, (long)st, same ? " same" : "", (long)c);
+            free(x);
+            free(want);
+            free(got);
+        }
+    kc_threads_enter(0);
 }
 
 /* A ZeroPadding folded into a "valid" max pooling (pad_before/after,
@@ -1141,6 +1193,7 @@ int main(void)
         cmocka_unit_test(test_winograd_map_size),
         cmocka_unit_test(test_conv1d_cuts),
         cmocka_unit_test(test_pool_cuts),
+        cmocka_unit_test(test_maxpool_hand),
         cmocka_unit_test(test_pool_folded_pad),
         cmocka_unit_test(test_concat_cuts),
         cmocka_unit_test(test_dw_fused),
