@@ -93,21 +93,35 @@ typedef struct kc_concat_job {
     int64_t per_unit; /* outer positions per image or per row of a cut */
 } kc_concat_job;
 
+/* Position by position, each input's block in turn: the output is written
+ * in one sequential stream. Input by input (the output written in strides
+ * of its block) took 1.34x as long on InceptionV3's mixed0 parts (4
+ * images of 35x35, 64 + 64 + 96 + 32 channels, one thread). Inputs go
+ * KC_CONCAT_GROUP at a time (the blocks' sizes live on the stack). */
+#define KC_CONCAT_GROUP 64
 static void kc_concat_range(void *arg, int part)
 {
     const kc_concat_job *job = arg;
     const kc_exec_ctx *ctx = job->ctx;
     int64_t lo = job->cut[part].lo * job->per_unit, hi = job->cut[part].hi * job->per_unit;
-    int64_t offset = 0;
-    for (int k = 0; k < ctx->n_in; k++) {
-        int64_t block = kc_count(&ctx->in_shape[k]) / (job->outer ? job->outer : 1);
-        for (int64_t o = lo; o < hi; o++)
-            memcpy(ctx->out[0] + o * job->out_block + offset, ctx->in[k] + o * block,
-                   (size_t)block * sizeof(float));
-        offset += block;
+    int64_t block[KC_CONCAT_GROUP], offset = 0;
+    for (int first = 0; first < ctx->n_in; first += KC_CONCAT_GROUP) {
+        int n = ctx->n_in - first < KC_CONCAT_GROUP ? ctx->n_in - first : KC_CONCAT_GROUP;
+        int64_t width = 0;
+        for (int k = 0; k < n; k++) {
+            block[k] = kc_count(&ctx->in_shape[first + k]) / (job->outer ? job->outer : 1);
+            width += block[k];
+        }
+        for (int64_t o = lo; o < hi; o++) {
+            float *out = ctx->out[0] + o * job->out_block + offset;
+            for (int k = 0; k < n; k++) {
+                memcpy(out, ctx->in[first + k] + o * block[k], (size_t)block[k] * sizeof(float));
+                out += block[k];
+            }
+        }
+        offset += width;
     }
 }
-
 /* Cut like the convolutions that feed it (kc_dnnl_plan_cuts): by images,
  * or for one image by rows when the axis comes after them (Inception's
  * channel concatenations), so each thread copies what it just wrote. */

@@ -616,6 +616,46 @@ static void check_concat(int64_t n, int64_t h, int64_t w, int axis)
     free(got);
 }
 
+/* More inputs than the copy gathers at once (KC_CONCAT_GROUP, 64): 70
+ * inputs of 1 to 3 channels each, each cell its input's number and
+ * channel, so a misplaced block shows. */
+static void check_concat_many(void)
+{
+    enum { N_IN = 70 };
+    kc_merge_attrs a = {.kind = KC_MERGE_CONCAT, .axis = -1};
+    kc_layer layer = {.name = "concat", .class_name = "Concatenate", .attrs = &a};
+    layer.def = kc_op_lookup(NULL, "Concatenate");
+    kc_shape is[N_IN], os = {.rank = 4, .dims = {2, 5, 40, 0}};
+    const float *ins[N_IN];
+    float *bufs[N_IN];
+    for (int k = 0; k < N_IN; k++) {
+        is[k] = (kc_shape){.rank = 4, .dims = {2, 5, 40, 1 + k % 3}};
+        int64_t count = 2 * 5 * 40 * is[k].dims[3];
+        bufs[k] = malloc((size_t)count * sizeof(float));
+        for (int64_t i = 0; i < count; i++)
+            bufs[k][i] = (float)(k * 10 + i % is[k].dims[3]);
+        ins[k] = bufs[k];
+        os.dims[3] += is[k].dims[3];
+    }
+    int64_t pixels = 2 * 5 * 40, on = pixels * os.dims[3];
+    float *got = calloc((size_t)on, sizeof *got);
+    kc_threads_enter(2);
+    exec_kernel(&layer, ins, is, N_IN, got, &os, 0, 0, NULL);
+    kc_threads_enter(0);
+    for (int64_t px = 0; px < pixels; px++) {
+        int64_t c = 0;
+        for (int k = 0; k < N_IN; k++)
+            for (int64_t j = 0; j < is[k].dims[3]; j++, c++)
+                if (got[px * os.dims[3] + c] != (float)(k * 10 + j))
+                    fail_msg("concat of %d inputs: pixel %lld channel %lld is %g, want %g", N_IN,
+                             (long long)px, (long long)c, got[px * os.dims[3] + c],
+                             (double)(k * 10 + j));
+    }
+    for (int k = 0; k < N_IN; k++)
+        free(bufs[k]);
+    free(got);
+}
+
 static void test_concat_cuts(void **state)
 {
     (void)state;
@@ -623,6 +663,7 @@ static void test_concat_cuts(void **state)
     check_concat(3, 5, 40, 3);  /* three images: cut by images */
     check_concat(1, 7, 40, 1);  /* along the rows: runs whole */
     check_concat(2, 7, 40, 2);  /* along the columns, two images */
+    check_concat_many();
 }
 
 /* ------------------------------ 1x1 + depthwise 3x3 fused (post_dw) */
