@@ -124,9 +124,19 @@ wait "$RUN"; rc=$?; took=$(elapsed "$t0")
   fail "link down: rc=$rc took=${took}s $(cat "$T/err")"
 ip -n "$B" link set "${NS}y" up
 ip netns exec "$A" tc qdisc del dev "${NS}x" root; ip netns exec "$B" tc qdisc del dev "${NS}y" root
-sleep 1
+# Wait (up to 10 s) until task 1's port takes a TCP connection from A again:
+# the link and its neighbour entry come back asynchronously, and this
+# check is about the workers, not the kernel's link recovery. A CI run
+# under ASan on a loaded host once saw task 1 unreachable for 20 s here;
+# the message now says which side it was.
+tcp_up=no
+for _ in $(seq 50); do
+  ip netns exec "$A" timeout 1 bash -c "exec 3<>/dev/tcp/10.214.0.2/$((P + 1))" 2>/dev/null && { tcp_up=yes; break; }
+  sleep 0.2
+done
 split up "$NC" --deadline-ms 10000 2>"$T/err" && cmp -s "$T/local.npy" "$T/up.npy" &&
-  pass "link up again: the same workers serve, bit-identical" || fail "link up: $(cat "$T/err")"
+  pass "link up again: the same workers serve, bit-identical" ||
+  fail "link up (TCP from A to task 1's port: $tcp_up): $(cat "$T/err")"
 
 # --- 40 ms each way between the stages and from the client
 ip netns exec "$A" /usr/bin/python3 "$HERE/../../tools/net/delay_proxy.py" 10.214.0.1 $((P + 2)) 10.214.0.2 $((P + 1)) 40 >"$T/proxy.log" 2>&1 & PIDS+=($!)
