@@ -167,11 +167,10 @@ static int read_trace(const char *path, span *up, int *n_up, span *comp, int *n_
     return 1;
 }
 
-static void test_prefetch_overlaps_compute(void **state)
+/* One streamed run with a trace: how many of its uploads began before the
+ * layer computing at the time had finished (*ahead) out of *pairs. */
+static void prefetch_run(fixture *f, const char *trace, int *n_up, int *ahead, int *pairs)
 {
-    fixture *f = *state;
-    char trace[1024];
-    snprintf(trace, sizeof trace, "%s/streaming_trace.json", KC_TEST_TMP);
     const char *depth = getenv("KC_TEST_PREFETCH_DEPTH");
     setenv("KC_CPU_DEVICE_GBPS", "0.05", 1);
     kc_session_options o = {.variables = "/CPU:0", .device_memory = 400 << 10,
@@ -180,24 +179,41 @@ static void test_prefetch_overlaps_compute(void **state)
     unsetenv("KC_CPU_DEVICE_GBPS");
     kc_tensor_free(out);
     static span up[512], comp[512];
-    int n_up = 0, n_comp = 0;
-    assert_true(read_trace(trace, up, &n_up, comp, &n_comp, 512));
-    int ahead = 0, pairs = 0;
-    for (int i = 0; i + 1 < n_up; i++) {
+    int n_comp = 0;
+    *n_up = *ahead = *pairs = 0;
+    assert_true(read_trace(trace, up, n_up, comp, &n_comp, 512));
+    for (int i = 0; i + 1 < *n_up; i++) {
         const span *now = NULL;
         for (int k = 0; k < n_comp && !now; k++)
             if (!strcmp(comp[k].name, up[i].name))
                 now = &comp[k];
         assert_non_null(now);
         assert_true(up[i].end <= now->start + 1.0); /* weights before use (1 us slack) */
-        pairs++;
-        ahead += up[i + 1].start < now->end;
+        (*pairs)++;
+        *ahead += up[i + 1].start < now->end;
     }
-    printf("%d streamed layers; the next upload began before the current layer finished "
-           "computing %d times\n", n_up, ahead);
-    if (n_up < 3 || ahead * 4 < pairs)
-        fail_msg("%d streamed layers, the next upload started early only %d of %d times", n_up,
-                 ahead, pairs);
+}
+
+/* The copy thread works ahead of the compute: in at least a quarter of
+ * the layers the next upload starts before the current layer finishes.
+ * On a loaded 2-core host the copy thread can wait for a core (a CI run
+ * saw 6 of 47 once), so up to three runs are tried; with one ring slot
+ * (no prefetch, KC_TEST_PREFETCH_DEPTH=1) all three show 0 of 44. */
+static void test_prefetch_overlaps_compute(void **state)
+{
+    fixture *f = *state;
+    char trace[1024];
+    snprintf(trace, sizeof trace, "%s/streaming_trace.json", KC_TEST_TMP);
+    int n_up = 0, ahead = 0, pairs = 0;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        prefetch_run(f, trace, &n_up, &ahead, &pairs);
+        printf("%d streamed layers; the next upload began before the current layer finished "
+               "computing %d times\n", n_up, ahead);
+        if (n_up >= 3 && ahead * 4 >= pairs)
+            return;
+    }
+    fail_msg("%d streamed layers, the next upload started early only %d of %d times", n_up, ahead,
+             pairs);
 }
 
 static void test_impossible_budget(void **state)
