@@ -91,11 +91,14 @@ void kc_mem_trace(const char *stage)
     fprintf(stderr, "kerasc mem: %-28s rss %6ld KiB  peak %6ld KiB\n", stage, rss, peak);
 }
 
-void kc_mem_trace_node(const char *layer_name)
+int kc_mem_trace_nodes(void)
 {
     const char *level = getenv("KC_MEM_TRACE");
-    if (!level || strcmp(level, "nodes"))
-        return;
+    return level && !strcmp(level, "nodes");
+}
+
+void kc_mem_trace_node(const char *layer_name)
+{
     static long last_peak; /* a diagnostic: one process, one run at a time */
     long rss, peak;
     kc_mem_read(&rss, &peak);

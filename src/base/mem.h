@@ -26,8 +26,11 @@ int kc_mul_overflows(int64_t a, int64_t b, int64_t *out);
  * and peak resident memory (VmRSS, VmHWM) after `stage` to stderr: how the
  * memory budget of a load and a session is measured stage by stage. */
 void kc_mem_trace(const char *stage);
-/* The same after one node of a run, only with KC_MEM_TRACE=nodes and only
- * when the peak rose: which layer sets a session's peak. */
+/* 1 when KC_MEM_TRACE=nodes: a session then calls kc_mem_trace_node after
+ * each node it runs (decided once, at its creation). */
+int kc_mem_trace_nodes(void);
+/* The same as kc_mem_trace after one node, printed only when the peak
+ * rose: which layer sets a session's peak. */
 void kc_mem_trace_node(const char *layer_name);
 
 #endif

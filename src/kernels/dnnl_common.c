@@ -298,15 +298,12 @@ void kc_dnnl_prim_destroy(kc_dnnl_prim *p)
     memset(p, 0, sizeof *p);
 }
 
-/* The reorder's scratchpad: in the spare range when it fits, else a
- * buffer of its own for the one call (what oneDNN would allocate). */
-static void *kc_dnnl_pack_scratch(const_dnnl_primitive_desc_t rpd, void *spare,
-                                  size_t spare_bytes, void **owned)
+/* The reorder's scratchpad of `need` bytes: in the spare range when it
+ * fits, else a buffer of its own for the one call (what oneDNN would
+ * allocate), or NULL when that fails. */
+static void *kc_dnnl_pack_scratch(size_t need, void *spare, size_t spare_bytes, void **owned)
 {
-    size_t need = kc_dnnl_pd_bytes(rpd, dnnl_query_scratchpad_md);
     *owned = NULL;
-    if (!need)
-        return NULL;
     void *in_spare = kc_dnnl_lane_spare(spare, spare_bytes, 0, kc_dnnl_align64(need));
     if (in_spare)
         return in_spare;
@@ -327,6 +324,7 @@ kc_status kc_dnnl_pack(const dnnl_memory_desc_t *w_md, const dnnl_memory_desc_t 
     dnnl_primitive_t reorder = NULL;
     dnnl_memory_t from = NULL, to = NULL, scratch_mem = NULL;
     void *scratch = NULL, *scratch_owned = NULL;
+    size_t need = 0; /* the reorder's scratchpad bytes */
     kc_status status = KC_OK;
     dnnl_engine_t eng = kc_dnnl_engine();
     dnnl_stream_t stream = NULL;
@@ -337,8 +335,8 @@ kc_status kc_dnnl_pack(const dnnl_memory_desc_t *w_md, const dnnl_memory_desc_t 
         dnnl_reorder_primitive_desc_create(&rpd, w_md, eng, to_md, eng, attr) ||
         dnnl_primitive_create(&reorder, rpd)) {
         status = kc_fail(KC_ERR_UNSUPPORTED, "oneDNN cannot reorder the weights");
-    } else if (kc_dnnl_pd_bytes(rpd, dnnl_query_scratchpad_md) &&
-               (!(scratch = kc_dnnl_pack_scratch(rpd, spare, spare_bytes, &scratch_owned)) ||
+    } else if ((need = kc_dnnl_pd_bytes(rpd, dnnl_query_scratchpad_md)) &&
+               (!(scratch = kc_dnnl_pack_scratch(need, spare, spare_bytes, &scratch_owned)) ||
                 dnnl_memory_create(&scratch_mem,
                                    dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0),
                                    eng, scratch))) {

@@ -340,27 +340,6 @@ static kc_status kc_dnnl_reorder_prim(kc_dnnl_prim *p, const dnnl_memory_desc_t 
 }
 
 /* The Winograd primitive descriptor (blocked src/dst), or NULL. */
-/* oneDNN's F(2x2, 3x3) kernel saves 2.25x the multiplications, less than
- * its F(4x4) one, and its transforms cost per input and output channel:
- * with few channels it gains little, while its scratchpad grows with the
- * map. Such a layer takes it only when every lane's buffers fit in the
- * arena's free range (kc_dnnl_wino_pay). InceptionV3's 80 -> 192 layer on
- * 71x71 (ic*oc/(ic+oc) = 56): at batch 1, where it gets half-image parts,
- * its share of the run was 0.114-0.116 against 0.110-0.114 direct (3 runs
- * each) for 2 x 13.5 MB of scratchpad outside the arena (peak RSS 180.9
- * -> 152.9 MB); at batch 8, where the arena holds its buffers, it was 4%
- * faster than direct on that layer (0.5% of the run). ResNet50's 256 ->
- * 256 layers on 14x14 (128) take 0.75 of the direct time with it. */
-#define KC_DNNL_WINO_2X3_MIN_CHANNELS 64
-static int kc_dnnl_wino_2x3_too_narrow(const_dnnl_primitive_desc_t pd, int64_t ic, int64_t oc)
-{
-    const char *name = NULL;
-    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) != dnnl_success ||
-        !name || !strstr(name, "wino_2x3"))
-        return 0;
-    return ic * oc < KC_DNNL_WINO_2X3_MIN_CHANNELS * (ic + oc);
-}
-
 static dnnl_primitive_desc_t kc_dnnl_wino_pd(const kc_dnnl_conv_state *st,
                                              const kc_dnnl_conv_part *pt,
                                              const dnnl_memory_desc_t *w_any,
@@ -380,6 +359,27 @@ static dnnl_primitive_desc_t kc_dnnl_wino_pd(const kc_dnnl_conv_state *st,
         dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL) != dnnl_success)
         return NULL;
     return pd;
+}
+
+/* oneDNN's F(2x2, 3x3) kernel saves 2.25x the multiplications, less than
+ * its F(4x4) one, and its transforms cost per input and output channel:
+ * with few channels it gains little, while its scratchpad grows with the
+ * map. Such a layer takes it only when every lane's buffers fit in the
+ * arena's free range (kc_dnnl_wino_pay). InceptionV3's 80 -> 192 layer on
+ * 71x71 (ic*oc/(ic+oc) = 56): at batch 1, where it gets half-image parts,
+ * its share of the run was 0.114-0.116 against 0.110-0.114 direct (3 runs
+ * each) for 2 x 13.5 MB of scratchpad outside the arena (peak RSS 180.9
+ * -> 152.9 MB); at batch 8, where the arena holds its buffers, it was 4%
+ * faster than direct on that layer (0.5% of the run). ResNet50's 256 ->
+ * 256 layers on 14x14 (128) take 0.75 of the direct time with it. */
+#define KC_DNNL_WINO_2X3_MIN_CHANNELS 64
+static int kc_dnnl_wino_2x3_too_narrow(const_dnnl_primitive_desc_t pd, int64_t ic, int64_t oc)
+{
+    const char *name = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) != dnnl_success ||
+        !name || !strstr(name, "wino_2x3"))
+        return 0;
+    return ic * oc < KC_DNNL_WINO_2X3_MIN_CHANNELS * (ic + oc);
 }
 
 /* The bytes one thread's buffers for Winograd primitive pd take: its

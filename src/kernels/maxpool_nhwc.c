@@ -21,6 +21,12 @@ int kc_maxpool_nhwc_available(void)
 /* The window's cells, at most 64 (larger windows loop in chunks). */
 enum { KC_MAXPOOL_CELLS = 64 };
 
+/* The lanes of channels k .. c-1 in one 16-float vector. */
+static __mmask16 kc_maxpool_lanes(int64_t k, int64_t c)
+{
+    return c - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (c - k)) - 1);
+}
+
 __attribute__((target("avx512f"))) static void
 kc_maxpool_cell(const float *const *cell, int cells, float *out, int64_t c)
 {
@@ -40,7 +46,7 @@ kc_maxpool_cell(const float *const *cell, int cells, float *out, int64_t c)
         _mm512_storeu_ps(out + k + 48, m3);
     }
     for (; k < c; k += 16) {
-        __mmask16 mask = c - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (c - k)) - 1);
+        __mmask16 mask = kc_maxpool_lanes(k, c);
         __m512 m = _mm512_maskz_loadu_ps(mask, cell[0] + k);
         for (int t = 1; t < cells; t++)
             m = _mm512_max_ps(m, _mm512_maskz_loadu_ps(mask, cell[t] + k));
@@ -53,7 +59,7 @@ __attribute__((target("avx512f"))) static void
 kc_maxpool_fold(const float *const *cell, int cells, float *out, int64_t c)
 {
     for (int64_t k = 0; k < c; k += 16) {
-        __mmask16 mask = c - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (c - k)) - 1);
+        __mmask16 mask = kc_maxpool_lanes(k, c);
         __m512 m = _mm512_maskz_loadu_ps(mask, out + k);
         for (int t = 0; t < cells; t++)
             m = _mm512_max_ps(m, _mm512_maskz_loadu_ps(mask, cell[t] + k));

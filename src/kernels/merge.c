@@ -122,6 +122,7 @@ static void kc_concat_range(void *arg, int part)
         offset += width;
     }
 }
+
 /* Cut like the convolutions that feed it (kc_dnnl_plan_cuts): by images,
  * or for one image by rows when the axis comes after them (Inception's
  * channel concatenations), so each thread copies what it just wrote. */

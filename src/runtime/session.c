@@ -130,6 +130,7 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     s->microbatch = options && options->microbatch > 0 ? options->microbatch : 0;
     s->stage_first = s->stage_last = -1;
     s->exact = options && options->exact;
+    s->trace_nodes = kc_mem_trace_nodes();
     s->wino_budget.left =
         options && options->winograd_memory ? options->winograd_memory : SIZE_MAX;
     const char *dw_env = getenv("KC_FUSE_DW"); /* 0: never fuse depthwise pairs (fuse.c) */
@@ -309,7 +310,8 @@ kc_status kc_session_run_node(kc_session *s, int index)
             kc_session_release_packed(s, index);
     }
     kc_session_mask_after(s, index, node->n_inputs ? in[0] : NULL);
-    kc_mem_trace_node(node->layer->name);
+    if (s->trace_nodes)
+        kc_mem_trace_node(node->layer->name);
     return KC_OK;
 }
 
