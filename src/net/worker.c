@@ -29,6 +29,9 @@
 #define KC_W_MAX_STAGES 16
 #define KC_W_MAX_PENDING 1024
 #define KC_W_MAX_MESSAGE ((size_t)4 << 30)
+/* A peer quiet this long counts as gone when a new one needs its entry
+ * (its request-id window starts over should it come back). */
+#define KC_W_PEER_IDLE_S 2.0
 
 typedef struct kc_w_stage {
     int loaded;
@@ -59,6 +62,7 @@ typedef struct kc_w_peer {
     unsigned char identity[256];
     size_t identity_len;
     kc_wire_replay replay;
+    double last_seen;           /* kc_now() of its latest message */
 } kc_w_peer;
 
 typedef struct kc_worker {
@@ -122,19 +126,50 @@ static void kc_reply_error(kc_worker *w, const kc_net_rx *rx, uint64_t id, int s
 
 /* ------------------------------------------------------------ peers */
 
+static int kc_peer_pending(const kc_worker *w, const kc_w_peer *p)
+{
+    for (int i = 0; i < w->n_pending; i++)
+        if (w->pending[i].identity_len == p->identity_len &&
+            !memcmp(w->pending[i].identity, p->identity, p->identity_len))
+            return 1;
+    return 0;
+}
+
+/* The slot of the peer seen least recently, if it has been quiet for
+ * KC_W_PEER_IDLE_S and nothing of it is in flight; NULL otherwise. */
+static kc_w_peer *kc_peer_idle(kc_worker *w, double now)
+{
+    kc_w_peer *oldest = NULL;
+    for (int i = 0; i < w->n_peers; i++) {
+        kc_w_peer *p = &w->peers[i];
+        if (now - p->last_seen >= KC_W_PEER_IDLE_S && !kc_peer_pending(w, p) &&
+            (!oldest || p->last_seen < oldest->last_seen))
+            oldest = p;
+    }
+    return oldest;
+}
+
+/* The sender's entry. Every connection is a new ROUTER identity (each
+ * client run, each upstream worker's link after a reload), so entries of
+ * peers gone quiet are reused: a long-lived worker keeps taking new
+ * clients, and --max-clients caps only the peers active at once. */
 static kc_w_peer *kc_peer(kc_worker *w, const kc_net_rx *rx)
 {
+    double now = kc_now();
     for (int i = 0; i < w->n_peers; i++)
         if (w->peers[i].identity_len == rx->identity_len &&
-            !memcmp(w->peers[i].identity, rx->identity, rx->identity_len))
+            !memcmp(w->peers[i].identity, rx->identity, rx->identity_len)) {
+            w->peers[i].last_seen = now;
             return &w->peers[i];
+        }
     int max = w->o->max_clients > 0 ? w->o->max_clients : 64;
-    if (w->n_peers >= max)
+    kc_w_peer *p = w->n_peers < max ? &w->peers[w->n_peers++] : kc_peer_idle(w, now);
+    if (!p)
         return NULL;
-    kc_w_peer *p = &w->peers[w->n_peers++];
     memset(p, 0, sizeof *p);
     memcpy(p->identity, rx->identity, rx->identity_len);
     p->identity_len = rx->identity_len;
+    p->last_seen = now;
     return p;
 }
 
@@ -439,7 +474,7 @@ static void kc_handle_router(kc_worker *w, kc_net_rx *rx)
     kc_w_peer *peer = kc_peer(w, rx);
     if (!peer) {
         w->rejected++;
-        kc_reply_error(w, rx, m.request_id, 0, "too many clients (--max-clients)");
+        kc_reply_error(w, rx, m.request_id, 0, "too many clients active at once (--max-clients)");
         return;
     }
     if (!kc_wire_replay_accept(&peer->replay, m.request_id)) {

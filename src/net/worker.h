@@ -19,7 +19,7 @@ typedef struct kc_worker_options {
     const char *model_dir;    /* its own copies of model files (may be NULL) */
     const char *cache_dir;    /* where streamed models are kept (NULL: none) */
     uint64_t max_model_bytes; /* largest streamed model (0: refuse streaming) */
-    int max_clients;          /* distinct peers served (0: 64) */
+    int max_clients;          /* peers active at once (0: 64); quiet ones make room */
     int deadline_ms;          /* for answers from the next stage */
     int threads;              /* kernels' threads (0: all cores) */
     kc_net_security sec;

@@ -93,7 +93,7 @@ mkdir -p "$T/empty"
 "$KERASC" serve --cluster "$S" --job worker --task 0 --model-dir "$T/models" "${SEC[@]}" 2>>"$T/serve.log" & PIDS+=($!)
 "$KERASC" serve --cluster "$S" --job worker --task 1 --cache-dir "$T/cache" "${SEC[@]}" 2>>"$T/stream.log" & PIDS+=($!); S1=$!
 "$KERASC" serve --cluster "worker=127.0.0.1:$((BASE + 7))" --job worker --task 0 --model-dir "$T/empty" \
-  --max-model-mb 0 "${SEC[@]}" 2>>"$T/serve.log" & PIDS+=($!)
+  --max-model-mb 0 "${SEC[@]}" 2>>"$T/serve.log" & PIDS+=($!); NOSTREAM=$!
 sleep 0.5
 streamed() { "$KERASC" run "$M" --input "$X" --output "$T/$1.npy" --cluster "$S" "${CL[@]}" \
              --split conv4_block6_out --deadline-ms 5000; }
@@ -120,6 +120,23 @@ err=$("$KERASC" run "$M" --input "$X" --output "$T/refused.npy" --cluster "worke
       "${CL[@]}" --split conv4_block6_out --place 0=/job:worker/task:0 --place 1=/CPU:0 2>&1); rc=$?
 [[ $rc -eq 1 && ! -e "$T/refused.npy" ]] && grep -q "refuses streamed models" <<<"$err" &&
   pass "a worker with --max-model-mb 0 and no copy refuses: $err" || fail "no streaming: rc=$rc $err"
+
+# Every client run is a new peer: with --max-clients 1, a worker serves run
+# after run as long as each new peer comes once the last went quiet.
+kill -9 "$NOSTREAM"; wait "$NOSTREAM" 2>/dev/null
+"$KERASC" serve --cluster "worker=127.0.0.1:$((BASE + 7))" --job worker --task 0 --model-dir "$T/models" \
+  --max-clients 1 "${SEC[@]}" 2>>"$T/serve.log" & PIDS+=($!); MC=$!
+sleep 0.5
+served=0
+for i in 1 2 3; do
+  "$KERASC" run "$M" --input "$X" --output "$T/mc$i.npy" --cluster "worker=127.0.0.1:$((BASE + 7))" \
+    "${CL[@]}" --split conv4_block6_out --place 0=/job:worker/task:0 --place 1=/CPU:0 2>"$T/err" &&
+    cmp -s "$T/local.npy" "$T/mc$i.npy" && served=$((served + 1))
+  sleep 2.2
+done
+[[ $served -eq 3 ]] && pass "--max-clients 1: three clients one after another, all served" ||
+  fail "--max-clients 1: $served of 3 runs served: $(cat "$T/err")"
+kill -9 "$MC"; wait "$MC" 2>/dev/null
 
 kill -9 "$R0"; sleep 0.2
 split failover 2>"$T/err" && cmp -s "$T/local.npy" "$T/failover.npy" &&
