@@ -8,6 +8,23 @@
 #include "net/calibrate.h"
 #include "net/planner.h"
 
+/* The task's first replica that answers: a split run fails over the same
+ * way, so a dead replica 0 must not stop the plan. */
+static kc_status kc_calibrate_task(kc_net *net, const kc_cluster_task *t, int timeout_ms,
+                                   size_t probe_bytes, char *text, size_t size, double *probe)
+{
+    kc_status s = KC_ERR_ARG;
+    for (int r = 0; r < t->n_replicas; r++) {
+        s = kc_cluster_query(net, &t->replicas[r], timeout_ms, probe_bytes, text, size, probe);
+        if (s == KC_OK)
+            return KC_OK;
+        if (r + 1 < t->n_replicas)
+            fprintf(stderr, "kerasc: warning: %s; asking the task's next replica\n",
+                    kc_last_error());
+    }
+    return s;
+}
+
 kc_status kc_plan_calibrate(const kc_pipeline_options *o, kc_plan_worker *workers)
 {
     kc_net *net = NULL;
@@ -33,8 +50,8 @@ kc_status kc_plan_calibrate(const kc_pipeline_options *o, kc_plan_worker *worker
         char text[1024];
         double probe = -1;
         const size_t probe_bytes = (size_t)4 << 20;
-        s = kc_cluster_query(net, &t->replicas[0], o->deadline_ms > 0 ? o->deadline_ms : 5000,
-                             probe_bytes, text, sizeof text, &probe);
+        s = kc_calibrate_task(net, t, o->deadline_ms > 0 ? o->deadline_ms : 5000, probe_bytes,
+                              text, sizeof text, &probe);
         if (s != KC_OK)
             break;
         cJSON *j = cJSON_Parse(text);

@@ -24,6 +24,22 @@ SEC=(--key "$T/worker.key" --authorized-keys "$T/authorized")
 CL=(--key "$T/client.key" --worker-key "$T/worker.pub")
 
 C="worker=127.0.0.1:$BASE,127.0.0.1:$((BASE + 1))|127.0.0.1:$((BASE + 2))"
+# The workers' last lines, for a failure message: each carries its time
+# and replica, so a worker that stalled shows as a gap.
+# With gdb at hand (scripts/deps.sh installs it), the stacks of the three
+# first workers too: what a worker that stopped answering was doing.
+logs() {
+  echo; echo "last lines of the workers' log:"; tail -12 "$T/serve.log"
+  command -v gdb >/dev/null || return 0
+  local names=("task 0" "task 1 replica 0" "task 1 replica 1") i
+  for i in 0 1 2; do
+    echo "stacks of ${names[$i]} (pid ${PIDS[$i]}):"
+    timeout 60 gdb -q -batch -p "${PIDS[$i]}" -ex "thread apply all bt 16" 2>/dev/null |
+      grep -E '^(Thread|#)' | head -60
+  done
+}
+# No worker was stopped yet: a fail-over here means one stalled.
+warned() { grep -h "warning" "$T/err" | sed 's/^/note: /'; :; }
 serve() { "$KERASC" serve --cluster "$C" --job worker --model-dir "$T/models" "${SEC[@]}" --deadline-ms 3000 "$@" 2>>"$T/serve.log" & PIDS+=($!); }
 serve --task 0
 serve --task 1 --replica 0; R0=$!
@@ -38,6 +54,7 @@ split() { "$KERASC" run "$M" --input "$X" --output "$T/$1.npy" --cluster "$C" "$
 split split 2>"$T/err" && cmp -s "$T/local.npy" "$T/split.npy" &&
   pass "ResNet50 cut at conv4_block6_out over two CURVE workers: bit-identical" ||
   fail "split run: $(cat "$T/err")"
+warned
 
 # kernels may round differently at another batch size: compare with the
 # local run in the same micro-batches
@@ -45,26 +62,29 @@ split split 2>"$T/err" && cmp -s "$T/local.npy" "$T/split.npy" &&
 split micro --microbatch 1 2>"$T/err" && cmp -s "$T/local_mb.npy" "$T/micro.npy" &&
   pass "micro-batches pipelined through the stages: bit-identical to local micro-batches" ||
   fail "micro-batched run: $(cat "$T/err")"
+warned
 
 "$KERASC" run "$M" --input "$X" --output "$T/three.npy" --cluster "$C" "${CL[@]}" \
   --split conv2_block3_out,conv4_block1_out --place 0=/job:worker/task:0 \
   --place 1=/job:worker/task:1 --place 2=/job:worker/task:0 2>"$T/err" &&
   cmp -s "$T/local.npy" "$T/three.npy" && pass "three stages (a task serving two): bit-identical" ||
   fail "three stages: $(cat "$T/err")"
+warned
 
 "$KERASC" run "$M" --input "$X" --output "$T/planned.npy" --cluster "$C" "${CL[@]}" --stages 3 \
   --place 0=/job:worker/task:0 --place 1=/job:worker/task:1 --place 2=/job:worker/task:0 2>"$T/err" &&
   cmp -s "$T/local.npy" "$T/planned.npy" && pass "--stages 3 plans the cuts against the workers and runs: bit-identical" ||
   fail "--stages 3: $(cat "$T/err")"
+warned
 
 out=$("$KERASC" plan "$M" --stages 3 --cluster "$C" "${CL[@]}" --place 0=/job:worker/task:0 \
       --place 1=/job:worker/task:1 --place 2=/job:worker/task:0 2>&1)
 [[ $? -eq 0 ]] && grep -q '^cuts: ' <<<"$out" && grep -q 'predicted slowest stage' <<<"$out" &&
-  pass "kerasc plan prints cuts, bytes and predicted stage times" || fail "plan: $out"
+  pass "kerasc plan prints cuts, bytes and predicted stage times" || fail "plan: $out $(logs)"
 
 out=$("$KERASC" status --cluster "$C" "${CL[@]}" 2>&1)
 [[ $(grep -c ' up {' <<<"$out") -eq 3 ]] && grep -q '"served":' <<<"$out" &&
-  pass "kerasc status lists every task and replica" || fail "status: $out"
+  pass "kerasc status lists every task and replica" || fail "status: $out $(logs)"
 
 err=$("$KERASC" run "$M" --input "$X" --output "$T/intruder.npy" --cluster "$C" \
       --key "$T/intruder.key" --worker-key "$T/worker.pub" --split conv4_block6_out \
@@ -142,6 +162,13 @@ kill -9 "$R0"; sleep 0.2
 split failover 2>"$T/err" && cmp -s "$T/local.npy" "$T/failover.npy" &&
   grep -q "failing over to its next replica" "$T/err" &&
   pass "worker killed: its replica takes over, same output" || fail "failover: $(cat "$T/err")"
+
+# The planner asks each task's replicas in order: a dead replica 0 is
+# passed over, as a split run does.
+out=$("$KERASC" plan "$M" --stages 2 --cluster "$C" "${CL[@]}" --place 0=/job:worker/task:0 \
+      --place 1=/job:worker/task:1 2>&1)
+[[ $? -eq 0 ]] && grep -q '^cuts: ' <<<"$out" && grep -q "asking the task's next replica" <<<"$out" &&
+  pass "kerasc plan with replica 0 dead asks replica 1" || fail "plan, replica 0 dead: $out"
 
 kill -9 "$R1"; sleep 0.2
 start=$(date +%s)
