@@ -11,6 +11,8 @@ DEB_PACKAGES=(
   libhdf5-dev libzip-dev libcjson-dev zlib1g-dev libcmocka-dev libopenblas-dev libdnnl-dev
   libjpeg62-turbo-dev libpng-dev libzmq3-dev libsodium-dev iproute2 nftables
   nodejs npm python3 python3-numpy python3-h5py
+  # the cluster tests print the stacks of a worker that stopped answering
+  gdb
 )
 
 missing=()

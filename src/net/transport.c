@@ -60,7 +60,13 @@ static void kc_zap_handle(kc_net *net, void *sock)
             more = zmq_msg_more(&extra);
         zmq_msg_close(&extra);
     }
-    if (n >= 6) {
+    /* A request too short to judge is still answered (refused): a REP
+     * socket that does not reply takes no further request, and every later
+     * handshake would wait on it. */
+    if (n >= 2 && n < 6) {
+        atomic_fetch_add(&net->refused, 1);
+        kc_zap_reply(sock, frames, "400", "malformed request");
+    } else if (n >= 6) {
         const char *mech = zmq_msg_data(&frames[5]);
         size_t mlen = zmq_msg_size(&frames[5]);
         int ok = 0;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -78,7 +79,8 @@ typedef struct kc_worker {
     kc_receiver recv;           /* models streamed by clients */
     uint64_t next_fwd_id;
     uint64_t served, errors, rejected;
-    char name[96];
+    char name[96];              /* "/job:worker/task:1", in messages to clients */
+    char log_name[128];         /* with " replica 1" where the task has several */
 } kc_worker;
 
 static volatile sig_atomic_t kc_stop;
@@ -96,7 +98,14 @@ static void kc_log(const kc_worker *w, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "kerasc serve %s: %s\n", w->name, line);
+    /* Wall-clock time and the replica: the lines of several workers (and
+     * replicas of one task) end up in one log, and a stall shows as a gap. */
+    struct timespec now;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &now);
+    localtime_r(&now.tv_sec, &tm);
+    fprintf(stderr, "kerasc serve %s %02d:%02d:%02d.%03ld: %s\n", w->log_name, tm.tm_hour,
+            tm.tm_min, tm.tm_sec, now.tv_nsec / 1000000, line);
 }
 
 static void kc_reply_error_flags(kc_worker *w, const kc_net_rx *rx, uint64_t id, int stage,
@@ -313,6 +322,7 @@ static kc_status kc_load_stage(kc_worker *w, const char *text, size_t len, int *
 static void kc_handle_load(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg *m)
 {
     int stage = -1, missing = 0;
+    double t0 = kc_now();
     if (kc_load_stage(w, m->text, m->text_len, &stage, &missing) != KC_OK) {
         kc_log(w, "load stage %u refused: %s", m->stage, kc_last_error());
         kc_reply_error_flags(w, rx, m->request_id, (int)m->stage, kc_last_error(),
@@ -326,8 +336,9 @@ static void kc_handle_load(kc_worker *w, const kc_net_rx *rx, const kc_wire_msg 
     kc_wire_msg reply;
     kc_msg_text(&reply, KC_WIRE_LOAD_REPLY, m->request_id, (uint32_t)stage, text);
     kc_net_send(w->router, rx->identity, rx->identity_len, &reply);
-    kc_log(w, "loaded stage %d: nodes %d..%d of %s%s%s", stage, st->plan.first, st->plan.last,
-           st->sha, st->next ? ", then " : "", st->next ? st->next_name : "");
+    kc_log(w, "loaded stage %d: nodes %d..%d of %s%s%s, %.1f ms", stage, st->plan.first,
+           st->plan.last, st->sha, st->next ? ", then " : "", st->next ? st->next_name : "",
+           (kc_now() - t0) * 1e3);
 }
 
 static kc_status kc_forward(kc_worker *w, kc_w_stage *st, const kc_net_rx *rx,
@@ -630,6 +641,10 @@ int kc_worker_serve(const kc_worker_options *o)
     w->peers = kc_calloc((size_t)(o->max_clients > 0 ? o->max_clients : 64), sizeof *w->peers);
     const kc_cluster_task *t = kc_cluster_find(&o->cluster, o->job, o->task);
     kc_status s = w->peers && t ? KC_OK : KC_ERR_ARG;
+    if (t && t->n_replicas > 1)
+        snprintf(w->log_name, sizeof w->log_name, "%s replica %d", w->name, o->replica);
+    else
+        snprintf(w->log_name, sizeof w->log_name, "%s", w->name);
     if (s == KC_OK && (o->replica < 0 || o->replica >= t->n_replicas))
         s = kc_fail(KC_ERR_ARG, "task %d has %d address(es), no replica %d", o->task,
                     t->n_replicas, o->replica);
