@@ -35,6 +35,7 @@ typedef struct kc_dnnl_conv_part {
     /* Winograd: the primitive reads and writes blocked layouts; NHWC is
      * reordered into and out of per-thread buffers around it. */
     int wino;
+    int wino_f4;            /* with oneDNN's F(4x4, 3x3) kernel */
     dnnl_memory_desc_t src_blk_md, dst_blk_md;
     /* A thread's buffers for it (kc_dnnl_wino_lane_bytes): blocked input,
      * blocked output, then the scratchpad, each 64-byte aligned. */
@@ -339,6 +340,55 @@ static kc_status kc_dnnl_reorder_prim(kc_dnnl_prim *p, const dnnl_memory_desc_t 
     return s;
 }
 
+static dnnl_primitive_desc_t kc_dnnl_pd_named(const dnnl_convolution_desc_t *desc,
+                                              const_dnnl_primitive_attr_t attr, const char *impl);
+
+/* oneDNN's F(2x2, 3x3) kernel saves 2.25x the multiplications, less than
+ * its F(4x4) one, and its transforms cost per input and output channel:
+ * with few channels (ic*oc/(ic+oc) < 64) it gains little. Such a layer
+ * takes the F(4x4) kernel where oneDNN offers both (it lists F(2x2) first
+ * for one image, which is how Winograd parts run) and a part has 1024
+ * output pixels or more. One image, one thread, F(2x2) and F(4x4) against
+ * direct: InceptionV3's 80 -> 192 on 71x71 (ic*oc/(ic+oc) = 56) 0.81 and
+ * 0.37, its 96 -> 96 on 35x35 0.63 and 0.43, ResNet50's 64 -> 64 on 56x56
+ * 0.59 and 0.44; but 64 -> 64 on 10x10 0.57 and 0.72, on 6x6 0.73 and
+ * 1.25. In InceptionV3 the 80 -> 192 layer's share of the run fell 0.110
+ * -> 0.068 at batch 1 and 0.105 -> 0.068 at batch 8 (2 runs each; peak
+ * RSS +7 and +5 MB, the larger transformed kernels), while ResNet50's
+ * 64 -> 64 layers stayed level or gained (0.019-0.023 of the run).
+ * KC_WINOGRAD_F4=0 keeps oneDNN's first choice. Where F(2x2) is taken, a
+ * narrow layer takes it only when every lane's buffers fit in the arena's
+ * free range (kc_dnnl_wino_pay): InceptionV3's 80 -> 192 layer at batch 1,
+ * in half-image parts, was no faster than direct (share 0.114-0.116
+ * against 0.110-0.114) for 2 x 13.5 MB of scratchpad outside the arena.
+ * ResNet50's 256 -> 256 layers on 14x14 (128) take 0.75 of the direct
+ * time with F(2x2). Either kernel keeps outputs far inside the tolerance
+ * (the bench's InceptionV3 at 299x299 against --exact: at most 1% of it
+ * with F(4x4) on every eligible layer, 0.7% with F(2x2)). */
+#define KC_DNNL_WINO_2X3_MIN_CHANNELS 64
+#define KC_DNNL_WINO_F4_MIN_PIXELS 1024
+static int kc_dnnl_wino_narrow(int64_t ic, int64_t oc)
+{
+    return ic * oc < KC_DNNL_WINO_2X3_MIN_CHANNELS * (ic + oc);
+}
+
+static int kc_dnnl_wino_f4_wanted(const kc_dnnl_conv_part *pt, const kc_dnnl_window *g)
+{
+    const char *env = getenv("KC_WINOGRAD_F4");
+    if ((env && !strcmp(env, "0")) || g->sp != 2)
+        return 0;
+    return kc_dnnl_wino_narrow(pt->src_md.dims[1], pt->dst_md.dims[1]) &&
+           g->dst[2] * g->dst[3] >= KC_DNNL_WINO_F4_MIN_PIXELS;
+}
+
+/* Whether pd's implementation name contains `part`. */
+static int kc_dnnl_pd_is(const_dnnl_primitive_desc_t pd, const char *part)
+{
+    const char *name = NULL;
+    return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) == dnnl_success &&
+           name && strstr(name, part);
+}
+
 /* The Winograd primitive descriptor (blocked src/dst), or NULL. */
 static dnnl_primitive_desc_t kc_dnnl_wino_pd(const kc_dnnl_conv_state *st,
                                              const kc_dnnl_conv_part *pt,
@@ -355,31 +405,20 @@ static dnnl_primitive_desc_t kc_dnnl_wino_pd(const kc_dnnl_conv_state *st,
     if (dnnl_convolution_forward_desc_init(&desc, dnnl_forward_inference,
                                            dnnl_convolution_winograd, &src_any, w_any,
                                            st->has_bias ? &st->b_md : NULL, &dst_any, strides,
-                                           g->pad_l, g->pad_r) != dnnl_success ||
-        dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL) != dnnl_success)
+                                           g->pad_l, g->pad_r) != dnnl_success)
+        return NULL;
+    if (kc_dnnl_wino_f4_wanted(pt, g))
+        pd = kc_dnnl_pd_named(&desc, attr, "jit_wino_4x3");
+    if (!pd && dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL) != dnnl_success)
         return NULL;
     return pd;
 }
 
-/* oneDNN's F(2x2, 3x3) kernel saves 2.25x the multiplications, less than
- * its F(4x4) one, and its transforms cost per input and output channel:
- * with few channels it gains little, while its scratchpad grows with the
- * map. Such a layer takes it only when every lane's buffers fit in the
- * arena's free range (kc_dnnl_wino_pay). InceptionV3's 80 -> 192 layer on
- * 71x71 (ic*oc/(ic+oc) = 56): at batch 1, where it gets half-image parts,
- * its share of the run was 0.114-0.116 against 0.110-0.114 direct (3 runs
- * each) for 2 x 13.5 MB of scratchpad outside the arena (peak RSS 180.9
- * -> 152.9 MB); at batch 8, where the arena holds its buffers, it was 4%
- * faster than direct on that layer (0.5% of the run). ResNet50's 256 ->
- * 256 layers on 14x14 (128) take 0.75 of the direct time with it. */
-#define KC_DNNL_WINO_2X3_MIN_CHANNELS 64
+/* A narrow layer (kc_dnnl_wino_narrow) offered only oneDNN's F(2x2)
+ * kernel: see there. */
 static int kc_dnnl_wino_2x3_too_narrow(const_dnnl_primitive_desc_t pd, int64_t ic, int64_t oc)
 {
-    const char *name = NULL;
-    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) != dnnl_success ||
-        !name || !strstr(name, "wino_2x3"))
-        return 0;
-    return ic * oc < KC_DNNL_WINO_2X3_MIN_CHANNELS * (ic + oc);
+    return kc_dnnl_pd_is(pd, "wino_2x3") && kc_dnnl_wino_narrow(ic, oc);
 }
 
 /* The bytes one thread's buffers for Winograd primitive pd take: its
@@ -403,6 +442,7 @@ static kc_status kc_dnnl_wino_setup(kc_dnnl_conv_part *pt, const_dnnl_primitive_
     KC_TRY(kc_dnnl_reorder_prim(&pt->to_src, &pt->src_md, &pt->src_blk_md));
     KC_TRY(kc_dnnl_reorder_prim(&pt->from_dst, &pt->dst_blk_md, &pt->dst_md));
     pt->wino = 1;
+    pt->wino_f4 = kc_dnnl_pd_is(pd, "wino_4x3");
     return KC_OK;
 }
 
@@ -1022,6 +1062,17 @@ int kc_dnnl_conv_wino_parts(const kc_kernel_state *state)
     int n = 0;
     for (int k = 0; k < st->n_parts; k++)
         n += st->part[k].wino;
+    return n;
+}
+
+int kc_dnnl_conv_wino_f4_parts(const kc_kernel_state *state)
+{
+    if (!state || state->free != kc_dnnl_conv_free)
+        return 0;
+    const kc_dnnl_conv_state *st = (const kc_dnnl_conv_state *)state;
+    int n = 0;
+    for (int k = 0; k < st->n_parts; k++)
+        n += st->part[k].wino_f4;
     return n;
 }
 

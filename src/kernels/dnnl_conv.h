@@ -13,8 +13,10 @@ kc_status kc_dnnl_conv(const kc_exec_ctx *ctx, int *handled, int *act_done);
  * 1 whole, more when cut (kc_dnnl_plan_cuts); 0 for no such state. */
 int kc_dnnl_conv_parts(const kc_kernel_state *state);
 
-/* How many of those parts run a Winograd primitive. */
+/* How many of those parts run a Winograd primitive; how many of these
+ * run oneDNN's F(4x4, 3x3) kernel. */
 int kc_dnnl_conv_wino_parts(const kc_kernel_state *state);
+int kc_dnnl_conv_wino_f4_parts(const kc_kernel_state *state);
 
 /* 1 when 1x1 convolution a (input shape in, output shape mid) can run
  * depthwise layer dw, which alone reads its output, as a fused post-op

@@ -251,14 +251,16 @@ static void check_case(const conv_case *c)
 /* Winograd on a 3x3 128 -> 128 layer needs 100 output pixels in an image
  * (its parts run one image at a time), whatever the batch: below that its
  * transformed weights cost more memory than the time they save is worth.
- * On 64 -> 64 oneDNN offers its F(2x2) kernel, too narrow to pay for
- * scratchpads outside the arena (dnnl_conv.c): direct, unless the arena's
- * free range holds them. KC_WINOGRAD=1 takes Winograd anyway, exact
- * never. Every variant must still equal the plain path. */
+ * On 64 -> 64 and 10x10 oneDNN offers its F(2x2) kernel, too narrow to pay
+ * for scratchpads outside the arena (dnnl_conv.c): direct, unless the
+ * arena's free range holds them. On 64 -> 64 and 32x32 the layer takes
+ * oneDNN's F(4x4) kernel instead (oneDNN would offer F(2x2) first).
+ * KC_WINOGRAD=1 takes Winograd anyway, exact never. Every variant must
+ * still equal the plain path. */
 static void test_winograd_map_size(void **state)
 {
     (void)state;
-    static const conv_case cases[4] = {
+    static const conv_case cases[5] = {
         {"3x3 128 -> 128 on one 8x8 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 128, 128, 3, 1,
          1, 1, 0, 0, "relu", 1},
         {"3x3 128 -> 128 on two 8x8 images", "Conv2D", KC_CONV_PLAIN, 2, 2, 8, 8, 128, 128, 3, 1,
@@ -267,11 +269,13 @@ static void test_winograd_map_size(void **state)
          1, 1, 1, 0, 0, "relu", 1},
         {"3x3 64 -> 64 on one 10x10 image (F(2x2))", "Conv2D", KC_CONV_PLAIN, 2, 1, 10, 10, 64,
          64, 3, 1, 1, 1, 0, 0, "relu", 1},
+        {"3x3 64 -> 64 on two 32x32 images (F(4x4))", "Conv2D", KC_CONV_PLAIN, 2, 2, 32, 32, 64,
+         64, 3, 1, 1, 1, 0, 0, "relu", 1},
     };
     if (!kc_dnnl_ready())
         skip();
     kc_threads_enter(2);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         conv_run r;
         setup(&cases[i], &r);
         float *want = malloc((size_t)r.out_count * sizeof *want);
@@ -287,7 +291,7 @@ static void test_winograd_map_size(void **state)
             int wino = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
                                    kc_dnnl_conv_wino_parts);
             unsetenv("KC_WINOGRAD");
-            if ((wino > 0) != (force || i == 2))
+            if ((wino > 0) != (force || i == 2 || i == 4))
                 fail_msg("%s%s: %d Winograd parts", cases[i].what,
                          force ? ", KC_WINOGRAD=1" : "", wino);
             expect_close(got, want, r.out_count, 1e-4f * peak, "%s", cases[i].what);
@@ -295,6 +299,17 @@ static void test_winograd_map_size(void **state)
         assert_int_equal(exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 1, 0,
                                      kc_dnnl_conv_wino_parts),
                          0);
+        if (i == 4) { /* the narrow layer on a larger map: F(4x4), unless told otherwise */
+            if (exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
+                            kc_dnnl_conv_wino_f4_parts) == 0)
+                fail_msg("%s: not oneDNN's F(4x4) kernel", cases[i].what);
+            setenv("KC_WINOGRAD_F4", "0", 1);
+            int f4 = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
+                                 kc_dnnl_conv_wino_f4_parts);
+            unsetenv("KC_WINOGRAD_F4");
+            if (f4 != 0)
+                fail_msg("%s: F(4x4) although KC_WINOGRAD_F4=0", cases[i].what);
+        }
         if (i == 3) { /* the narrow F(2x2) layer, its buffers in the arena: no cost, Winograd */
             spare_range_bytes = (size_t)64 << 20;
             spare_range = malloc(spare_range_bytes);
