@@ -75,6 +75,11 @@ static int kc_compare(const char *what, int index, const kc_tensor *got, const k
             worst = isnan(d) ? INFINITY : d;
     }
     double tol = 1e-4 * fmax(1.0, kc_max_abs(want));
+    /* KC_ZOO_MARGIN=1: how much of the tolerance each output uses, to
+     * judge a faster but less exact kernel before it lands. */
+    if (getenv("KC_ZOO_MARGIN"))
+        printf("margin %.3f  %s: output %d (max |diff| %.3g, tolerance %.3g)\n", worst / tol,
+               what, index, worst, tol);
     if (worst > tol) {
         print_error("%s: output %d: max |diff| %.3g > %.3g\n", what, index, worst, tol);
         return 0;
