@@ -1054,26 +1054,23 @@ int kc_dnnl_conv_parts(const kc_kernel_state *state)
     return ((const kc_dnnl_conv_state *)state)->n_parts;
 }
 
-int kc_dnnl_conv_wino_parts(const kc_kernel_state *state)
+/* Parts running Winograd (f4: with the F(4x4) kernel). */
+static int kc_dnnl_count_wino(const kc_kernel_state *state, int f4)
 {
     if (!state || state->free != kc_dnnl_conv_free)
         return 0;
     const kc_dnnl_conv_state *st = (const kc_dnnl_conv_state *)state;
     int n = 0;
     for (int k = 0; k < st->n_parts; k++)
-        n += st->part[k].wino;
+        n += f4 ? st->part[k].wino_f4 : st->part[k].wino;
     return n;
 }
 
+int kc_dnnl_conv_wino_parts(const kc_kernel_state *state) { return kc_dnnl_count_wino(state, 0); }
+
 int kc_dnnl_conv_wino_f4_parts(const kc_kernel_state *state)
 {
-    if (!state || state->free != kc_dnnl_conv_free)
-        return 0;
-    const kc_dnnl_conv_state *st = (const kc_dnnl_conv_state *)state;
-    int n = 0;
-    for (int k = 0; k < st->n_parts; k++)
-        n += st->part[k].wino_f4;
-    return n;
+    return kc_dnnl_count_wino(state, 1);
 }
 
 int kc_dnnl_conv_pool_fusable(const kc_conv_attrs *a, const kc_layer *pool, const kc_shape *in)
