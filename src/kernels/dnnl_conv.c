@@ -347,26 +347,29 @@ static dnnl_primitive_desc_t kc_dnnl_pd_named(const dnnl_convolution_desc_t *des
  * its F(4x4) one, and its transforms cost per input and output channel:
  * with few channels (ic*oc/(ic+oc) < 64) it gains little. Such a layer
  * takes the F(4x4) kernel where oneDNN offers both (it lists F(2x2) first
- * for one image, which is how Winograd parts run) and a part has 1024
+ * for one image, which is how Winograd parts run) and a part has 2048
  * output pixels or more. One image, one thread, F(2x2) and F(4x4) against
  * direct: InceptionV3's 80 -> 192 on 71x71 (ic*oc/(ic+oc) = 56) 0.81 and
  * 0.37, its 96 -> 96 on 35x35 0.63 and 0.43, ResNet50's 64 -> 64 on 56x56
  * 0.59 and 0.44; but 64 -> 64 on 10x10 0.57 and 0.72, on 6x6 0.73 and
- * 1.25. In InceptionV3 the 80 -> 192 layer's share of the run fell 0.110
- * -> 0.068 at batch 1 and 0.105 -> 0.068 at batch 8 (2 runs each; peak
- * RSS +7 and +5 MB, the larger transformed kernels), while ResNet50's
- * 64 -> 64 layers stayed level or gained (0.019-0.023 of the run).
- * KC_WINOGRAD_F4=0 keeps oneDNN's first choice. Where F(2x2) is taken, a
- * narrow layer takes it only when every lane's buffers fit in the arena's
- * free range (kc_dnnl_wino_pay): InceptionV3's 80 -> 192 layer at batch 1,
- * in half-image parts, was no faster than direct (share 0.114-0.116
- * against 0.110-0.114) for 2 x 13.5 MB of scratchpad outside the arena.
- * ResNet50's 256 -> 256 layers on 14x14 (128) take 0.75 of the direct
+ * 1.25. In InceptionV3 at batch 8 the 80 -> 192 layer's share of the run
+ * fell 0.105-0.115 -> 0.067-0.068 (3 runs each; peak RSS +2 MB).
+ * InceptionV3's narrow layers on 35x35
+ * (1225 pixels) took the same share with either kernel, F(4x4)'s larger
+ * kernels costing 3 MB of peak RSS: hence 2048 pixels. KC_WINOGRAD_F4=0
+ * keeps oneDNN's first choice. Whichever kernel, a narrow layer takes
+ * Winograd only when every lane's buffers fit in the arena's free range
+ * (kc_dnnl_wino_pay): InceptionV3's 80 -> 192 layer at batch 1, in
+ * half-image parts, was no faster than direct with F(2x2) (share
+ * 0.114-0.116 against 0.110-0.114) for 2 x 13.5 MB of scratchpad outside
+ * the arena, and F(4x4)'s scratchpads there put the real nsfwjs
+ * InceptionV3 at its peak-RSS bound (160.9 MiB of 160.9); at batch 8 its
+ * images' buffers fit in the arena. ResNet50's 256 -> 256 layers on 14x14 (128) take 0.75 of the direct
  * time with F(2x2). Either kernel keeps outputs far inside the tolerance
  * (the bench's InceptionV3 at 299x299 against --exact: at most 1% of it
  * with F(4x4) on every eligible layer, 0.7% with F(2x2)). */
 #define KC_DNNL_WINO_2X3_MIN_CHANNELS 64
-#define KC_DNNL_WINO_F4_MIN_PIXELS 1024
+#define KC_DNNL_WINO_F4_MIN_PIXELS 2048
 static int kc_dnnl_wino_narrow(int64_t ic, int64_t oc)
 {
     return ic * oc < KC_DNNL_WINO_2X3_MIN_CHANNELS * (ic + oc);
@@ -412,13 +415,6 @@ static dnnl_primitive_desc_t kc_dnnl_wino_pd(const kc_dnnl_conv_state *st,
     if (!pd && dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL) != dnnl_success)
         return NULL;
     return pd;
-}
-
-/* A narrow layer (kc_dnnl_wino_narrow) offered only oneDNN's F(2x2)
- * kernel: see there. */
-static int kc_dnnl_wino_2x3_too_narrow(const_dnnl_primitive_desc_t pd, int64_t ic, int64_t oc)
-{
-    return kc_dnnl_pd_is(pd, "wino_2x3") && kc_dnnl_wino_narrow(ic, oc);
 }
 
 /* The bytes one thread's buffers for Winograd primitive pd take: its
@@ -468,7 +464,7 @@ static int kc_dnnl_wino_pay(const kc_exec_ctx *ctx, kc_dnnl_conv_state *st, int 
     while (in_arena < st->lanes && kc_dnnl_lane_spare(ctx->spare, ctx->spare_bytes, in_arena, lane))
         in_arena++;
     if (in_arena < st->lanes && !kc_dnnl_wino_forced() &&
-        kc_dnnl_wino_2x3_too_narrow(pd, st->part[0].src_md.dims[1], st->part[0].dst_md.dims[1]))
+        kc_dnnl_wino_narrow(st->part[0].src_md.dims[1], st->part[0].dst_md.dims[1]))
         return 0;
     if (!b)
         return 1;
