@@ -353,23 +353,26 @@ static dnnl_primitive_desc_t kc_dnnl_pd_named(const dnnl_convolution_desc_t *des
  * 0.37, its 96 -> 96 on 35x35 0.63 and 0.43, ResNet50's 64 -> 64 on 56x56
  * 0.59 and 0.44; but 64 -> 64 on 10x10 0.57 and 0.72, on 6x6 0.73 and
  * 1.25. In InceptionV3 at batch 8 the 80 -> 192 layer's share of the run
- * fell 0.105-0.115 -> 0.067-0.068 (3 runs each; peak RSS +2 MB).
- * InceptionV3's narrow layers on 35x35
- * (1225 pixels) took the same share with either kernel, F(4x4)'s larger
- * kernels costing 3 MB of peak RSS: hence 2048 pixels. KC_WINOGRAD_F4=0
- * keeps oneDNN's first choice. Whichever kernel, a narrow layer takes
- * Winograd only when every lane's buffers fit in the arena's free range
- * (kc_dnnl_wino_pay): InceptionV3's 80 -> 192 layer at batch 1, in
- * half-image parts, was no faster than direct with F(2x2) (share
- * 0.114-0.116 against 0.110-0.114) for 2 x 13.5 MB of scratchpad outside
- * the arena, and F(4x4)'s scratchpads there put the real nsfwjs
+ * fell 0.105-0.117 -> 0.065-0.069 (5 runs each; peak RSS +2 MB). Its
+ * narrow layers on 35x35 (1225 pixels) took the same share with either
+ * kernel, F(4x4)'s larger kernels costing 3 MB of peak RSS: hence 2048
+ * pixels. KC_WINOGRAD_F4=0 keeps oneDNN's first choice. Whichever kernel, a narrow layer puts at
+ * most KC_DNNL_NARROW_OUTSIDE_MAX of its lanes' buffers outside the
+ * arena's free range (kc_dnnl_wino_pay; such buffers are shared by every
+ * layer, so what counts is one layer's): InceptionV3's 80 -> 192 layer at
+ * batch 1, in half-image parts, was no faster than direct with F(2x2)
+ * (share 0.114-0.116 against 0.110-0.114) for 2 x 13.5 MB of scratchpad
+ * outside the arena, and F(4x4)'s 2 x 11.8 MB there put the real nsfwjs
  * InceptionV3 at its peak-RSS bound (160.9 MiB of 160.9); at batch 8 its
- * images' buffers fit in the arena. ResNet50's 256 -> 256 layers on 14x14 (128) take 0.75 of the direct
+ * images' buffers fit in the arena. ResNet50's 64 -> 64 layers at batch 1
+ * (2 x 7.6 MB, row parts) took 0.019 of the run each, direct 0.027.
+ * ResNet50's 256 -> 256 layers on 14x14 (128) take 0.75 of the direct
  * time with F(2x2). Either kernel keeps outputs far inside the tolerance
  * (the bench's InceptionV3 at 299x299 against --exact: at most 1% of it
  * with F(4x4) on every eligible layer, 0.7% with F(2x2)). */
 #define KC_DNNL_WINO_2X3_MIN_CHANNELS 64
 #define KC_DNNL_WINO_F4_MIN_PIXELS 2048
+#define KC_DNNL_NARROW_OUTSIDE_MAX ((size_t)16 << 20)
 static int kc_dnnl_wino_narrow(int64_t ic, int64_t oc)
 {
     return ic * oc < KC_DNNL_WINO_2X3_MIN_CHANNELS * (ic + oc);
@@ -392,12 +395,13 @@ static int kc_dnnl_pd_is(const_dnnl_primitive_desc_t pd, const char *part)
            name && strstr(name, part);
 }
 
-/* The Winograd primitive descriptor (blocked src/dst), or NULL. */
+/* The Winograd primitive descriptor (blocked src/dst): oneDNN's F(4x4)
+ * kernel (f4), else its first choice; NULL if none. */
 static dnnl_primitive_desc_t kc_dnnl_wino_pd(const kc_dnnl_conv_state *st,
                                              const kc_dnnl_conv_part *pt,
                                              const dnnl_memory_desc_t *w_any,
                                              const kc_dnnl_window *g,
-                                             const_dnnl_primitive_attr_t attr)
+                                             const_dnnl_primitive_attr_t attr, int f4)
 {
     dnnl_memory_desc_t src_any = pt->src_md, dst_any = pt->dst_md;
     src_any.format_kind = dnnl_format_kind_any;
@@ -410,9 +414,9 @@ static dnnl_primitive_desc_t kc_dnnl_wino_pd(const kc_dnnl_conv_state *st,
                                            st->has_bias ? &st->b_md : NULL, &dst_any, strides,
                                            g->pad_l, g->pad_r) != dnnl_success)
         return NULL;
-    if (kc_dnnl_wino_f4_wanted(pt, g))
-        pd = kc_dnnl_pd_named(&desc, attr, "jit_wino_4x3");
-    if (!pd && dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL) != dnnl_success)
+    if (f4)
+        return kc_dnnl_pd_named(&desc, attr, "jit_wino_4x3");
+    if (dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL) != dnnl_success)
         return NULL;
     return pd;
 }
@@ -464,7 +468,8 @@ static int kc_dnnl_wino_pay(const kc_exec_ctx *ctx, kc_dnnl_conv_state *st, int 
     while (in_arena < st->lanes && kc_dnnl_lane_spare(ctx->spare, ctx->spare_bytes, in_arena, lane))
         in_arena++;
     if (in_arena < st->lanes && !kc_dnnl_wino_forced() &&
-        kc_dnnl_wino_narrow(st->part[0].src_md.dims[1], st->part[0].dst_md.dims[1]))
+        kc_dnnl_wino_narrow(st->part[0].src_md.dims[1], st->part[0].dst_md.dims[1]) &&
+        (size_t)(st->lanes - in_arena) * lane > KC_DNNL_NARROW_OUTSIDE_MAX)
         return 0;
     if (!b)
         return 1;
@@ -481,6 +486,29 @@ static int kc_dnnl_wino_pay(const kc_exec_ctx *ctx, kc_dnnl_conv_state *st, int 
     if (scratch > b->scratch_paid)
         b->scratch_paid = scratch;
     return 1;
+}
+
+/* The Winograd primitive part k takes, paid for (kc_dnnl_wino_pay), or
+ * NULL for direct: the F(4x4) kernel where wanted and affordable, else
+ * oneDNN's first choice (a narrow layer's F(4x4) scratchpads may not fit
+ * the arena where F(2x2)'s do: ResNet50's 64 -> 64 layers at batch 8). */
+static dnnl_primitive_desc_t kc_dnnl_wino_pick(const kc_exec_ctx *ctx, kc_dnnl_conv_state *st,
+                                               int k, const kc_dnnl_conv_part *pt,
+                                               const dnnl_memory_desc_t *w_any,
+                                               const kc_dnnl_window *g,
+                                               const_dnnl_primitive_attr_t attr)
+{
+    /* The first part decides for the layer (kc_dnnl_wino_pay): the
+     * others take its kernel. */
+    int first = k > 0 ? st->part[0].wino_f4 : kc_dnnl_wino_f4_wanted(pt, g);
+    for (int f4 = first; f4 >= 0; f4--) {
+        dnnl_primitive_desc_t pd = kc_dnnl_wino_pd(st, pt, w_any, g, attr, f4);
+        if (pd && kc_dnnl_wino_pay(ctx, st, k, pd))
+            return pd;
+        if (pd)
+            dnnl_primitive_desc_destroy(pd);
+    }
+    return NULL;
 }
 
 /* A residual sum on a wide 1x1 convolution: brgconv's sum post-op costs
@@ -726,11 +754,7 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
     if (!attr)
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN rejected the convolution's post-ops");
     if (kc_dnnl_wino_eligible(ctx, a, groups, st))
-        pd = kc_dnnl_wino_pd(st, pt, &w_any, g, attr);
-    if (pd && !kc_dnnl_wino_pay(ctx, st, k, pd)) {
-        dnnl_primitive_desc_destroy(pd);
-        pd = NULL;
-    }
+        pd = kc_dnnl_wino_pick(ctx, st, k, pt, &w_any, g, attr);
     if (pd && kc_dnnl_wino_setup(pt, pd) != KC_OK) {
         kc_error_clear();
         kc_dnnl_prim_destroy(&pt->to_src);

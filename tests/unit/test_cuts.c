@@ -248,36 +248,58 @@ static void check_case(const conv_case *c)
     teardown(&r);
 }
 
+/* Parts of r's layer run with `mib` MiB of arena free range (0: none),
+ * counted by parts_of; the output checked against want. */
+static int run_with_spare(conv_run *r, size_t mib, const float *want, float peak,
+                          int (*parts_of)(const kc_kernel_state *), const char *what)
+{
+    float *got = malloc((size_t)r->out_count * sizeof *got);
+    const float *ins[1] = {r->x};
+    spare_range_bytes = mib << 20;
+    spare_range = mib ? malloc(spare_range_bytes) : NULL;
+    int n = exec_kernel(&r->layer, ins, &r->in_shape, 1, got, &r->out_shape, 0, 0, parts_of);
+    free(spare_range);
+    spare_range = NULL;
+    spare_range_bytes = 0;
+    expect_close(got, want, r->out_count, 1e-4f * peak, "%s", what);
+    free(got);
+    return n;
+}
+
 /* Winograd on a 3x3 128 -> 128 layer needs 100 output pixels in an image
  * (its parts run one image at a time), whatever the batch: below that its
  * transformed weights cost more memory than the time they save is worth.
- * A narrow layer (64 -> 64) is not worth scratchpads outside the arena
- * (dnnl_conv.c): direct, unless the arena's free range holds them; then
- * on 10x10 oneDNN's F(2x2) kernel, on 48x48 its F(4x4) one (oneDNN would
- * offer F(2x2) first).
+ * A narrow layer (ic*oc/(ic+oc) < 64) puts at most 16 MiB of buffers
+ * outside the arena (dnnl_conv.c): 64 -> 64 on 10x10 takes Winograd;
+ * 96 -> 96 on 48x48 images wants oneDNN's F(4x4) kernel, whose buffers
+ * (2 x ~9 MB) take that only from the arena, and otherwise takes F(2x2);
+ * 80 -> 192 on 71x71 is direct unless the arena holds its buffers.
  * KC_WINOGRAD=1 takes Winograd anyway, exact never. Every variant must
  * still equal the plain path. */
 static void test_winograd_map_size(void **state)
 {
     (void)state;
-    static const conv_case cases[5] = {
+    static const conv_case cases[6] = {
         {"3x3 128 -> 128 on one 8x8 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 128, 128, 3, 1,
          1, 1, 0, 0, "relu", 1},
         {"3x3 128 -> 128 on two 8x8 images", "Conv2D", KC_CONV_PLAIN, 2, 2, 8, 8, 128, 128, 3, 1,
          1, 1, 0, 0, "relu", 1},
         {"3x3 128 -> 128 on one 10x10 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 10, 10, 128, 128, 3,
          1, 1, 1, 0, 0, "relu", 1},
-        {"3x3 64 -> 64 on one 10x10 image (F(2x2))", "Conv2D", KC_CONV_PLAIN, 2, 1, 10, 10, 64,
-         64, 3, 1, 1, 1, 0, 0, "relu", 1},
-        {"3x3 64 -> 64 on two 48x48 images (F(4x4))", "Conv2D", KC_CONV_PLAIN, 2, 2, 48, 48, 64,
-         64, 3, 1, 1, 1, 0, 0, "relu", 1},
+        {"3x3 64 -> 64 on one 10x10 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 10, 10, 64, 64, 3, 1,
+         1, 1, 0, 0, "relu", 1},
+        {"3x3 96 -> 96 on two 48x48 images", "Conv2D", KC_CONV_PLAIN, 2, 2, 48, 48, 96, 96, 3, 1,
+         1, 1, 0, 0, "relu", 1},
+        {"3x3 80 -> 192 on one 71x71 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 73, 73, 80, 192, 3, 1,
+         1, 0, 0, 0, "relu", 1},
     };
     if (!kc_dnnl_ready())
         skip();
     kc_threads_enter(2);
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         conv_run r;
         setup(&cases[i], &r);
+        const char *what = cases[i].what;
         float *want = malloc((size_t)r.out_count * sizeof *want);
         float *got = malloc((size_t)r.out_count * sizeof *got);
         const float *ins[1] = {r.x};
@@ -288,46 +310,24 @@ static void test_winograd_map_size(void **state)
         for (int force = 0; force < 2; force++) {
             if (force)
                 setenv("KC_WINOGRAD", "1", 1);
-            int wino = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
-                                   kc_dnnl_conv_wino_parts);
+            int wino = run_with_spare(&r, 0, want, peak, kc_dnnl_conv_wino_parts, what);
             unsetenv("KC_WINOGRAD");
-            if ((wino > 0) != (force || i == 2))
-                fail_msg("%s%s: %d Winograd parts", cases[i].what,
-                         force ? ", KC_WINOGRAD=1" : "", wino);
-            expect_close(got, want, r.out_count, 1e-4f * peak, "%s", cases[i].what);
+            if ((wino > 0) != (force || i == 2 || i == 3 || i == 4))
+                fail_msg("%s%s: %d Winograd parts", what, force ? ", KC_WINOGRAD=1" : "", wino);
         }
         assert_int_equal(exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 1, 0,
                                      kc_dnnl_conv_wino_parts),
                          0);
-        if (i == 4) { /* the narrow layer on a larger map, in the arena: F(4x4), unless told */
-            spare_range_bytes = (size_t)64 << 20;
-            spare_range = malloc(spare_range_bytes);
-            int f4 = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
-                                 kc_dnnl_conv_wino_f4_parts);
-            expect_close(got, want, r.out_count, 1e-4f * peak, "%s, F(4x4)", cases[i].what);
+        if (i == 4 && run_with_spare(&r, 0, want, peak, kc_dnnl_conv_wino_f4_parts, what) != 0)
+            fail_msg("%s: F(4x4) with its buffers outside the arena", what);
+        if (i >= 4) { /* room in the arena: F(4x4), unless told otherwise */
+            if (run_with_spare(&r, 64, want, peak, kc_dnnl_conv_wino_f4_parts, what) == 0)
+                fail_msg("%s: not oneDNN's F(4x4) kernel with room in the arena", what);
             setenv("KC_WINOGRAD_F4", "0", 1);
-            int f4_off = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
-                                     kc_dnnl_conv_wino_f4_parts);
+            int f4 = run_with_spare(&r, 64, want, peak, kc_dnnl_conv_wino_f4_parts, what);
             unsetenv("KC_WINOGRAD_F4");
-            free(spare_range);
-            spare_range = NULL;
-            spare_range_bytes = 0;
-            if (f4 == 0)
-                fail_msg("%s: not oneDNN's F(4x4) kernel", cases[i].what);
-            if (f4_off != 0)
-                fail_msg("%s: F(4x4) although KC_WINOGRAD_F4=0", cases[i].what);
-        }
-        if (i == 3) { /* the narrow F(2x2) layer, its buffers in the arena: no cost, Winograd */
-            spare_range_bytes = (size_t)64 << 20;
-            spare_range = malloc(spare_range_bytes);
-            int wino = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
-                                   kc_dnnl_conv_wino_parts);
-            free(spare_range);
-            spare_range = NULL;
-            spare_range_bytes = 0;
-            if (wino == 0)
-                fail_msg("%s: no Winograd with room in the arena", cases[i].what);
-            expect_close(got, want, r.out_count, 1e-4f * peak, "%s in the arena", cases[i].what);
+            if (f4 != 0)
+                fail_msg("%s: F(4x4) although KC_WINOGRAD_F4=0", what);
         }
         free(want);
         free(got);
