@@ -356,13 +356,14 @@ static dnnl_primitive_desc_t kc_dnnl_pd_named(const dnnl_convolution_desc_t *des
  * fell 0.105-0.117 -> 0.065-0.069 (5 runs each; peak RSS +2 MB). Its
  * narrow layers on 35x35 (1225 pixels) took the same share with either
  * kernel, F(4x4)'s larger kernels costing 3 MB of peak RSS: hence 2048
- * pixels. KC_WINOGRAD_F4=0 keeps oneDNN's first choice. Whichever kernel, a narrow layer puts at
- * most KC_DNNL_NARROW_OUTSIDE_MAX of its lanes' buffers outside the
- * arena's free range (kc_dnnl_wino_pay; such buffers are shared by every
- * layer, so what counts is one layer's): InceptionV3's 80 -> 192 layer at
- * batch 1, in half-image parts, was no faster than direct with F(2x2)
- * (share 0.114-0.116 against 0.110-0.114) for 2 x 13.5 MB of scratchpad
- * outside the arena, and F(4x4)'s 2 x 11.8 MB there put the real nsfwjs
+ * pixels. KC_WINOGRAD_F4=0 keeps oneDNN's first choice. Whichever
+ * kernel, a narrow layer puts at most KC_DNNL_NARROW_OUTSIDE_MAX of its
+ * lanes' buffers outside the arena's free range (kc_dnnl_wino_pay; such
+ * buffers are shared by every layer, so what counts is one layer's):
+ * InceptionV3's 80 -> 192 layer at batch 1, in half-image parts, was no
+ * faster than direct with F(2x2) (share 0.114-0.116 against
+ * 0.110-0.114) for 2 x 13.5 MB of scratchpad outside the arena, and
+ * F(4x4)'s 2 x 11.8 MB there put the real nsfwjs
  * InceptionV3 at its peak-RSS bound (160.9 MiB of 160.9); at batch 8 its
  * images' buffers fit in the arena. ResNet50's 64 -> 64 layers at batch 1
  * (2 x 7.6 MB, row parts) took 0.019 of the run each, direct 0.027.
@@ -387,12 +388,19 @@ static int kc_dnnl_wino_f4_wanted(const kc_dnnl_conv_part *pt, const kc_dnnl_win
            g->dst[2] * g->dst[3] >= KC_DNNL_WINO_F4_MIN_PIXELS;
 }
 
+/* pd's implementation name ("" when oneDNN gives none). */
+static const char *kc_dnnl_pd_impl(const_dnnl_primitive_desc_t pd)
+{
+    const char *name = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) != dnnl_success || !name)
+        return "";
+    return name;
+}
+
 /* Whether pd's implementation name contains `part`. */
 static int kc_dnnl_pd_is(const_dnnl_primitive_desc_t pd, const char *part)
 {
-    const char *name = NULL;
-    return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) == dnnl_success &&
-           name && strstr(name, part);
+    return strstr(kc_dnnl_pd_impl(pd), part) != NULL;
 }
 
 /* The Winograd primitive descriptor (blocked src/dst): oneDNN's F(4x4)
@@ -555,9 +563,7 @@ static dnnl_primitive_desc_t kc_dnnl_pd_named(const dnnl_convolution_desc_t *des
         return NULL;
     for (int tries = 0; !pd && tries < 8; tries++) {
         dnnl_primitive_desc_t cand = dnnl_primitive_desc_iterator_fetch(it);
-        const char *name = NULL;
-        if (cand && dnnl_primitive_desc_query(cand, dnnl_query_impl_info_str, 0, &name) ==
-                        dnnl_success && name && !strncmp(name, impl, strlen(impl)))
+        if (cand && !strncmp(kc_dnnl_pd_impl(cand), impl, strlen(impl)))
             pd = cand;
         else if (cand)
             dnnl_primitive_desc_destroy(cand);

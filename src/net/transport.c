@@ -36,8 +36,25 @@ static void kc_zap_reply(void *sock, zmq_msg_t *frames, const char *code, const 
     zmq_send(sock, "", 0, 0);
 }
 
-/* One ZAP request: accept CURVE clients whose key is authorized (or any
- * NULL-mechanism client when running insecure). */
+/* Whether the n frames of a ZAP request (version, request id, domain,
+ * address, identity, mechanism, credentials) come from a CURVE client
+ * whose key is authorized, or from a NULL-mechanism client while running
+ * insecure. */
+static int kc_zap_authorized(const kc_net *net, zmq_msg_t *frames, int n)
+{
+    if (n < 6)
+        return 0;
+    const char *mech = zmq_msg_data(&frames[5]);
+    size_t mlen = zmq_msg_size(&frames[5]);
+    if (mlen == 5 && !memcmp(mech, "CURVE", 5) && n >= 7 && zmq_msg_size(&frames[6]) == 32) {
+        char z85[KC_KEY_Z85_LEN + 1];
+        zmq_z85_encode(z85, zmq_msg_data(&frames[6]), 32);
+        return net->sec.authorized && kc_key_list_contains(net->sec.authorized, z85);
+    }
+    return mlen == 4 && !memcmp(mech, "NULL", 4) && net->sec.insecure;
+}
+
+/* One ZAP request, answered. */
 static void kc_zap_handle(kc_net *net, void *sock)
 {
     zmq_msg_t frames[8];
@@ -60,26 +77,15 @@ static void kc_zap_handle(kc_net *net, void *sock)
             more = zmq_msg_more(&extra);
         zmq_msg_close(&extra);
     }
-    /* A request too short to judge is still answered (refused): a REP
-     * socket that does not reply takes no further request, and every later
-     * handshake would wait on it. */
-    if (n >= 2 && n < 6) {
-        atomic_fetch_add(&net->refused, 1);
-        kc_zap_reply(sock, frames, "400", "malformed request");
-    } else if (n >= 6) {
-        const char *mech = zmq_msg_data(&frames[5]);
-        size_t mlen = zmq_msg_size(&frames[5]);
-        int ok = 0;
-        if (mlen == 5 && !memcmp(mech, "CURVE", 5) && n >= 7 && zmq_msg_size(&frames[6]) == 32) {
-            char z85[KC_KEY_Z85_LEN + 1];
-            zmq_z85_encode(z85, zmq_msg_data(&frames[6]), 32);
-            ok = net->sec.authorized && kc_key_list_contains(net->sec.authorized, z85);
-        } else if (mlen == 4 && !memcmp(mech, "NULL", 4)) {
-            ok = net->sec.insecure;
-        }
+    /* Every request with a request id is answered, a short one refused:
+     * a REP socket that does not reply takes no further request, and
+     * every later handshake would wait on it. */
+    if (n >= 2) {
+        int ok = kc_zap_authorized(net, frames, n);
         if (!ok)
             atomic_fetch_add(&net->refused, 1);
-        kc_zap_reply(sock, frames, ok ? "200" : "400", ok ? "OK" : "not authorized");
+        kc_zap_reply(sock, frames, ok ? "200" : "400",
+                     ok ? "OK" : n < 6 ? "malformed request" : "not authorized");
     }
     for (int i = 0; i < n; i++)
         zmq_msg_close(&frames[i]);

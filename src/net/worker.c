@@ -135,11 +135,23 @@ static void kc_reply_error(kc_worker *w, const kc_net_rx *rx, uint64_t id, int s
 
 /* ------------------------------------------------------------ peers */
 
+static int kc_same_identity(const unsigned char *a, size_t a_len, const unsigned char *b,
+                            size_t b_len)
+{
+    return a_len == b_len && !memcmp(a, b, a_len);
+}
+
+/* How many peers a worker keeps at once (--max-clients). */
+static int kc_max_peers(const kc_worker_options *o)
+{
+    return o->max_clients > 0 ? o->max_clients : 64;
+}
+
 static int kc_peer_pending(const kc_worker *w, const kc_w_peer *p)
 {
     for (int i = 0; i < w->n_pending; i++)
-        if (w->pending[i].identity_len == p->identity_len &&
-            !memcmp(w->pending[i].identity, p->identity, p->identity_len))
+        if (kc_same_identity(w->pending[i].identity, w->pending[i].identity_len, p->identity,
+                             p->identity_len))
             return 1;
     return 0;
 }
@@ -166,13 +178,13 @@ static kc_w_peer *kc_peer(kc_worker *w, const kc_net_rx *rx)
 {
     double now = kc_now();
     for (int i = 0; i < w->n_peers; i++)
-        if (w->peers[i].identity_len == rx->identity_len &&
-            !memcmp(w->peers[i].identity, rx->identity, rx->identity_len)) {
+        if (kc_same_identity(w->peers[i].identity, w->peers[i].identity_len, rx->identity,
+                             rx->identity_len)) {
             w->peers[i].last_seen = now;
             return &w->peers[i];
         }
-    int max = w->o->max_clients > 0 ? w->o->max_clients : 64;
-    kc_w_peer *p = w->n_peers < max ? &w->peers[w->n_peers++] : kc_peer_idle(w, now);
+    kc_w_peer *p = w->n_peers < kc_max_peers(w->o) ? &w->peers[w->n_peers++]
+                                                  : kc_peer_idle(w, now);
     if (!p)
         return NULL;
     memset(p, 0, sizeof *p);
@@ -638,7 +650,7 @@ int kc_worker_serve(const kc_worker_options *o)
         return 1;
     w->o = o;
     snprintf(w->name, sizeof w->name, "/job:%s/task:%d", o->job, o->task);
-    w->peers = kc_calloc((size_t)(o->max_clients > 0 ? o->max_clients : 64), sizeof *w->peers);
+    w->peers = kc_calloc((size_t)kc_max_peers(o), sizeof *w->peers);
     const kc_cluster_task *t = kc_cluster_find(&o->cluster, o->job, o->task);
     kc_status s = w->peers && t ? KC_OK : KC_ERR_ARG;
     if (t && t->n_replicas > 1)
