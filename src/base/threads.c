@@ -25,6 +25,7 @@ int omp_get_num_procs(void);
 int omp_get_max_threads(void);
 int omp_get_thread_num(void);
 int omp_get_num_threads(void);
+int omp_in_parallel(void);
 void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags);
 
 int kc_dnnl_enabled(void)
@@ -33,13 +34,17 @@ int kc_dnnl_enabled(void)
     return !(env && !strcmp(env, "0"));
 }
 
+int kc_threads_wanted(int threads)
+{
+    int want = threads > 0 ? threads : omp_get_num_procs();
+    return want < 1 ? 1 : want;
+}
+
 void kc_threads_enter(int threads)
 {
     /* per calling thread, like OpenMP's own thread count */
     static __thread int applied = -1;
-    int want = threads > 0 ? threads : omp_get_num_procs();
-    if (want < 1)
-        want = 1;
+    int want = kc_threads_wanted(threads);
     int key = want * 2 + kc_dnnl_enabled();
     if (applied == key)
         return;
@@ -51,6 +56,12 @@ void kc_threads_enter(int threads)
 int kc_threads_max(void) { return omp_get_max_threads(); }
 
 int kc_thread_index(void) { return omp_get_thread_num(); }
+
+static __thread int kc_lane_now;
+
+int kc_batch_lane(void) { return kc_lane_now; }
+
+void kc_batch_lane_set(int lane) { kc_lane_now = lane; }
 
 int kc_parallel_parts(int64_t bytes, int64_t items)
 {
@@ -78,8 +89,9 @@ static void kc_parallel_body(void *data)
 
 void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg)
 {
-    if (n <= 1) {
-        fn(arg, 0);
+    if (n <= 1 || omp_in_parallel()) {
+        for (int i = 0; i < (n < 1 ? 1 : n); i++)
+            fn(arg, i);
         return;
     }
     /* What `#pragma omp parallel num_threads(n)` compiles to, called

@@ -11,13 +11,17 @@
  * thread and never spins against the OpenMP workers. Cheap: call it at
  * the start of every run (OpenMP's thread count is per calling thread). */
 void kc_threads_enter(int threads);
+/* The thread count kc_threads_enter(threads) sets. */
+int kc_threads_wanted(int threads);
 
 /* Run fn(arg, i) for i in [0, n) on n threads of the OpenMP pool, one
  * index per thread, and return when all have. Thread i is the same pool
  * thread on every call (libgomp keeps its team), so work cut the same way
  * in consecutive layers stays in the cache of the core that made it.
  * Inside the call, oneDNN primitives run on their calling thread alone.
- * n <= 1 runs fn(arg, 0) on the calling thread. */
+ * n <= 1 runs fn(arg, 0) on the calling thread; so does a call from
+ * inside a team (a batch lane, runtime/lanes.c), index after index:
+ * libgomp would allocate a nested team of one on every call. */
 void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg);
 
 /* The OpenMP thread count a primitive built now would be sized for. */
@@ -25,6 +29,13 @@ int kc_threads_max(void);
 /* The calling thread's number in its kc_parallel team (0 outside one):
  * threads running side by side have different numbers. */
 int kc_thread_index(void);
+
+/* The batch lane the calling thread is running (runtime/lanes.c): 1..
+ * inside one, 0 outside. Lanes run the same kernel states side by side,
+ * so what a kernel binds per run (oneDNN's argument memories, streams,
+ * a thread's share of the spare arena) is chosen by it. */
+int kc_batch_lane(void);
+void kc_batch_lane_set(int lane);
 
 /* How many parts (kc_parallel) a memory-bound loop over `items` equal
  * items touching `bytes` in all should be cut into: one per thread from

@@ -258,24 +258,53 @@ kc_status kc_dnnl_run_lane(kc_dnnl_prim *p, void *const *ptrs, int lane)
     return kc_dnnl_run_in(p, ptrs, lane, NULL);
 }
 
+/* Batch lane bl's copies of p's memories (bl >= 1), made on its first
+ * run: only lane bl's thread touches them. */
+static kc_status kc_dnnl_lane_mems(kc_dnnl_prim *p, int bl, dnnl_memory_t **mem,
+                                   dnnl_memory_t *scratch)
+{
+    if (bl >= KC_DNNL_MAX_BATCH_LANES)
+        return kc_fail(KC_ERR_LIMIT, "batch lane %d past the last (%d)", bl,
+                       KC_DNNL_MAX_BATCH_LANES - 1);
+    dnnl_memory_t *m = p->lane_mem[bl - 1];
+    for (int i = 0; i <= p->n; i++) {
+        dnnl_memory_t from = i < p->n ? p->mem[i] : p->scratch;
+        const dnnl_memory_desc_t *md = NULL;
+        if (m[i] || !from)
+            continue;
+        if (dnnl_memory_get_memory_desc(from, &md) != dnnl_success ||
+            dnnl_memory_create(&m[i], md, kc_engine, DNNL_MEMORY_NONE) != dnnl_success) {
+            m[i] = NULL;
+            return kc_fail(KC_ERR_NOMEM, "oneDNN memory creation failed");
+        }
+    }
+    *mem = m;
+    *scratch = m[p->n];
+    return KC_OK;
+}
+
 kc_status kc_dnnl_run_in(kc_dnnl_prim *p, void *const *ptrs, int lane, void *scratch)
 {
-    dnnl_stream_t stream = lane > 0 ? kc_lane_stream[lane] : kc_stream;
+    int bl = kc_batch_lane();
+    dnnl_memory_t *mem = p->mem, scratch_mem = p->scratch;
+    if (bl > 0)
+        KC_TRY(kc_dnnl_lane_mems(p, bl, &mem, &scratch_mem));
+    dnnl_stream_t stream = lane > 0 ? kc_lane_stream[lane] : bl > 0 ? kc_lane_stream[bl] : kc_stream;
     dnnl_exec_arg_t args[KC_DNNL_MAX_ARGS + 1];
     for (int i = 0; i < p->n; i++) {
-        if (dnnl_memory_set_data_handle(p->mem[i], ptrs[i]) != dnnl_success)
+        if (dnnl_memory_set_data_handle(mem[i], ptrs[i]) != dnnl_success)
             return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN rejected a buffer");
-        args[i] = (dnnl_exec_arg_t){p->arg[i], p->mem[i]};
+        args[i] = (dnnl_exec_arg_t){p->arg[i], mem[i]};
     }
     int n = p->n;
-    if (p->scratch) {
+    if (scratch_mem) {
         void *buf = scratch ? scratch
                             : kc_dnnl_workspace(KC_DNNL_SLOT_SCRATCHPAD, p->scratch_bytes);
         if (!buf)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a oneDNN scratchpad");
-        if (dnnl_memory_set_data_handle(p->scratch, buf) != dnnl_success)
+        if (dnnl_memory_set_data_handle(scratch_mem, buf) != dnnl_success)
             return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN rejected its scratchpad");
-        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->scratch};
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, scratch_mem};
     }
     int prev = kc_dnnl_solo_enter(p->solo);
     int bad = dnnl_primitive_execute(p->prim, stream, n, args) != dnnl_success ||
@@ -293,6 +322,10 @@ void kc_dnnl_prim_destroy(kc_dnnl_prim *p)
             dnnl_memory_destroy(p->mem[i]);
     if (p->scratch)
         dnnl_memory_destroy(p->scratch);
+    for (int l = 0; l < KC_DNNL_MAX_BATCH_LANES - 1; l++)
+        for (int i = 0; i <= KC_DNNL_MAX_ARGS; i++)
+            if (p->lane_mem[l][i])
+                dnnl_memory_destroy(p->lane_mem[l][i]);
     if (p->prim)
         dnnl_primitive_destroy(p->prim);
     memset(p, 0, sizeof *p);

@@ -9,6 +9,8 @@
 #include "kernels/kernel.h"
 
 #define KC_DNNL_MAX_ARGS 8
+/* Batch lanes (runtime/lanes.c) a primitive can run in side by side. */
+#define KC_DNNL_MAX_BATCH_LANES 8
 
 typedef struct kc_dnnl_prim {
     dnnl_primitive_t prim;
@@ -18,6 +20,10 @@ typedef struct kc_dnnl_prim {
     dnnl_memory_t scratch;                /* NULL when none is needed */
     size_t scratch_bytes;
     int solo;                             /* runs on the calling thread alone */
+    /* Batch lanes 1..: the same memories again (then the scratchpad's),
+     * made on a lane's first run: binding a pointer changes a memory, and
+     * lanes bind theirs at the same time. */
+    dnnl_memory_t lane_mem[KC_DNNL_MAX_BATCH_LANES - 1][KC_DNNL_MAX_ARGS + 1];
 } kc_dnnl_prim;
 
 /* Work below this many multiply-accumulates (or element visits) runs on

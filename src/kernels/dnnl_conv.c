@@ -958,8 +958,10 @@ static kc_status kc_dnnl_execute_once(kc_dnnl_conv_part *pt, int lane, const kc_
         void *ptrs[6] = {(void *)src, wp, dst, (void *)b, dwp, (void *)io->dw_b};
         return kc_dnnl_run_lane(&pt->prim, ptrs, lane);
     }
-    /* by thread, not part: a thread runs its parts one after another */
-    char *spare = kc_dnnl_lane_spare(io->spare, io->spare_bytes, kc_thread_index(), pt->lane_bytes);
+    /* by thread, not part: a thread runs its parts one after another; a
+     * batch lane has a spare range (and arena) of its own */
+    int slot = kc_batch_lane() > 0 ? 0 : kc_thread_index();
+    char *spare = kc_dnnl_lane_spare(io->spare, io->spare_bytes, slot, pt->lane_bytes);
     void *sb = spare ? spare : kc_dnnl_workspace(KC_DNNL_SLOT_SRC, pt->src_blk_bytes);
     void *db = spare ? spare + pt->src_blk_bytes
                      : kc_dnnl_workspace(KC_DNNL_SLOT_DST, pt->dst_blk_bytes);

@@ -470,14 +470,15 @@ static kc_status kc_fuse_dw_set(kc_fused *f, const kc_graph *g, int i, int on)
     return KC_OK;
 }
 
-kc_status kc_fuse_dw_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape, int allow)
+kc_status kc_fuse_dw_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape, int allow,
+                          int one_thread)
 {
     for (int i = 0; f->dw_of && i < g->n_nodes; i++) {
         if (f->dw_of[i] < 0)
             continue;
         const kc_node *n = &g->nodes[i];
         const kc_shape *in = &shape[n->inputs[0]], *mid = &shape[n->outputs[0]];
-        int want = allow && in->rank == 4 && in->dims[0] >= 2;
+        int want = allow && in->rank == 4 && (in->dims[0] >= 2 || one_thread);
         if (want) {
             KC_TRY(kc_fuse_dw_set(f, g, i, 0)); /* judged on the unfused pair */
             int r = f->dw_of[i];

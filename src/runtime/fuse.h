@@ -44,12 +44,14 @@ void kc_fused_free(kc_fused *fused, int n_nodes);
 /* For a plan with value shapes `shape`: fuse each depthwise convolution
  * found by kc_fuse into its 1x1 producer (kc_conv_attrs.post_dw, the
  * depthwise node skipped, its output an alias of the 1x1 output's slot)
- * where allow is set, the batch has 2 or more images (one image is cut
- * into row parts instead, which the fused pair cannot be: fused, it ran
- * no faster) and oneDNN takes the pair; undo it elsewhere. n_dw_on then
- * says how many are fused: the plan's memory must be laid out again with
- * the new aliases. */
-kc_status kc_fuse_dw_plan(kc_fused *fused, const kc_graph *graph, const kc_shape *shape, int allow);
+ * where allow is set, the batch has 2 or more images or each image runs
+ * on one thread (one_thread: batch lanes; else one image is cut into row
+ * parts, which the fused pair cannot be: fused, it ran no faster) and
+ * oneDNN takes the pair; undo it elsewhere. n_dw_on then says how many
+ * are fused: the plan's memory must be laid out again with the new
+ * aliases. */
+kc_status kc_fuse_dw_plan(kc_fused *fused, const kc_graph *graph, const kc_shape *shape, int allow,
+                          int one_thread);
 /* For a plan with value shapes `shape`: run each average pooling found by
  * kc_fuse after the 1x1 convolution that alone reads it instead of before
  * (kc_conv_attrs.pre_pool: the pooling node skipped, its output an alias

@@ -18,6 +18,7 @@
 #include "kernels/kernel.h"
 #include "model/model_internal.h"
 #include "runtime/fuse.h"
+#include "runtime/lanes.h"
 #include "runtime/mask.h"
 #include "runtime/plan.h"
 #include "runtime/sched.h"
@@ -135,6 +136,8 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
         options && options->winograd_memory ? options->winograd_memory : SIZE_MAX;
     const char *dw_env = getenv("KC_FUSE_DW"); /* 0: never fuse depthwise pairs (fuse.c) */
     s->fuse_dw = !(dw_env && !strcmp(dw_env, "0"));
+    const char *lanes_env = getenv("KC_LANES");
+    s->lanes_refused = lanes_env && !strcmp(lanes_env, "0");
     const char *pool_env = getenv("KC_FUSE_POOL"); /* 0: never move a pooling (fuse.c) */
     s->fuse_pool = !(pool_env && !strcmp(pool_env, "0"));
     if (o->profile && !kc_session_scheduled(model, o) && !(s->profile = kc_profile_new(g->n_nodes))) {
@@ -238,10 +241,9 @@ static kc_status kc_check_input(const kc_session *s, int i, const kc_tensor *t)
  * a switch per element: MobileNetV2's 150,528 input floats took ~90 us
  * through a per-element switch, 3% of an inference at batch 1; float32
  * input is a plain copy. */
-static void kc_to_f32(const kc_tensor *t, float *dst)
+void kc_session_input_slice(const kc_tensor *t, int64_t first, int64_t n, float *dst)
 {
-    int64_t n = kc_count(&t->shape);
-    const void *src = t->data;
+    const void *src = (const char *)t->data + (size_t)first * kc_dtype_size(t->dtype);
     switch (t->dtype) {
     case KC_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
     case KC_F64: KC_CONVERT_LOOP(double, KC_AS_FLOAT); break;
@@ -260,31 +262,41 @@ static void kc_to_f32(const kc_tensor *t, float *dst)
 #undef KC_CONVERT_LOOP
 #undef KC_AS_FLOAT
 
+static void kc_to_f32(const kc_tensor *t, float *dst)
+{
+    kc_session_input_slice(t, 0, kc_count(&t->shape), dst);
+}
+
 /* --------------------------------------------------------------- run */
 
-kc_status kc_session_run_node(kc_session *s, int index)
+/* Node index's inputs and outputs in `arena` (the plan's offsets). */
+static kc_status kc_session_node_io(const kc_session *s, int index, float *arena, const float **in,
+                                    kc_shape *in_shape, float **outp, kc_shape *out_shape)
 {
-    const kc_graph *g = s->graph;
-    const kc_node *node = &g->nodes[index];
-    if (s->fused.skip[index]) {
-        /* absorbed into its producer; the output aliases the input */
-        s->mask[node->outputs[0]] = s->mask[node->inputs[0]];
-        return KC_OK;
+    const kc_node *node = &s->graph->nodes[index];
+    if (node->n_inputs > KC_MAX_NODE_IO)
+        return kc_layer_error(kc_fail(KC_ERR_LIMIT, "too many inputs"), node->layer);
+    for (int i = 0; i < node->n_inputs; i++) {
+        in[i] = arena + s->plan.offset[node->inputs[i]];
+        in_shape[i] = s->plan.shape[node->inputs[i]];
     }
+    for (int i = 0; i < node->n_outputs; i++) {
+        outp[i] = arena + s->plan.offset[node->outputs[i]];
+        out_shape[i] = s->plan.shape[node->outputs[i]];
+    }
+    return KC_OK;
+}
+
+/* Node index's kernel on `arena`, its input mask `in_mask`. */
+static kc_status kc_session_kernel(kc_session *s, int index, float *arena,
+                                   const unsigned char *in_mask)
+{
+    const kc_node *node = &s->graph->nodes[index];
     const float *in[KC_MAX_NODE_IO];
     kc_shape in_shape[KC_MAX_NODE_IO];
     float *outp[KC_MAX_OUTPUTS];
     kc_shape out_shape[KC_MAX_OUTPUTS];
-    if (node->n_inputs > KC_MAX_NODE_IO)
-        return kc_layer_error(kc_fail(KC_ERR_LIMIT, "too many inputs"), node->layer);
-    for (int i = 0; i < node->n_inputs; i++) {
-        in[i] = s->arena + s->plan.offset[node->inputs[i]];
-        in_shape[i] = s->plan.shape[node->inputs[i]];
-    }
-    for (int i = 0; i < node->n_outputs; i++) {
-        outp[i] = s->arena + s->plan.offset[node->outputs[i]];
-        out_shape[i] = s->plan.shape[node->outputs[i]];
-    }
+    KC_TRY(kc_session_node_io(s, index, arena, in, in_shape, outp, out_shape));
     kc_backend_call call = {
         .node = node,
         .layer = s->fused.shadow[index] ? s->fused.shadow[index] : node->layer,
@@ -295,21 +307,39 @@ kc_status kc_session_run_node(kc_session *s, int index)
         .out = outp,
         .out_shape = out_shape,
         .n_out = node->n_outputs,
-        .in_mask = node->n_inputs ? s->mask[node->inputs[0]] : NULL,
+        .in_mask = in_mask,
         .exact = s->exact,
         .wino_budget = &s->wino_budget,
-        .spare = s->arena + s->plan.spare_offset[index],
+        .spare = arena + s->plan.spare_offset[index],
         .spare_bytes = s->plan.spare_floats[index] * sizeof(float),
     };
     kc_status st = kc_cpu_exec(s->kernels[index], &call, &s->state[index], 0);
-    if (st != KC_OK)
-        return kc_layer_error(st, node->layer);
+    return st == KC_OK ? KC_OK : kc_layer_error(st, node->layer);
+}
+
+kc_status kc_session_node_on(kc_session *s, int index, float *arena)
+{
+    return kc_session_kernel(s, index, arena, NULL);
+}
+
+kc_status kc_session_run_node(kc_session *s, int index)
+{
+    const kc_graph *g = s->graph;
+    const kc_node *node = &g->nodes[index];
+    if (s->fused.skip[index]) {
+        /* absorbed into its producer; the output aliases the input */
+        s->mask[node->outputs[0]] = s->mask[node->inputs[0]];
+        return KC_OK;
+    }
+    KC_TRY(kc_session_kernel(s, index, s->arena,
+                             node->n_inputs ? s->mask[node->inputs[0]] : NULL));
     if (s->state[index] && s->state[index]->weights_cached && !s->sched) {
         kc_fused_release_kernel(&s->fused, index); /* the packed copy is the one read now */
         if (s->release_originals)
             kc_session_release_packed(s, index);
     }
-    kc_session_mask_after(s, index, node->n_inputs ? in[0] : NULL);
+    const float *in0 = node->n_inputs ? s->arena + s->plan.offset[node->inputs[0]] : NULL;
+    kc_session_mask_after(s, index, in0);
     if (s->trace_nodes)
         kc_mem_trace_node(node->layer->name);
     return KC_OK;
@@ -364,11 +394,12 @@ static kc_status kc_session_refuse(kc_session *s)
  * cluster stage's boundaries know nothing of them), and the plan is laid
  * out again when they change which values share a slot. The pooling one
  * reorders the arithmetic, so `exact` keeps Keras's order. */
-static kc_status kc_session_fuse_per_plan(kc_session *s, const kc_shape *shapes, int n)
+static kc_status kc_session_fuse_per_plan(kc_session *s, const kc_shape *shapes, int n,
+                                          int lanes)
 {
     int before = s->fused.n_dw_on + s->fused.n_pool_on;
     int host = !s->sched && s->stage_first < 0;
-    KC_TRY(kc_fuse_dw_plan(&s->fused, s->graph, s->plan.shape, s->fuse_dw && host));
+    KC_TRY(kc_fuse_dw_plan(&s->fused, s->graph, s->plan.shape, s->fuse_dw && host, lanes > 1));
     KC_TRY(kc_fuse_pool_plan(&s->fused, s->graph, s->plan.shape,
                              s->fuse_pool && host && !s->exact));
     if (!before && !s->fused.n_dw_on && !s->fused.n_pool_on)
@@ -377,26 +408,55 @@ static kc_status kc_session_fuse_per_plan(kc_session *s, const kc_shape *shapes,
     return kc_plan_build(s->model, s->fused.alias, shapes, n, &s->plan);
 }
 
+/* The plan for these input shapes run in `lanes` lanes (each lane's
+ * shapes: the batch divided), laid out, with its arena. */
+static kc_status kc_session_plan(kc_session *s, kc_shape *shapes, int n, int lanes, int *fresh)
+{
+    for (int i = 0; i < n; i++)
+        shapes[i].dims[0] /= lanes;
+    if (s->lanes == lanes && kc_plan_matches(&s->plan, shapes, n))
+        return KC_OK;
+    *fresh = 1;
+    kc_plan_free(&s->plan);
+    KC_TRY(kc_session_refuse(s));
+    KC_TRY(kc_plan_build(s->model, s->fused.alias, shapes, n, &s->plan));
+    KC_TRY(kc_session_fuse_per_plan(s, shapes, n, lanes));
+    s->lanes = lanes;
+    s->lanes_warm = 0;
+    return KC_OK;
+}
+
 kc_status kc_session_prepare(kc_session *s, const kc_tensor *const *inputs)
 {
     kc_shape shapes[64];
     int n = s->graph->n_inputs;
     if (n > 64)
         return kc_fail(KC_ERR_LIMIT, "more than 64 model inputs");
+    shapes[0] = (kc_shape){0};
     for (int i = 0; i < n; i++)
         shapes[i] = inputs[i]->shape;
-    if (kc_plan_matches(&s->plan, shapes, n))
+    int lanes = s->lanes_refused ? 1 : kc_lanes_for(s, shapes, n);
+    int64_t batch = n && shapes[0].rank ? shapes[0].dims[0] : 0;
+    int fresh = 0;
+    KC_TRY(kc_session_plan(s, shapes, n, lanes, &fresh));
+    if (lanes > 1 && !kc_lanes_plan_ok(s, batch / lanes)) {
+        /* some value is not one row per image: the model runs as one
+         * batch, now and at any batch size */
+        s->lanes_refused = 1;
+        for (int i = 0; i < n; i++)
+            shapes[i] = inputs[i]->shape;
+        KC_TRY(kc_session_plan(s, shapes, n, 1, &fresh));
+    }
+    if (!fresh)
         return KC_OK;
-    kc_plan_free(&s->plan);
-    KC_TRY(kc_session_refuse(s));
-    KC_TRY(kc_plan_build(s->model, s->fused.alias, shapes, n, &s->plan));
-    KC_TRY(kc_session_fuse_per_plan(s, shapes, n));
     if (s->profile)
         kc_profile_new_plan(s->profile);
-    if (s->plan.arena_floats > s->arena_floats) {
+    s->lane_floats = s->lanes > 1 ? (s->plan.arena_floats + 15) & ~(size_t)15 : s->plan.arena_floats;
+    size_t need = s->lane_floats * (size_t)s->lanes;
+    if (need > s->arena_floats) {
         free(s->arena);
-        s->arena = kc_calloc(s->plan.arena_floats, sizeof *s->arena);
-        s->arena_floats = s->arena ? s->plan.arena_floats : 0;
+        s->arena = kc_calloc(need, sizeof *s->arena);
+        s->arena_floats = s->arena ? need : 0;
         if (!s->arena)
             return KC_ERR_NOMEM;
     }
@@ -445,6 +505,8 @@ static kc_status kc_session_exec(kc_session *s, const kc_tensor *const *inputs, 
                            (long long)inputs[i]->shape.dims[0]);
     KC_TRY(kc_session_prepare(s, inputs));
     kc_threads_enter(s->threads);
+    if (s->lanes > 1)
+        return kc_lanes_run(s, inputs, n_inputs);
     for (int i = 0; i < n_inputs; i++)
         kc_to_f32(inputs[i], s->arena + s->plan.offset[g->inputs[i]]);
     kc_status st = KC_OK;
@@ -481,7 +543,8 @@ kc_status kc_session_run_whole(kc_session *s, const kc_tensor *const *inputs, in
         outputs[i] = NULL;
     for (int i = 0; i < n_outputs; i++) {
         int v = g->outputs[i];
-        const kc_shape *shape = &s->plan.shape[v];
+        kc_shape whole = kc_lanes_shape(s, v);
+        const kc_shape *shape = &whole;
         kc_status st = kc_tensor_new(KC_F32, shape->rank, shape->dims, &outputs[i]);
         if (st != KC_OK) {
             for (int j = 0; j < i; j++) {
@@ -490,8 +553,7 @@ kc_status kc_session_run_whole(kc_session *s, const kc_tensor *const *inputs, in
             }
             return st;
         }
-        memcpy(outputs[i]->data, s->arena + s->plan.offset[v],
-               (size_t)kc_count(shape) * sizeof(float));
+        kc_lanes_gather(s, v, outputs[i]->data);
     }
     return KC_OK;
 }
@@ -508,22 +570,23 @@ kc_status kc_session_run_into(kc_session *s, const kc_tensor *const *inputs, int
     KC_TRY(kc_session_exec(s, inputs, n_inputs, n_outputs));
     for (int i = 0; i < n_outputs; i++) {
         int v = s->graph->outputs[i];
-        const kc_shape *shape = &s->plan.shape[v];
-        if (!kc_shape_equal(shape, &outputs[i]->shape)) {
+        kc_shape shape = kc_lanes_shape(s, v);
+        if (!kc_shape_equal(&shape, &outputs[i]->shape)) {
             char want[160];
-            kc_shape_format(shape, want, sizeof want);
+            kc_shape_format(&shape, want, sizeof want);
             return kc_fail(KC_ERR_SHAPE, "output %d must have shape %s", i, want);
         }
-        memcpy(outputs[i]->data, s->arena + s->plan.offset[v],
-               (size_t)kc_count(shape) * sizeof(float));
+        kc_lanes_gather(s, v, outputs[i]->data);
     }
     return KC_OK;
 }
 
 size_t kc_session_arena_bytes(const kc_session *s)
 {
-    return s ? s->plan.arena_floats * sizeof(float) : 0;
+    return s ? s->lane_floats * (size_t)s->lanes * sizeof(float) : 0;
 }
+
+int kc_session_lanes(const kc_session *s) { return s && s->lanes > 1 ? s->lanes : 1; }
 
 int kc_session_fused_nodes(const kc_session *s) { return s ? s->fused.n_fused : 0; }
 

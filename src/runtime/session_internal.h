@@ -42,6 +42,12 @@ struct kc_session {
     const int *stage_outputs; /* value ids read after it */
     int n_stage_outputs;
     kc_profile *profile;      /* options.profile on the host loop, or NULL */
+    /* Batch lanes (lanes.c) of the current plan, made for one lane's
+     * images: 1 = none; lane k's arena starts k * lane_floats in. */
+    int lanes;
+    int lanes_warm;           /* the plan's first laned run is done */
+    int lanes_refused;        /* KC_LANES=0, or a value not one row per image */
+    size_t lane_floats;
 };
 
 /* After node `index` ran with input 0 at `in0`: derive its output mask. */
@@ -56,6 +62,11 @@ kc_status kc_session_prepare_batch(kc_session *s, int64_t batch, int variable_as
                                    const char *why);
 /* Run node i on the host kernels (the session's plain loop). */
 kc_status kc_session_run_node(kc_session *s, int index);
+/* Only the kernel of node i (not absorbed), on the plan's values in
+ * `arena` (a batch lane's): no masks, no weight release. */
+kc_status kc_session_node_on(kc_session *s, int index, float *arena);
+/* Elements [first, first + n) of t as float32 into dst. */
+void kc_session_input_slice(const kc_tensor *t, int64_t first, int64_t n, float *dst);
 
 /* One run over the whole batch (what kc_session_run does without
  * micro-batches). */

@@ -692,6 +692,94 @@ static void test_run_into_checks(void **state)
     kc_model_free(m);
 }
 
+/* Batch lanes: a batch of 4 on 2 threads runs as two lanes of 2 images,
+ * each through the whole model on one thread, with the outputs of the
+ * same model run as one batch (KC_LANES=0), run after run (the first run
+ * of a plan builds the kernel states, later ones run the lanes side by
+ * side), across a change of plan and back. Batch 3 (2 does not divide
+ * it), a profiled session and KC_LANES=0 run as one batch. */
+static kc_tensor *batch_of(const kc_tensor *two, int64_t n)
+{
+    const kc_shape *sh = &two->shape;
+    int64_t dims[KC_MAX_RANK];
+    for (int d = 0; d < sh->rank; d++)
+        dims[d] = sh->dims[d];
+    dims[0] = n;
+    kc_tensor *t = NULL;
+    assert_int_equal(kc_tensor_new(KC_F32, sh->rank, dims, &t), KC_OK);
+    int64_t per = kc_tensor_count(two) / sh->dims[0];
+    float *x = kc_tensor_data(t);
+    const float *from = kc_tensor_cdata(two);
+    for (int64_t i = 0; i < n; i++) /* the images again, scaled per copy */
+        for (int64_t j = 0; j < per; j++)
+            x[i * per + j] = from[(i % sh->dims[0]) * per + j] * (1.0f - 0.2f * (float)(i / 2));
+    return t;
+}
+
+static void test_batch_lanes(void **state)
+{
+    (void)state;
+    static const char *const apps[] = {"mobilenet_v2", "resnet50", "inception_v3"};
+    for (int a = 0; a < 3; a++) {
+        char path[512], input[512];
+        snprintf(path, sizeof path, KC_TEST_DATA "/../apps/%s/model.keras", apps[a]);
+        snprintf(input, sizeof input, KC_TEST_DATA "/../apps/%s/input_0.npy", apps[a]);
+        kc_model *m = NULL;
+        kc_tensor *two = NULL;
+        assert_int_equal(kc_model_load(path, NULL, &m), KC_OK);
+        assert_int_equal(kc_tensor_load_npy(input, &two), KC_OK);
+        kc_tensor *four = batch_of(two, 4), *three = batch_of(two, 3);
+        kc_session_options o = {.threads = 2}, prof = {.threads = 2, .profile = 1};
+        kc_session *laned = NULL, *whole = NULL, *profiled = NULL;
+        assert_int_equal(kc_session_new(m, &o, &laned), KC_OK);
+        assert_int_equal(kc_session_new(m, &prof, &profiled), KC_OK);
+        setenv("KC_LANES", "0", 1);
+        assert_int_equal(kc_session_new(m, &o, &whole), KC_OK);
+        unsetenv("KC_LANES");
+        const kc_tensor *order[] = {four, four, four, three, four, four};
+        const int want[] = {2, 2, 2, 1, 2, 2};
+        for (int r = 0; r < 6; r++) {
+            assert_close_runs(laned, whole, order[r]);
+            assert_int_equal(kc_session_lanes(laned), want[r]);
+            assert_int_equal(kc_session_lanes(whole), 1);
+        }
+        assert_close_runs(profiled, whole, four);
+        assert_int_equal(kc_session_lanes(profiled), 1);
+        kc_session_free(laned);
+        kc_session_free(whole);
+        kc_session_free(profiled);
+        kc_tensor_free(four);
+        kc_tensor_free(three);
+        kc_tensor_free(two);
+        kc_model_free(m);
+    }
+}
+
+/* A model with an Embedding layer (Keras masks, which lanes do not
+ * carry) runs as one batch. */
+static void test_batch_lanes_refused(void **state)
+{
+    (void)state;
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(KC_TEST_DATA "/../zoo/embedding/model.keras", NULL, &m), KC_OK);
+    kc_session_options o = {.threads = 2};
+    kc_session *s = NULL;
+    assert_int_equal(kc_session_new(m, &o, &s), KC_OK);
+    int64_t dims[2] = {4, 0};
+    const kc_shape *want = &s->graph->values[s->graph->inputs[0]].shape;
+    dims[1] = want->dims[1] > 0 ? want->dims[1] : 5;
+    kc_tensor *in = NULL, *out = NULL;
+    assert_int_equal(kc_tensor_new(KC_F32, 2, dims, &in), KC_OK);
+    memset(kc_tensor_data(in), 0, (size_t)kc_tensor_count(in) * sizeof(float));
+    const kc_tensor *ins[1] = {in};
+    assert_int_equal(kc_session_run(s, ins, 1, &out, 1), KC_OK);
+    assert_int_equal(kc_session_lanes(s), 1);
+    kc_tensor_free(out);
+    kc_tensor_free(in);
+    kc_session_free(s);
+    kc_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -710,6 +798,8 @@ int main(void)
         cmocka_unit_test(test_winograd_memory_bound),
         cmocka_unit_test(test_plan_spare_is_free),
         cmocka_unit_test(test_folded_kernels_released_after_packing),
+        cmocka_unit_test(test_batch_lanes),
+        cmocka_unit_test(test_batch_lanes_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,36 @@
+/* Batch lanes: a batch of B images on T threads runs as T sub-batches of
+ * B/T images side by side, each lane one thread taking its images through
+ * the whole model, with nothing to wait for between layers (see lanes.c).
+ * The plan is made for one lane's sub-batch; each lane has an arena of
+ * that plan's size; the kernel states are built once, single-threaded,
+ * and shared by the lanes. */
+#ifndef KC_LANES_H
+#define KC_LANES_H
+
+#include "runtime/session_internal.h"
+
+/* How many lanes a host run of the model on these input shapes takes: 1
+ * (none) unless every layer works image by image, the session runs on
+ * the host loop alone, unprofiled, on T >= 2 threads, and T divides the
+ * batch; then T (at most KC_LANES_MAX). KC_LANES=0 at the session's
+ * creation: always 1. */
+#define KC_LANES_MAX 8
+int kc_lanes_for(const kc_session *s, const kc_shape *shapes, int n);
+
+/* 1 when every value of the session's plan leads with the lane's batch
+ * (else lanes would split something that is not images). */
+int kc_lanes_plan_ok(const kc_session *s, int64_t lane_batch);
+
+/* Lane k's arena. */
+float *kc_lanes_arena(const kc_session *s, int k);
+
+/* One run: each lane's slice of the inputs into its arena, then every
+ * node, lanes side by side (the first run of a plan: one after another,
+ * building the kernel states single-threaded). */
+kc_status kc_lanes_run(kc_session *s, const kc_tensor *const *inputs, int n_inputs);
+
+/* Value v over all lanes: its shape, and its floats gathered into dst. */
+kc_shape kc_lanes_shape(const kc_session *s, int v);
+void kc_lanes_gather(const kc_session *s, int v, float *dst);
+
+#endif
