@@ -217,11 +217,11 @@ kc_status kc_session_run_into(kc_session *session, const kc_tensor *const *input
 size_t kc_session_arena_bytes(const kc_session *session);
 /* Batch lanes of the last run: 1, or T when its batch of B images ran as
  * T sub-batches of B/T side by side, one thread each, through the whole
- * model (T = the session's threads, dividing B; host runs only, not with
- * options.profile, not for a model with a TensorFlow-op, keras.ops,
- * Masking or Embedding layer). Outputs are those of one batch: the same
- * kernels per image, within the fidelity tolerance. KC_LANES=0 in the
- * environment when the session is created turns lanes off. */
+ * model (T = the session's threads, 2 to 8, dividing B; host runs only,
+ * not with options.profile, not for a model with a TensorFlow-op,
+ * keras.ops, Masking or Embedding layer). Outputs are those of one batch:
+ * the same kernels per image, within the fidelity tolerance. KC_LANES=0
+ * in the environment when the session is created turns lanes off. */
 int kc_session_lanes(const kc_session *session);
 /* Nodes absorbed into their producer at session creation (BatchNormalization
  * folded into a convolution/Dense, activations fused); KC_FUSE=0 in the

@@ -46,11 +46,10 @@ int kc_lanes_for(const kc_session *s, const kc_shape *shapes, int n)
     if (s->lanes_refused || s->sched || s->stage_first >= 0 || s->profile ||
         s->trace_nodes || n < 1)
         return 1;
+    /* one lane per thread: fewer lanes would leave threads idle */
     int lanes = kc_threads_wanted(s->threads);
-    if (lanes > KC_LANES_MAX)
-        lanes = KC_LANES_MAX;
     int64_t batch = shapes[0].rank > 0 ? shapes[0].dims[0] : 0;
-    if (lanes < 2 || batch < lanes || batch % lanes)
+    if (lanes < 2 || lanes > KC_LANES_MAX || batch < lanes || batch % lanes)
         return 1;
     for (int i = 0; i < s->graph->n_nodes; i++)
         if (!kc_lanes_layer_ok(s->graph->nodes[i].layer))

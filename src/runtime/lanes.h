@@ -11,8 +11,8 @@
 
 /* How many lanes a host run of the model on these input shapes takes: 1
  * (none) unless every layer works image by image, the session runs on
- * the host loop alone, unprofiled, on T >= 2 threads, and T divides the
- * batch; then T (at most KC_LANES_MAX). KC_LANES=0 at the session's
+ * the host loop alone, unprofiled, on 2 <= T <= KC_LANES_MAX threads,
+ * and T divides the batch; then T. KC_LANES=0 at the session's
  * creation: always 1. */
 #define KC_LANES_MAX 8
 int kc_lanes_for(const kc_session *s, const kc_shape *shapes, int n);
