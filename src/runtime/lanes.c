@@ -41,6 +41,14 @@ static int kc_lanes_layer_ok(const kc_layer *l)
     return 1;
 }
 
+int kc_lanes_model_ok(const kc_graph *g)
+{
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!kc_lanes_layer_ok(g->nodes[i].layer))
+            return 0;
+    return 1;
+}
+
 int kc_lanes_for(const kc_session *s, const kc_shape *shapes, int n)
 {
     if (s->lanes_refused || s->sched || s->stage_first >= 0 || s->profile ||
@@ -51,9 +59,6 @@ int kc_lanes_for(const kc_session *s, const kc_shape *shapes, int n)
     int64_t batch = shapes[0].rank > 0 ? shapes[0].dims[0] : 0;
     if (lanes < 2 || lanes > KC_LANES_MAX || batch < lanes || batch % lanes)
         return 1;
-    for (int i = 0; i < s->graph->n_nodes; i++)
-        if (!kc_lanes_layer_ok(s->graph->nodes[i].layer))
-            return 1;
     if (kc_dnnl_ready() && kc_dnnl_lanes(lanes) != KC_OK)
         return 1;
     return lanes;

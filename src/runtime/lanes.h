@@ -9,11 +9,15 @@
 
 #include "runtime/session_internal.h"
 
+/* 1 when every layer of g works image by image (checked once, when a
+ * session is created: else the session's lanes_refused is set). */
+int kc_lanes_model_ok(const kc_graph *g);
+
 /* How many lanes a host run of the model on these input shapes takes: 1
- * (none) unless every layer works image by image, the session runs on
- * the host loop alone, unprofiled, on 2 <= T <= KC_LANES_MAX threads,
- * and T divides the batch; then T. KC_LANES=0 at the session's
- * creation: always 1. */
+ * (none) when lanes are refused (KC_LANES=0 at the session's creation, a
+ * layer that is not image by image, a value that is not one row per
+ * image) or the session is scheduled, a stage or profiled; else T when
+ * it runs on 2 <= T <= KC_LANES_MAX threads and T divides the batch. */
 #define KC_LANES_MAX 8
 int kc_lanes_for(const kc_session *s, const kc_shape *shapes, int n);
 

@@ -137,7 +137,7 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     const char *dw_env = getenv("KC_FUSE_DW"); /* 0: never fuse depthwise pairs (fuse.c) */
     s->fuse_dw = !(dw_env && !strcmp(dw_env, "0"));
     const char *lanes_env = getenv("KC_LANES");
-    s->lanes_refused = lanes_env && !strcmp(lanes_env, "0");
+    s->lanes_refused = (lanes_env && !strcmp(lanes_env, "0")) || !kc_lanes_model_ok(g);
     const char *pool_env = getenv("KC_FUSE_POOL"); /* 0: never move a pooling (fuse.c) */
     s->fuse_pool = !(pool_env && !strcmp(pool_env, "0"));
     if (o->profile && !kc_session_scheduled(model, o) && !(s->profile = kc_profile_new(g->n_nodes))) {
@@ -435,7 +435,7 @@ kc_status kc_session_prepare(kc_session *s, const kc_tensor *const *inputs)
     shapes[0] = (kc_shape){0};
     for (int i = 0; i < n; i++)
         shapes[i] = inputs[i]->shape;
-    int lanes = s->lanes_refused ? 1 : kc_lanes_for(s, shapes, n);
+    int lanes = kc_lanes_for(s, shapes, n);
     int64_t batch = n && shapes[0].rank ? shapes[0].dims[0] : 0;
     int fresh = 0;
     KC_TRY(kc_session_plan(s, shapes, n, lanes, &fresh));

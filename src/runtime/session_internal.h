@@ -46,7 +46,7 @@ struct kc_session {
      * images: 1 = none; lane k's arena starts k * lane_floats in. */
     int lanes;
     int lanes_warm;           /* the plan's first laned run is done */
-    int lanes_refused;        /* KC_LANES=0, or a value not one row per image */
+    int lanes_refused;        /* KC_LANES=0, a layer or value not per image */
     size_t lane_floats;
 };
 
