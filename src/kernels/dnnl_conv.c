@@ -356,7 +356,9 @@ static dnnl_primitive_desc_t kc_dnnl_pd_named(const dnnl_convolution_desc_t *des
  * fell 0.105-0.117 -> 0.065-0.069 (5 runs each; peak RSS +2 MB). Its
  * narrow layers on 35x35 (1225 pixels) took the same share with either
  * kernel, F(4x4)'s larger kernels costing 3 MB of peak RSS: hence 2048
- * pixels. KC_WINOGRAD_F4=0 keeps oneDNN's first choice. Whichever
+ * pixels. KC_WINOGRAD_F4=0: never F(4x4) (F(2x2) where oneDNN offers
+ * it, else direct; which kernel oneDNN lists first depends on the CPU,
+ * see kc_dnnl_wino_pick). Whichever
  * kernel, a narrow layer puts at most KC_DNNL_NARROW_OUTSIDE_MAX of its
  * lanes' buffers outside the arena's free range (kc_dnnl_wino_pay; such
  * buffers are shared by every layer, so what counts is one layer's):
@@ -381,8 +383,7 @@ static int kc_dnnl_wino_narrow(int64_t ic, int64_t oc)
 
 static int kc_dnnl_wino_f4_wanted(const kc_dnnl_conv_part *pt, const kc_dnnl_window *g)
 {
-    const char *env = getenv("KC_WINOGRAD_F4");
-    if ((env && !strcmp(env, "0")) || g->sp != 2)
+    if (g->sp != 2)
         return 0;
     return kc_dnnl_wino_narrow(pt->src_md.dims[1], pt->dst_md.dims[1]) &&
            g->dst[2] * g->dst[3] >= KC_DNNL_WINO_F4_MIN_PIXELS;
@@ -403,13 +404,14 @@ static int kc_dnnl_pd_is(const_dnnl_primitive_desc_t pd, const char *part)
     return strstr(kc_dnnl_pd_impl(pd), part) != NULL;
 }
 
-/* The Winograd primitive descriptor (blocked src/dst): oneDNN's F(4x4)
- * kernel (f4), else its first choice; NULL if none. */
+/* The Winograd primitive descriptor (blocked src/dst): oneDNN's kernel
+ * whose implementation name starts with `impl`, or its first choice when
+ * impl is NULL; NULL if none. */
 static dnnl_primitive_desc_t kc_dnnl_wino_pd(const kc_dnnl_conv_state *st,
                                              const kc_dnnl_conv_part *pt,
                                              const dnnl_memory_desc_t *w_any,
                                              const kc_dnnl_window *g,
-                                             const_dnnl_primitive_attr_t attr, int f4)
+                                             const_dnnl_primitive_attr_t attr, const char *impl)
 {
     dnnl_memory_desc_t src_any = pt->src_md, dst_any = pt->dst_md;
     src_any.format_kind = dnnl_format_kind_any;
@@ -422,8 +424,8 @@ static dnnl_primitive_desc_t kc_dnnl_wino_pd(const kc_dnnl_conv_state *st,
                                            st->has_bias ? &st->b_md : NULL, &dst_any, strides,
                                            g->pad_l, g->pad_r) != dnnl_success)
         return NULL;
-    if (f4)
-        return kc_dnnl_pd_named(&desc, attr, "jit_wino_4x3");
+    if (impl)
+        return kc_dnnl_pd_named(&desc, attr, impl);
     if (dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL) != dnnl_success)
         return NULL;
     return pd;
@@ -498,8 +500,12 @@ static int kc_dnnl_wino_pay(const kc_exec_ctx *ctx, kc_dnnl_conv_state *st, int 
 
 /* The Winograd primitive part k takes, paid for (kc_dnnl_wino_pay), or
  * NULL for direct: the F(4x4) kernel where wanted and affordable, else
- * oneDNN's first choice (a narrow layer's F(4x4) scratchpads may not fit
- * the arena where F(2x2)'s do: ResNet50's 64 -> 64 layers at batch 8). */
+ * the F(2x2) one (a narrow layer's F(4x4) scratchpads may not fit the
+ * arena where F(2x2)'s do: ResNet50's 64 -> 64 layers at batch 8), else
+ * oneDNN's first choice. By name: which kernels oneDNN offers, and in
+ * which order, depends on the CPU (its cache sizes): for one 48x48 image
+ * of 96 channels the Intel Xeon listed F(2x2) first, this AMD EPYC
+ * offers only F(4x4), and the layer runs direct when that does not fit. */
 static dnnl_primitive_desc_t kc_dnnl_wino_pick(const kc_exec_ctx *ctx, kc_dnnl_conv_state *st,
                                                int k, const kc_dnnl_conv_part *pt,
                                                const dnnl_memory_desc_t *w_any,
@@ -508,9 +514,16 @@ static dnnl_primitive_desc_t kc_dnnl_wino_pick(const kc_exec_ctx *ctx, kc_dnnl_c
 {
     /* The first part decides for the layer (kc_dnnl_wino_pay): the
      * others take its kernel. */
-    int first = k > 0 ? st->part[0].wino_f4 : kc_dnnl_wino_f4_wanted(pt, g);
-    for (int f4 = first; f4 >= 0; f4--) {
-        dnnl_primitive_desc_t pd = kc_dnnl_wino_pd(st, pt, w_any, g, attr, f4);
+    int f4 = k > 0 ? st->part[0].wino_f4 : kc_dnnl_wino_f4_wanted(pt, g);
+    static const char *const wanted[] = {"jit_wino_4x3", "jit_fp32_wino_2x3", NULL};
+    static const char *const first[] = {NULL};
+    static const char *const no_f4[] = {"jit_fp32_wino_2x3"};
+    const char *env = getenv("KC_WINOGRAD_F4");
+    int f4_off = env && !strcmp(env, "0");
+    const char *const *impls = f4_off ? no_f4 : f4 ? wanted : first;
+    int n = f4_off ? 1 : f4 ? 3 : 1;
+    for (int i = 0; i < n; i++) {
+        dnnl_primitive_desc_t pd = kc_dnnl_wino_pd(st, pt, w_any, g, attr, impls[i]);
         if (pd && kc_dnnl_wino_pay(ctx, st, k, pd))
             return pd;
         if (pd)

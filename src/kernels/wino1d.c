@@ -1,0 +1,610 @@
+/* One-dimensional Winograd convolution F(m, r): the (1, 7) and (7, 1)
+ * layers that make up a quarter of InceptionV3's work (and its (1, 3),
+ * (3, 1) ones, and Conv1D), which oneDNN 2.6 runs only as direct
+ * convolutions.
+ *
+ * Along the kernel's axis the output is cut into tiles of m; each tile
+ * reads alpha = m + r - 1 inputs. For every tile and channel the input is
+ * transformed (bt · d, alpha values), the alpha products with the
+ * transformed kernel (g · w, made once at build) are alpha independent
+ * matrix products [tiles x C] · [C x F] (one batched oneDNN matmul), and
+ * the output transform (at · M) gives m outputs, then bias and
+ * activation. F(4, 7) multiplies 10 times per 4 outputs where direct
+ * convolution multiplies 28 times; on 17 outputs (5 tiles, 3 outputs
+ * wasted) that is 2.4x fewer. One thread here, InceptionV3's 160 -> 160
+ * (1, 7) layer on 17x17: oneDNN's direct kernel 0.44 ms, the batched
+ * product of F(4, 7) 0.21 ms.
+ *
+ * Rounding: the points 0, 1, -1, 2, -2, 1/2, -1/2, 3, -1/3 (and infinity)
+ * keep F(4, 7)'s error at about 23x that of a direct float32 sum (3e-6 of
+ * an output of unit scale, 160 channels; the other point choices tried
+ * gave 24-46x), far inside the fidelity tolerance of 1e-4; alpha stays
+ * at most 10. --exact, KC_WINOGRAD=0 or KC_WINO1D=0 keep the direct
+ * convolution.
+ *
+ * The tiles are cut into parts, one per thread, each part into blocks
+ * whose transformed inputs and products (alpha x block x (C + F) floats)
+ * stay within KC_WINO1D_BLOCK_BYTES, in the thread's workspaces. The
+ * transforms use AVX-512; without it the layer runs direct. */
+#include "kernels/wino1d.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mem.h"
+#include "base/threads.h"
+#include "kernels/dnnl_common.h"
+#include "ops/conv.h"
+
+#define KC_WINO1D_MAX_PARTS 8
+#define KC_WINO1D_MIN_CHANNELS 32
+#define KC_WINO1D_ALPHA_MAX 10
+#define KC_WINO1D_MIN_PIXELS 100
+/* A block's transformed inputs and products: within one core's L2. */
+#define KC_WINO1D_BLOCK_BYTES ((int64_t)768 << 10)
+/* Tiles below which a layer runs as one part on the calling thread. */
+#define KC_WINO1D_PART_MIN_TILES 16
+
+typedef struct kc_w1_part {
+    int64_t lo, hi;                 /* tiles */
+    kc_dnnl_prim prim;              /* the batched product, one block */
+} kc_w1_part;
+
+typedef struct kc_w1_state {
+    kc_kernel_state base;
+    kc_shape in_shape;
+    int m, r, alpha;
+    int64_t c, f;                   /* input and output channels */
+    int64_t outer, inner;           /* lines: outer x inner, each along the axis */
+    int64_t len_in, len_out, pad;   /* along the axis */
+    int64_t tiles_per_line, tiles, block;
+    float at[KC_WINO1D_MAX_ALPHA * KC_WINO1D_MAX_ALPHA];
+    float bt[KC_WINO1D_MAX_ALPHA * KC_WINO1D_MAX_ALPHA];
+    float *packed;                  /* g · w in the product's layout */
+    int act;                        /* 0 linear, 1 relu, 2 relu6, 3 the caller's */
+    size_t v_bytes, m_bytes;
+    kc_wino_budget *budget;
+    size_t paid;
+    int n_parts;
+    kc_w1_part part[KC_WINO1D_MAX_PARTS];
+} kc_w1_state;
+
+/* ------------------------------------------------------------ transforms */
+
+/* The interpolation points: the first alpha - 1 of these, then infinity. */
+static const double kc_w1_points[KC_WINO1D_MAX_ALPHA - 1] = {
+    0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -1.0 / 3.0, -3.0, 1.0 / 3.0};
+
+/* inv = v^-1 (n x n, row-major) by Gauss-Jordan with partial pivoting;
+ * 0 on success. */
+static int kc_w1_invert(const double *v, int n, double *inv)
+{
+    double a[KC_WINO1D_MAX_ALPHA][2 * KC_WINO1D_MAX_ALPHA];
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < 2 * n; j++)
+            a[i][j] = j < n ? v[i * n + j] : (j - n == i);
+    for (int col = 0; col < n; col++) {
+        int piv = col;
+        for (int i = col + 1; i < n; i++)
+            if (fabs(a[i][col]) > fabs(a[piv][col]))
+                piv = i;
+        if (fabs(a[piv][col]) < 1e-12)
+            return 1;
+        for (int j = 0; j < 2 * n; j++) {
+            double t = a[col][j];
+            a[col][j] = a[piv][j];
+            a[piv][j] = t;
+        }
+        double d = a[col][col];
+        for (int j = 0; j < 2 * n; j++)
+            a[col][j] /= d;
+        for (int i = 0; i < n; i++)
+            if (i != col && a[i][col] != 0.0) {
+                double k = a[i][col];
+                for (int j = 0; j < 2 * n; j++)
+                    a[i][j] -= k * a[col][j];
+            }
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            inv[i * n + j] = a[i][n + j];
+    return 0;
+}
+
+/* Toom-Cook by the transposition principle: the linear convolution of an
+ * r-long kernel with an m-long signal is evaluation at alpha points (the
+ * kernel: g, the signal: at's transpose), a pointwise product, and
+ * interpolation (the inverse of the alpha-point evaluation matrix); the
+ * correlation a convolution layer computes is its transpose, so bt is
+ * that inverse transposed. Infinity evaluates a polynomial's leading
+ * coefficient. */
+int kc_wino1d_transforms(int m, int r, double *at, double *g, double *bt)
+{
+    int alpha = m + r - 1;
+    if (m < 1 || r < 1 || alpha > KC_WINO1D_MAX_ALPHA || alpha < 2)
+        return 1;
+    double v[KC_WINO1D_MAX_ALPHA * KC_WINO1D_MAX_ALPHA] = {0};
+    double inv[KC_WINO1D_MAX_ALPHA * KC_WINO1D_MAX_ALPHA];
+    for (int j = 0; j < alpha; j++) {
+        int inf = j == alpha - 1;
+        double p = inf ? 0.0 : kc_w1_points[j], pw = 1.0;
+        for (int i = 0; i < alpha; i++, pw *= p)
+            v[j * alpha + i] = inf ? (i == alpha - 1) : pw;
+        pw = 1.0;
+        for (int i = 0; i < m; i++, pw *= p)
+            at[i * alpha + j] = inf ? (i == m - 1) : pw;
+        pw = 1.0;
+        for (int k = 0; k < r; k++, pw *= p)
+            g[j * r + k] = inf ? (k == r - 1) : pw;
+    }
+    if (kc_w1_invert(v, alpha, inv))
+        return 1;
+    for (int i = 0; i < alpha; i++)
+        for (int j = 0; j < alpha; j++)
+            bt[i * alpha + j] = inv[j * alpha + i];
+    return 0;
+}
+
+/* The output tile for a kernel of r along an axis of len outputs: the one
+ * with the fewest multiplications per line (alpha x tiles), alpha at most
+ * KC_WINO1D_ALPHA_MAX; 0 when none saves at least 30% of direct. */
+static int kc_w1_pick_tile(int r, int64_t len)
+{
+    int best = 0;
+    int64_t best_cost = 0;
+    /* the larger tiles' error grows fast: F(8, 3) measured 27-43x a
+     * direct sum's, F(6, 3) 5x, F(4, 7) 23x (wino1d's header) */
+    int m_max = r == 3 ? 6 : 4;
+    for (int m = 2; m <= m_max && m + r - 1 <= KC_WINO1D_ALPHA_MAX; m++) {
+        int64_t cost = (int64_t)(m + r - 1) * ((len + m - 1) / m);
+        if (!best || cost < best_cost) {
+            best = m;
+            best_cost = cost;
+        }
+    }
+    return best && best_cost * 10 <= 7 * (int64_t)r * len ? best : 0;
+}
+
+/* ------------------------------------------------------------ eligibility */
+
+static int kc_w1_env_off(void)
+{
+    const char *w = getenv("KC_WINOGRAD"), *w1 = getenv("KC_WINO1D");
+    return (w && !strcmp(w, "0")) || (w1 && !strcmp(w1, "0"));
+}
+
+static int kc_w1_act(const char *act)
+{
+    if (!act || !strcmp(act, "linear"))
+        return 0;
+    if (!strcmp(act, "relu"))
+        return 1;
+    return !strcmp(act, "relu6") ? 2 : 3;
+}
+
+/* The layer's geometry as lines along its kernel's axis, into st; 0 when
+ * the layer does not qualify (see wino1d.h). */
+static int kc_w1_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_state *st)
+{
+    const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
+    int sp = a->spatial;
+    if (a->kind != KC_CONV_PLAIN || a->groups != 1 || a->accumulate || a->post_dw ||
+        a->pre_pool || (sp != 1 && sp != 2) || in->rank != sp + 2 || out->rank != sp + 2)
+        return 0;
+    int axis = -1; /* the spatial axis the kernel spans */
+    for (int i = 0; i < sp; i++) {
+        if (a->strides[i] != 1 || a->dilation[i] != 1 || a->pad_before[i] || a->pad_after[i])
+            return 0;
+        if (a->kernel[i] != 1) {
+            if (axis >= 0)
+                return 0;
+            axis = i;
+        }
+    }
+    if (axis < 0 || a->kernel[axis] < 3 || a->kernel[axis] > 7)
+        return 0;
+    st->r = (int)a->kernel[axis];
+    st->c = in->dims[in->rank - 1];
+    st->f = out->dims[out->rank - 1];
+    if (st->c < KC_WINO1D_MIN_CHANNELS || st->f < KC_WINO1D_MIN_CHANNELS)
+        return 0;
+    for (int i = 0; i < sp; i++)
+        if (i != axis && in->dims[1 + i] != out->dims[1 + i])
+            return 0;
+    /* Few outputs in an image: the transformed kernel (alpha / r times
+     * the bytes) is read whole for every image's few tiles, from memory at
+     * batch 1 (InceptionV3's (1, 3) layers on 8x8, 384 -> 384: 2.5x slower
+     * than direct), as for the 2-D Winograd kernels (dnnl_conv.c). */
+    int64_t pixels = 1;
+    for (int i = 0; i < sp; i++)
+        pixels *= out->dims[1 + i];
+    if (pixels < KC_WINO1D_MIN_PIXELS)
+        return 0;
+    st->len_in = in->dims[1 + axis];
+    st->len_out = out->dims[1 + axis];
+    st->outer = in->dims[0] * (sp == 2 && axis == 1 ? in->dims[1] : 1);
+    st->inner = sp == 2 && axis == 0 ? in->dims[2] : 1;
+    if (a->padding == 2)
+        st->pad = st->r - 1;
+    else if (a->padding == 1) {
+        int64_t total = st->len_out - 1 + st->r - st->len_in;
+        st->pad = total > 0 ? total / 2 : 0;
+    } else
+        st->pad = 0;
+    if (st->len_out != (a->padding == 0 ? st->len_in - st->r + 1 : st->len_in) ||
+        st->len_out < 1)
+        return 0;
+    st->m = kc_w1_pick_tile(st->r, st->len_out);
+    if (!st->m)
+        return 0;
+    st->alpha = st->m + st->r - 1;
+    st->tiles_per_line = (st->len_out + st->m - 1) / st->m;
+    st->tiles = st->outer * st->inner * st->tiles_per_line;
+    st->act = kc_w1_act(a->activation);
+    return 1;
+}
+
+/* ------------------------------------------------------------ build */
+
+static void kc_w1_free(kc_kernel_state *s)
+{
+    kc_w1_state *st = (kc_w1_state *)s;
+    if (st->budget && st->budget->left != SIZE_MAX)
+        st->budget->left += st->paid;
+    for (int k = 0; k < st->n_parts; k++)
+        kc_dnnl_prim_destroy(&st->part[k].prim);
+    free(st->packed);
+    free(st);
+}
+
+/* The transforms in float. */
+static int kc_w1_set_transforms(kc_w1_state *st, double *g)
+{
+    double at[KC_WINO1D_MAX_ALPHA * KC_WINO1D_MAX_ALPHA], bt[KC_WINO1D_MAX_ALPHA * KC_WINO1D_MAX_ALPHA];
+    if (kc_wino1d_transforms(st->m, st->r, at, g, bt))
+        return 1;
+    for (int i = 0; i < st->m * st->alpha; i++)
+        st->at[i] = (float)at[i];
+    for (int i = 0; i < st->alpha * st->alpha; i++)
+        st->bt[i] = (float)bt[i];
+    return 0;
+}
+
+/* The batched product for blocks of st->block tiles: [alpha, block, C] x
+ * [alpha, C, F] -> [alpha, block, F], on the calling thread alone; its
+ * weights layout into *w_md. */
+static kc_status kc_w1_prim(const kc_w1_state *st, kc_dnnl_prim *p, dnnl_memory_desc_t *w_md)
+{
+    dnnl_dims_t sd = {st->alpha, st->block, st->c}, wd = {st->alpha, st->c, st->f},
+                dd = {st->alpha, st->block, st->f};
+    dnnl_memory_desc_t s_md, d_md;
+    dnnl_matmul_desc_t desc;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_attr_t attr = kc_dnnl_attr_new();
+    int prev = kc_dnnl_solo_enter(1);
+    int bad = !attr || dnnl_memory_desc_init_by_tag(&s_md, 3, sd, dnnl_f32, dnnl_abc) ||
+              dnnl_memory_desc_init_by_tag(w_md, 3, wd, dnnl_f32, dnnl_format_tag_any) ||
+              dnnl_memory_desc_init_by_tag(&d_md, 3, dd, dnnl_f32, dnnl_abc) ||
+              dnnl_matmul_desc_init(&desc, &s_md, w_md, NULL, &d_md) ||
+              dnnl_primitive_desc_create(&pd, &desc, attr, kc_dnnl_engine(), NULL);
+    kc_dnnl_solo_leave(1, prev);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    if (bad)
+        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN has no batched matmul for 1-D Winograd");
+    *w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    static const int args[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+    const dnnl_memory_desc_t *mds[3] = {&s_md, w_md, &d_md};
+    kc_status s = kc_dnnl_prim_init(p, pd, 3, args, mds);
+    dnnl_primitive_desc_destroy(pd);
+    p->solo = 1;
+    return s;
+}
+
+/* g · w for every alpha point, [alpha][C][F], packed into the product's
+ * layout w_md. */
+static kc_status kc_w1_pack_kernel(const kc_exec_ctx *ctx, kc_w1_state *st, const double *g,
+                                   const dnnl_memory_desc_t *w_md)
+{
+    const float *w = kc_w(ctx, 0); /* (k, C, F) along the axis: hwio with a 1 */
+    int64_t cf = st->c * st->f;
+    float *u = malloc((size_t)(st->alpha * cf) * sizeof *u);
+    if (!u)
+        return KC_ERR_NOMEM;
+    for (int xi = 0; xi < st->alpha; xi++)
+        for (int64_t i = 0; i < cf; i++) {
+            double sum = 0.0;
+            for (int k = 0; k < st->r; k++)
+                sum += g[xi * st->r + k] * (double)w[k * cf + i];
+            u[xi * cf + i] = (float)sum;
+        }
+    dnnl_dims_t wd = {st->alpha, st->c, st->f};
+    dnnl_memory_desc_t plain;
+    kc_status s = dnnl_memory_desc_init_by_tag(&plain, 3, wd, dnnl_f32, dnnl_abc)
+                      ? kc_fail(KC_ERR_UNSUPPORTED, "oneDNN refused a weights layout")
+                      : kc_dnnl_pack(&plain, w_md, u, ctx->spare, ctx->spare_bytes, &st->packed);
+    free(u);
+    return s;
+}
+
+/* Whether the transformed kernel's extra bytes fit the session's
+ * Winograd budget; paid from it when they do. */
+static int kc_w1_pay(kc_w1_state *st, size_t kernel_bytes)
+{
+    size_t keras = (size_t)(st->r * st->c * st->f) * sizeof(float);
+    size_t cost = kernel_bytes > keras ? kernel_bytes - keras : 0;
+    if (!st->budget || st->budget->left == SIZE_MAX)
+        return 1;
+    if (cost > st->budget->left)
+        return 0;
+    st->budget->left -= cost;
+    st->paid = cost;
+    return 1;
+}
+
+/* Parts (one per thread, tiles split evenly) and the block size. */
+static void kc_w1_plan(kc_w1_state *st)
+{
+    int threads = kc_threads_max();
+    int64_t n = st->tiles / KC_WINO1D_PART_MIN_TILES;
+    if (n > threads)
+        n = threads;
+    if (n > KC_WINO1D_MAX_PARTS)
+        n = KC_WINO1D_MAX_PARTS;
+    if (n < 1)
+        n = 1;
+    st->n_parts = (int)n;
+    int64_t per = (st->tiles + n - 1) / n;
+    for (int k = 0; k < st->n_parts; k++) {
+        st->part[k].lo = k * per < st->tiles ? k * per : st->tiles;
+        st->part[k].hi = (k + 1) * per < st->tiles ? (k + 1) * per : st->tiles;
+    }
+    int64_t tile_bytes = (int64_t)st->alpha * (st->c + st->f) * (int64_t)sizeof(float);
+    int64_t max_block = KC_WINO1D_BLOCK_BYTES / tile_bytes;
+    if (max_block < 8)
+        max_block = 8;
+    int64_t blocks = (per + max_block - 1) / max_block;
+    st->block = (per + blocks - 1) / blocks;
+    st->v_bytes = kc_dnnl_align64((size_t)(st->alpha * st->block * st->c) * sizeof(float));
+    st->m_bytes = kc_dnnl_align64((size_t)(st->alpha * st->block * st->f) * sizeof(float));
+}
+
+static kc_status kc_w1_build(const kc_exec_ctx *ctx, kc_w1_state *st)
+{
+    double g[KC_WINO1D_MAX_ALPHA * KC_WINO1D_MAX_ALPHA];
+    if (kc_w1_set_transforms(st, g))
+        return kc_fail(KC_ERR_UNSUPPORTED, "no 1-D Winograd transform F(%d, %d)", st->m, st->r);
+    kc_w1_plan(st);
+    dnnl_memory_desc_t w_md;
+    for (int k = 0; k < st->n_parts; k++)
+        KC_TRY(kc_w1_prim(st, &st->part[k].prim, &w_md));
+    if (!kc_w1_pay(st, dnnl_memory_desc_get_size(&w_md)))
+        return kc_fail(KC_ERR_LIMIT, "the Winograd memory budget is spent");
+    KC_TRY(kc_w1_pack_kernel(ctx, st, g, &w_md));
+    return st->n_parts > 1 ? kc_dnnl_lanes(st->n_parts) : KC_OK;
+}
+
+/* ------------------------------------------------------------ run */
+
+/* The lanes of channels k .. c-1 in one 16-float vector. */
+static __mmask16 kc_w1_lanes(int64_t k, int64_t c)
+{
+    return c - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (c - k)) - 1);
+}
+
+/* One tile's input transform: v[xi * ldv + c] = sum_j bt[xi][j] d[j][c],
+ * d[j] NULL where the tile reads padding. Inlined with alpha a constant
+ * (kc_w1_in_tile), the loops unroll and the alpha inputs stay in
+ * registers: with a runtime alpha they went through the stack and the
+ * transforms took a fifth of the layer's time. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+kc_w1_in_n(const float *bt, int64_t c_all, const float *const *d, float *v, int64_t ldv,
+           int alpha)
+{
+    for (int64_t c = 0; c < c_all; c += 16) {
+        __mmask16 mask = kc_w1_lanes(c, c_all);
+        __m512 x[KC_WINO1D_MAX_ALPHA];
+        for (int j = 0; j < alpha; j++)
+            x[j] = d[j] ? _mm512_maskz_loadu_ps(mask, d[j] + c) : _mm512_setzero_ps();
+        for (int xi = 0; xi < alpha; xi++) {
+            __m512 acc = _mm512_mul_ps(_mm512_set1_ps(bt[xi * alpha]), x[0]);
+            for (int j = 1; j < alpha; j++)
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(bt[xi * alpha + j]), x[j], acc);
+            _mm512_mask_storeu_ps(v + xi * ldv + c, mask, acc);
+        }
+    }
+}
+
+/* One tile's output transform into its `valid` outputs y[q] (q < valid
+ * <= m), with the bias and the activation (act: see kc_w1_state). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+kc_w1_out_n(const float *at, int64_t f_all, const float *mt, int64_t ldm, const float *bias,
+            int act, float *const *y, int valid, int m, int alpha)
+{
+    __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
+    for (int64_t f = 0; f < f_all; f += 16) {
+        __mmask16 mask = kc_w1_lanes(f, f_all);
+        __m512 x[KC_WINO1D_MAX_ALPHA];
+        for (int xi = 0; xi < alpha; xi++)
+            x[xi] = _mm512_maskz_loadu_ps(mask, mt + xi * ldm + f);
+        __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + f) : zero;
+        for (int q = 0; q < m; q++) {
+            if (q >= valid)
+                break;
+            __m512 acc = b;
+            for (int xi = 0; xi < alpha; xi++)
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(at[q * alpha + xi]), x[xi], acc);
+            if (act == 1 || act == 2)
+                acc = _mm512_max_ps(acc, zero);
+            if (act == 2)
+                acc = _mm512_min_ps(acc, six);
+            _mm512_mask_storeu_ps(y[q] + f, mask, acc);
+        }
+    }
+}
+
+/* The transforms with (m, alpha) constants for the tiles kc_w1_pick_tile
+ * picks most (F(4, 7), F(2, 7), F(3, 7), F(4, 3), F(6, 3), F(4, 5)), the
+ * same code with them at run time otherwise. */
+#define KC_W1_SHAPES(X) X(4, 10) X(2, 8) X(3, 9) X(4, 6) X(6, 8) X(4, 8)
+
+__attribute__((target("avx512f"))) static void
+kc_w1_in_tile(const kc_w1_state *st, const float *const *d, float *v, int64_t ldv)
+{
+    switch (st->alpha) {
+#define KC_W1_IN_CASE(m_, a_)                                                                      \
+    case a_: kc_w1_in_n(st->bt, st->c, d, v, ldv, a_); return;
+        KC_W1_IN_CASE(0, 6) KC_W1_IN_CASE(0, 8) KC_W1_IN_CASE(0, 9) KC_W1_IN_CASE(0, 10)
+#undef KC_W1_IN_CASE
+    default: kc_w1_in_n(st->bt, st->c, d, v, ldv, st->alpha);
+    }
+}
+
+__attribute__((target("avx512f"))) static void
+kc_w1_out_tile(const kc_w1_state *st, const float *mt, int64_t ldm, const float *bias,
+               float *const *y, int valid)
+{
+#define KC_W1_OUT_CASE(m_, a_)                                                                     \
+    if (st->m == m_ && st->alpha == a_) {                                                          \
+        kc_w1_out_n(st->at, st->f, mt, ldm, bias, st->act, y, valid, m_, a_);                      \
+        return;                                                                                    \
+    }
+    KC_W1_SHAPES(KC_W1_OUT_CASE)
+#undef KC_W1_OUT_CASE
+    kc_w1_out_n(st->at, st->f, mt, ldm, bias, st->act, y, valid, st->m, st->alpha);
+}
+
+/* Tile t's line (outer index o, inner index i) and position j on it. */
+static void kc_w1_tile_at(const kc_w1_state *st, int64_t t, int64_t *o, int64_t *j, int64_t *i)
+{
+    *i = t % st->inner;
+    int64_t rest = t / st->inner;
+    *j = rest % st->tiles_per_line;
+    *o = rest / st->tiles_per_line;
+}
+
+static void kc_w1_inputs(const kc_w1_state *st, const float *in, int64_t lo, int64_t n, float *v)
+{
+    int64_t ldv = st->block * st->c;
+    for (int64_t b = 0; b < n; b++) {
+        int64_t o, j, i;
+        kc_w1_tile_at(st, lo + b, &o, &j, &i);
+        const float *d[KC_WINO1D_MAX_ALPHA];
+        for (int xi = 0; xi < st->alpha; xi++) {
+            int64_t p = j * st->m - st->pad + xi;
+            d[xi] = p >= 0 && p < st->len_in ? in + ((o * st->len_in + p) * st->inner + i) * st->c
+                                             : NULL;
+        }
+        kc_w1_in_tile(st, d, v + b * st->c, ldv);
+    }
+    /* a short last block: its unused rows enter the product; zero them */
+    for (int xi = 0; xi < st->alpha && n < st->block; xi++)
+        memset(v + xi * ldv + n * st->c, 0, (size_t)((st->block - n) * st->c) * sizeof *v);
+}
+
+static void kc_w1_outputs(const kc_w1_state *st, const float *mt, int64_t lo, int64_t n,
+                          const float *bias, float *out)
+{
+    int64_t ldm = st->block * st->f;
+    for (int64_t b = 0; b < n; b++) {
+        int64_t o, j, i;
+        kc_w1_tile_at(st, lo + b, &o, &j, &i);
+        float *y[KC_WINO1D_MAX_ALPHA];
+        int valid = 0;
+        for (; valid < st->m && j * st->m + valid < st->len_out; valid++)
+            y[valid] = out + ((o * st->len_out + j * st->m + valid) * st->inner + i) * st->f;
+        kc_w1_out_tile(st, mt + b * st->f, ldm, bias, y, valid);
+    }
+}
+
+typedef struct kc_w1_io {
+    const kc_w1_state *st;
+    const float *in, *bias;
+    float *out;
+    kc_status status[KC_WINO1D_MAX_PARTS];
+} kc_w1_io;
+
+static kc_status kc_w1_run_part(const kc_w1_state *st, kc_w1_part *pt, int lane,
+                                const kc_w1_io *io)
+{
+    float *v = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, st->v_bytes);
+    float *mt = kc_dnnl_workspace(KC_DNNL_SLOT_DST, st->m_bytes);
+    if (!v || !mt)
+        return kc_fail(KC_ERR_NOMEM, "out of memory for a 1-D Winograd convolution's buffers");
+    for (int64_t lo = pt->lo; lo < pt->hi; lo += st->block) {
+        int64_t n = pt->hi - lo < st->block ? pt->hi - lo : st->block;
+        kc_w1_inputs(st, io->in, lo, n, v);
+        void *ptrs[3] = {v, st->packed, mt};
+        KC_TRY(kc_dnnl_run_lane(&pt->prim, ptrs, lane));
+        kc_w1_outputs(st, mt, lo, n, io->bias, io->out);
+    }
+    return KC_OK;
+}
+
+static void kc_w1_job(void *arg, int k)
+{
+    kc_w1_io *io = arg;
+    kc_w1_state *st = (kc_w1_state *)io->st;
+    io->status[k] = kc_w1_run_part(st, &st->part[k], k, io);
+}
+
+static kc_status kc_w1_execute(kc_w1_state *st, const kc_exec_ctx *ctx)
+{
+    const kc_conv_attrs *a = ctx->layer->attrs;
+    kc_w1_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], {KC_OK}};
+    if (st->n_parts == 1)
+        return kc_w1_run_part(st, &st->part[0], 0, &io);
+    kc_parallel(st->n_parts, kc_w1_job, &io);
+    for (int k = 0; k < st->n_parts; k++)
+        if (io.status[k] != KC_OK)
+            return kc_fail(io.status[k], "part %d of a 1-D Winograd convolution failed", k);
+    return KC_OK;
+}
+
+kc_status kc_wino1d_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
+{
+    const kc_conv_attrs *a = ctx->layer->attrs;
+    *handled = 0;
+    *act_done = 0;
+    if (!ctx->state || ctx->exact || ctx->w_ext || kc_w1_env_off() || !kc_dnnl_ready() ||
+        !__builtin_cpu_supports("avx512f"))
+        return KC_OK;
+    kc_w1_state *st = (kc_w1_state *)*ctx->state;
+    if (st && st->base.free != kc_w1_free)
+        return KC_OK; /* another kernel's state: the layer was built another way */
+    if (st && !kc_shape_equal(&st->in_shape, &ctx->in_shape[0]))
+        st = kc_kernel_state_drop(ctx);
+    if (!st) {
+        kc_w1_state probe;
+        memset(&probe, 0, sizeof probe);
+        if (!kc_w1_geometry(ctx, a, &probe))
+            return KC_OK;
+        st = kc_calloc(1, sizeof *st);
+        if (!st)
+            return KC_ERR_NOMEM;
+        *st = probe;
+        st->base.free = kc_w1_free;
+        st->in_shape = ctx->in_shape[0];
+        st->budget = ctx->wino_budget;
+        if (kc_w1_build(ctx, st) != KC_OK) {
+            kc_w1_free(&st->base);
+            kc_error_clear();
+            return KC_OK; /* not handled: the direct convolution runs instead */
+        }
+        st->base.weights_cached = 1;
+        *ctx->state = &st->base;
+    }
+    KC_TRY(kc_w1_execute(st, ctx));
+    *handled = 1;
+    *act_done = st->act != 3;
+    return KC_OK;
+}
+
+int kc_wino1d_tile(const kc_kernel_state *state)
+{
+    if (!state || state->free != kc_w1_free)
+        return 0;
+    return ((const kc_w1_state *)state)->m;
+}
