@@ -8,7 +8,7 @@
 
 #include "kernels/dnnl_conv.h"
 #include "kernels/kernel.h"
-#include "kernels/wino1d.h"
+#include "kernels/wino.h"
 #include "ops/conv.h"
 
 /* Geometry over three spatial axes (D, H, W); unused axes have size 1. */
@@ -242,7 +242,7 @@ static kc_status kc_conv(const kc_exec_ctx *ctx)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
     int handled = 0, act_done = 0;
-    KC_TRY(kc_wino1d_conv(ctx, &handled, &act_done));
+    KC_TRY(kc_wino_conv(ctx, &handled, &act_done));
     if (!handled)
         KC_TRY(kc_dnnl_conv(ctx, &handled, &act_done));
     if (handled && act_done)

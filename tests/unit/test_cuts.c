@@ -28,7 +28,7 @@
 #include "kernels/dnnl_pool.h"
 #include "kernels/kernel.h"
 #include "kernels/maxpool_nhwc.h"
-#include "kernels/wino1d.h"
+#include "kernels/wino.h"
 #include "ops/conv.h"
 #include "ops/core.h"
 #include "ops/merge.h"
@@ -297,6 +297,9 @@ static void test_winograd_map_size(void **state)
     };
     if (!kc_dnnl_ready())
         skip();
+    /* oneDNN's Winograd kernels: kerasc's own (test_wino2d_layers) would
+     * take some of these layers first */
+    setenv("KC_WINO2D", "0", 1);
     kc_threads_enter(2);
     int offers_2x2 = 0;
     for (int i = 0; i < 6; i++) {
@@ -344,6 +347,7 @@ static void test_winograd_map_size(void **state)
         free(got);
         teardown(&r);
     }
+    unsetenv("KC_WINO2D");
     kc_threads_enter(0);
 }
 
@@ -407,17 +411,17 @@ static void test_conv1d_cuts(void **state)
         check_case(&cases[i]);
 }
 
-/* 1-D Winograd (kernels/wino1d.c). First the transforms themselves, in
+/* kerasc's own Winograd (kernels/wino.c), 1-D. First the transforms themselves, in
  * double: at · ((g · w) ⊙ (bt · d)) must be the correlation of d with w
  * for every tile the kernel may pick. */
-static void test_wino1d_transforms(void **state)
+static void test_wino_transforms(void **state)
 {
     (void)state;
     for (int r = 3; r <= 7; r++)
         for (int m = 2; m + r - 1 <= 10; m++) {
             int alpha = m + r - 1;
             double at[12 * 12], g[12 * 12], bt[12 * 12], d[12], w[12], gw[12], btd[12];
-            assert_int_equal(kc_wino1d_transforms(m, r, at, g, bt), 0);
+            assert_int_equal(kc_wino_transforms(m, r, at, g, bt), 0);
             for (int i = 0; i < alpha; i++)
                 d[i] = rnd();
             for (int k = 0; k < r; k++)
@@ -440,7 +444,7 @@ static void test_wino1d_transforms(void **state)
             }
         }
     double at[12 * 12], g[12 * 12], bt[12 * 12];
-    assert_int_not_equal(kc_wino1d_transforms(8, 7, at, g, bt), 0); /* alpha 14: too many */
+    assert_int_not_equal(kc_wino_transforms(8, 7, at, g, bt), 0); /* alpha 14: too many */
 }
 
 typedef struct w1_case {
@@ -449,7 +453,7 @@ typedef struct w1_case {
     int64_t n, h, w, c, f, k;   /* h unused for Conv1D */
     int padding;
     const char *act;
-    int want_tile;              /* the tile m kc_wino1d picks, 0: none (direct) */
+    int want_tile;              /* the tile m kc_wino_conv picks, 0: none */
 } w1_case;
 
 static void w1_setup(const w1_case *c, conv_run *r)
@@ -497,7 +501,7 @@ static int w1_run(conv_run *r, int exact, float *out)
 {
     const float *ins[1] = {r->x};
     return exec_kernel(&r->layer, ins, &r->in_shape, 1, out, &r->out_shape, exact, 0,
-                       kc_wino1d_tile);
+                       kc_wino_tile);
 }
 
 /* Then the kernel: on (1, 7), (7, 1), (1, 3) and Conv1D layers, with
@@ -552,6 +556,77 @@ static void test_wino1d_layers(void **state)
             fail_msg("%s: 1-D Winograd although KC_WINO1D=0", c->what);
         unsetenv("KC_WINO1D");
         expect_close(got, want, r.out_count, 1e-4f * peak, "%s, direct", c->what);
+        kc_threads_enter(0);
+        free(want);
+        free(got);
+        teardown(&r);
+    }
+}
+
+/* 2-D, F(4x4, 3x3): "same" and "valid", partial tiles at the right and
+ * bottom edges, channels that are not a multiple of 16, relu6 and elu,
+ * 1 to 3 threads, against the plain path; 64 -> 64, under 512 outputs an
+ * image, stride 2, --exact and KC_WINO2D=0 keep it out. */
+static void test_wino2d_layers(void **state)
+{
+    (void)state;
+    static const conv_case cases[] = {
+        {"3x3 80 -> 192 same on 26x26", "Conv2D", KC_CONV_PLAIN, 2, 1, 26, 26, 80, 192, 3, 1, 1,
+         1, 0, 0, "relu", 1},
+        {"3x3 96 -> 96 valid on two 30x30", "Conv2D", KC_CONV_PLAIN, 2, 2, 30, 30, 96, 96, 3, 1,
+         1, 0, 0, 0, NULL, 1},
+        {"3x3 72 -> 88 same on 25x23, relu6", "Conv2D", KC_CONV_PLAIN, 2, 1, 25, 23, 72, 88, 3,
+         1, 1, 1, 0, 0, "relu6", 1},
+        {"3x3 96 -> 80 same on 24x24, elu", "Conv2D", KC_CONV_PLAIN, 2, 1, 24, 24, 96, 80, 3, 1,
+         1, 1, 0, 0, "elu", 1},
+        {"3x3 64 -> 64 same on 32x32", "Conv2D", KC_CONV_PLAIN, 2, 1, 32, 32, 64, 64, 3, 1, 1, 1,
+         0, 0, "relu", 1},
+        {"3x3 128 -> 128 same on 20x20", "Conv2D", KC_CONV_PLAIN, 2, 1, 20, 20, 128, 128, 3, 1,
+         1, 1, 0, 0, "relu", 1},
+        {"3x3 128 -> 128 same stride 2 on 64x64", "Conv2D", KC_CONV_PLAIN, 2, 1, 64, 64, 128,
+         128, 3, 2, 1, 1, 0, 0, "relu", 1},
+    };
+    static const int want_dims[] = {2, 2, 2, 2, 0, 0, 0};
+    if (!kc_dnnl_ready() || !__builtin_cpu_supports("avx512f"))
+        skip();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const conv_case *c = &cases[i];
+        conv_run r;
+        setup(c, &r);
+        if (c->h != c->w) { /* setup makes images square: this one is not */
+            r.in_shape.dims[1] = c->h;
+            r.out_shape.dims[1] = c->padding == 0 ? c->h - 2 : c->h;
+            free(r.x);
+            r.x = rand_buf(kc_count(&r.in_shape));
+            r.out_count = kc_count(&r.out_shape);
+        }
+        const float *ins[1] = {r.x};
+        float *want = malloc((size_t)r.out_count * sizeof *want);
+        float *got = malloc((size_t)r.out_count * sizeof *got);
+        setenv("KC_DNNL", "0", 1);
+        kc_threads_enter(1);
+        exec_kernel(&r.layer, ins, &r.in_shape, 1, want, &r.out_shape, 1, 0, NULL);
+        unsetenv("KC_DNNL");
+        float peak = 1.0f;
+        for (int64_t j = 0; j < r.out_count; j++)
+            peak = fmaxf(peak, fabsf(want[j]));
+        for (int t = 1; t <= 3; t++) {
+            kc_threads_enter(t);
+            int dims = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
+                                   kc_wino_dims);
+            if (dims != want_dims[i])
+                fail_msg("%s, %d threads: Winograd on %d axes, expected %d", c->what, t, dims,
+                         want_dims[i]);
+            expect_close(got, want, r.out_count, 1e-4f * peak, "%s, %d threads", c->what, t);
+        }
+        kc_threads_enter(2);
+        if (exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 1, 0, kc_wino_dims))
+            fail_msg("%s: kerasc's Winograd although exact", c->what);
+        setenv("KC_WINO2D", "0", 1);
+        if (exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0, kc_wino_dims))
+            fail_msg("%s: kerasc's Winograd although KC_WINO2D=0", c->what);
+        unsetenv("KC_WINO2D");
+        expect_close(got, want, r.out_count, 1e-4f * peak, "%s, other kernels", c->what);
         kc_threads_enter(0);
         free(want);
         free(got);
@@ -1418,8 +1493,9 @@ int main(void)
         cmocka_unit_test(test_conv2d_cuts),
         cmocka_unit_test(test_winograd_map_size),
         cmocka_unit_test(test_conv1d_cuts),
-        cmocka_unit_test(test_wino1d_transforms),
+        cmocka_unit_test(test_wino_transforms),
         cmocka_unit_test(test_wino1d_layers),
+        cmocka_unit_test(test_wino2d_layers),
         cmocka_unit_test(test_pool_cuts),
         cmocka_unit_test(test_maxpool_hand),
         cmocka_unit_test(test_pool_folded_pad),

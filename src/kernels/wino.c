@@ -1,32 +1,46 @@
-/* One-dimensional Winograd convolution F(m, r): the (1, 7) and (7, 1)
- * layers that make up a quarter of InceptionV3's work (and its (1, 3),
- * (3, 1) ones, and Conv1D), which oneDNN 2.6 runs only as direct
- * convolutions.
+/* kerasc's own Winograd convolutions, on oneDNN's batched matmul.
  *
- * Along the kernel's axis the output is cut into tiles of m; each tile
- * reads alpha = m + r - 1 inputs. For every tile and channel the input is
- * transformed (bt · d, alpha values), the alpha products with the
- * transformed kernel (g · w, made once at build) are alpha independent
- * matrix products [tiles x C] · [C x F] (one batched oneDNN matmul), and
- * the output transform (at · M) gives m outputs, then bias and
- * activation. F(4, 7) multiplies 10 times per 4 outputs where direct
- * convolution multiplies 28 times; on 17 outputs (5 tiles, 3 outputs
- * wasted) that is 2.4x fewer. One thread here, InceptionV3's 160 -> 160
- * (1, 7) layer on 17x17: oneDNN's direct kernel 0.44 ms, the batched
- * product of F(4, 7) 0.21 ms.
+ * 1-D, F(m, r): the (1, 7) and (7, 1) layers that make up a quarter of
+ * InceptionV3's work (and Conv1D, and other (1, r) / (r, 1) kernels),
+ * which oneDNN 2.6 runs only as direct convolutions. Along the kernel's
+ * axis the output is cut into tiles of m; each tile reads alpha = m + r - 1
+ * inputs. For every tile and channel the input is transformed (bt · d,
+ * alpha values), the alpha products with the transformed kernel (g · w,
+ * made once at build) are alpha independent matrix products [tiles x C] ·
+ * [C x F] (one batched oneDNN matmul per block of tiles), and the output
+ * transform (at · M) gives m outputs, then bias and activation. F(4, 7)
+ * multiplies 10 times per 4 outputs where direct convolution multiplies
+ * 28 times; on 17 outputs (5 tiles, 3 outputs wasted) that is 2.4x fewer.
+ * One thread here, InceptionV3's 160 -> 160 (1, 7) layer on 17x17:
+ * oneDNN's direct kernel 0.44 ms, the batched product of F(4, 7) 0.21 ms.
  *
- * Rounding: the points 0, 1, -1, 2, -2, 1/2, -1/2, 3, -1/3 (and infinity)
- * keep F(4, 7)'s error at about 23x that of a direct float32 sum (3e-6 of
- * an output of unit scale, 160 channels; the other point choices tried
- * gave 24-46x), far inside the fidelity tolerance of 1e-4; alpha stays
- * at most 10. --exact, KC_WINOGRAD=0 or KC_WINO1D=0 keep the direct
- * convolution.
+ * 2-D, F(4x4, 3x3): the same with the transforms on both axes, 36
+ * products per 4x4 tile (direct: 144). oneDNN 2.6 has this kernel too,
+ * but its scratchpad holds a whole image's transformed tiles and is sized
+ * from the CPU's caches: on this AMD EPYC 21 MB for one 71x71 image of
+ * InceptionV3's 80 -> 192 layer, which then ran direct (its buffers do
+ * not fit beside the activations). Here a block of tiles' buffers stay
+ * under KC_WINO_BLOCK_BYTES. That layer at batch 1: 3.3 ms direct, 1.8
+ * ms here; InceptionV3's 96 -> 96 layers on 35x35: 0.49-0.62 ms with
+ * oneDNN's F(4x4), 0.29-0.31 here. oneDNN's F(4x4) stays faster on 64 ->
+ * 64 (ResNet50's 56x56 layers: 0.35-0.38 against 0.40-0.45 ms), whose
+ * transforms cost more against their products: hence 160 channels in and
+ * out together.
+ *
+ * Rounding: 1-D, the points 0, 1, -1, 2, -2, 1/2, -1/2, 3, -1/3 (and
+ * infinity) keep F(4, 7)'s error at about 23x that of a direct float32
+ * sum (3e-6 of an output of unit scale, 160 channels; the other point
+ * choices tried gave 24-46x), far inside the fidelity tolerance of 1e-4;
+ * alpha stays at most 10. 2-D uses 0, 1, -1, 2, -2 (as oneDNN's F(4x4)).
+ * --exact, KC_WINOGRAD=0, KC_WINO1D=0 / KC_WINO2D=0 keep other kernels.
  *
  * The tiles are cut into parts, one per thread, each part into blocks
- * whose transformed inputs and products (alpha x block x (C + F) floats)
- * stay within KC_WINO1D_BLOCK_BYTES, in the thread's workspaces. The
- * transforms use AVX-512; without it the layer runs direct. */
-#include "kernels/wino1d.h"
+ * whose transformed inputs and products stay within KC_WINO_BLOCK_BYTES,
+ * in the thread's workspaces. The transforms use AVX-512 (with the
+ * loops over the tile unrolled, the values stay in registers: without,
+ * they took half the 2-D layers' time); without it the layer runs on
+ * oneDNN's kernels. */
+#include "kernels/wino.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -38,14 +52,21 @@
 #include "kernels/dnnl_common.h"
 #include "ops/conv.h"
 
-#define KC_WINO1D_MAX_PARTS 8
+#define KC_WINO_MAX_PARTS 8
 #define KC_WINO1D_MIN_CHANNELS 32
 #define KC_WINO1D_ALPHA_MAX 10
 #define KC_WINO1D_MIN_PIXELS 100
+#define KC_WINO2D_MIN_CHANNELS 64
+#define KC_WINO2D_MIN_CHANNEL_SUM 160
+/* The transformed kernel is 4x the 3x3 one: on few outputs per image
+ * it costs more memory than it saves time (the 2-D rule of dnnl_conv.c).
+ * ResNet50's 128 -> 128 layers on 28x28 (784 outputs): 0.44-0.50 ms with
+ * oneDNN's F(4x4), 0.35-0.42 here, at batch 1. */
+#define KC_WINO2D_MIN_PIXELS 512
 /* A block's transformed inputs and products: within one core's L2. */
-#define KC_WINO1D_BLOCK_BYTES ((int64_t)768 << 10)
+#define KC_WINO_BLOCK_BYTES ((int64_t)768 << 10)
 /* Tiles below which a layer runs as one part on the calling thread. */
-#define KC_WINO1D_PART_MIN_TILES 16
+#define KC_WINO_PART_MIN_TILES 16
 
 typedef struct kc_w1_part {
     int64_t lo, hi;                 /* tiles */
@@ -55,33 +76,37 @@ typedef struct kc_w1_part {
 typedef struct kc_w1_state {
     kc_kernel_state base;
     kc_shape in_shape;
+    int dims;                       /* 1: along one axis; 2: F(m x m, r x r) */
     int m, r, alpha;
+    int prods;                      /* products per tile: alpha, or alpha^2 */
     int64_t c, f;                   /* input and output channels */
+    /* 2-D: images, input and output sizes, leading pads, tiles per axis */
+    int64_t n, h_in, w_in, h_out, w_out, pad_t, pad_l, tiles_h, tiles_w;
     int64_t outer, inner;           /* lines: outer x inner, each along the axis */
     int64_t len_in, len_out, pad;   /* along the axis */
     int64_t tiles_per_line, tiles, block;
-    float at[KC_WINO1D_MAX_ALPHA * KC_WINO1D_MAX_ALPHA];
-    float bt[KC_WINO1D_MAX_ALPHA * KC_WINO1D_MAX_ALPHA];
+    float at[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA];
+    float bt[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA];
     float *packed;                  /* g · w in the product's layout */
     int act;                        /* 0 linear, 1 relu, 2 relu6, 3 the caller's */
     size_t v_bytes, m_bytes;
     kc_wino_budget *budget;
     size_t paid;
     int n_parts;
-    kc_w1_part part[KC_WINO1D_MAX_PARTS];
+    kc_w1_part part[KC_WINO_MAX_PARTS];
 } kc_w1_state;
 
 /* ------------------------------------------------------------ transforms */
 
 /* The interpolation points: the first alpha - 1 of these, then infinity. */
-static const double kc_w1_points[KC_WINO1D_MAX_ALPHA - 1] = {
+static const double kc_w1_points[KC_WINO_MAX_ALPHA - 1] = {
     0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -1.0 / 3.0, -3.0, 1.0 / 3.0};
 
 /* inv = v^-1 (n x n, row-major) by Gauss-Jordan with partial pivoting;
  * 0 on success. */
 static int kc_w1_invert(const double *v, int n, double *inv)
 {
-    double a[KC_WINO1D_MAX_ALPHA][2 * KC_WINO1D_MAX_ALPHA];
+    double a[KC_WINO_MAX_ALPHA][2 * KC_WINO_MAX_ALPHA];
     for (int i = 0; i < n; i++)
         for (int j = 0; j < 2 * n; j++)
             a[i][j] = j < n ? v[i * n + j] : (j - n == i);
@@ -120,13 +145,13 @@ static int kc_w1_invert(const double *v, int n, double *inv)
  * correlation a convolution layer computes is its transpose, so bt is
  * that inverse transposed. Infinity evaluates a polynomial's leading
  * coefficient. */
-int kc_wino1d_transforms(int m, int r, double *at, double *g, double *bt)
+int kc_wino_transforms(int m, int r, double *at, double *g, double *bt)
 {
     int alpha = m + r - 1;
-    if (m < 1 || r < 1 || alpha > KC_WINO1D_MAX_ALPHA || alpha < 2)
+    if (m < 1 || r < 1 || alpha > KC_WINO_MAX_ALPHA || alpha < 2)
         return 1;
-    double v[KC_WINO1D_MAX_ALPHA * KC_WINO1D_MAX_ALPHA] = {0};
-    double inv[KC_WINO1D_MAX_ALPHA * KC_WINO1D_MAX_ALPHA];
+    double v[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA] = {0};
+    double inv[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA];
     for (int j = 0; j < alpha; j++) {
         int inf = j == alpha - 1;
         double p = inf ? 0.0 : kc_w1_points[j], pw = 1.0;
@@ -155,7 +180,7 @@ static int kc_w1_pick_tile(int r, int64_t len)
     int best = 0;
     int64_t best_cost = 0;
     /* the larger tiles' error grows fast: F(8, 3) measured 27-43x a
-     * direct sum's, F(6, 3) 5x, F(4, 7) 23x (wino1d's header) */
+     * direct sum's, F(6, 3) 5x, F(4, 7) 23x (this file's header) */
     int m_max = r == 3 ? 6 : 4;
     for (int m = 2; m <= m_max && m + r - 1 <= KC_WINO1D_ALPHA_MAX; m++) {
         int64_t cost = (int64_t)(m + r - 1) * ((len + m - 1) / m);
@@ -185,7 +210,7 @@ static int kc_w1_act(const char *act)
 }
 
 /* The layer's geometry as lines along its kernel's axis, into st; 0 when
- * the layer does not qualify (see wino1d.h). */
+ * the layer does not qualify (see wino.h). */
 static int kc_w1_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_state *st)
 {
     const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
@@ -239,9 +264,53 @@ static int kc_w1_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_
     st->m = kc_w1_pick_tile(st->r, st->len_out);
     if (!st->m)
         return 0;
+    st->dims = 1;
     st->alpha = st->m + st->r - 1;
+    st->prods = st->alpha;
     st->tiles_per_line = (st->len_out + st->m - 1) / st->m;
     st->tiles = st->outer * st->inner * st->tiles_per_line;
+    st->act = kc_w1_act(a->activation);
+    return 1;
+}
+
+/* F(4x4, 3x3) on a 3x3 stride-1 Conv2D whose images have at least
+ * KC_WINO2D_MIN_PIXELS outputs and at least KC_WINO2D_MIN_CHANNELS input
+ * and output channels; into st, 0 when the layer does not qualify. */
+static int kc_w2_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_state *st)
+{
+    const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
+    const char *env = getenv("KC_WINO2D");
+    if ((env && !strcmp(env, "0")) || a->kind != KC_CONV_PLAIN || a->groups != 1 ||
+        a->accumulate || a->post_dw || a->pre_pool || a->spatial != 2 || in->rank != 4 ||
+        out->rank != 4 || a->padding == 2)
+        return 0;
+    for (int i = 0; i < 2; i++)
+        if (a->kernel[i] != 3 || a->strides[i] != 1 || a->dilation[i] != 1 ||
+            a->pad_before[i] || a->pad_after[i])
+            return 0;
+    st->c = in->dims[3];
+    st->f = out->dims[3];
+    st->n = in->dims[0];
+    st->h_in = in->dims[1];
+    st->w_in = in->dims[2];
+    st->h_out = out->dims[1];
+    st->w_out = out->dims[2];
+    if (st->c < KC_WINO2D_MIN_CHANNELS || st->f < KC_WINO2D_MIN_CHANNELS ||
+        st->c + st->f < KC_WINO2D_MIN_CHANNEL_SUM || st->h_out * st->w_out < KC_WINO2D_MIN_PIXELS)
+        return 0;
+    int64_t shrink = a->padding == 0 ? 2 : 0;
+    if (st->h_out != st->h_in - shrink || st->w_out != st->w_in - shrink)
+        return 0;
+    st->pad_t = a->padding == 1 ? 1 : 0; /* "same", 3x3 stride 1: one each side */
+    st->pad_l = st->pad_t;
+    st->dims = 2;
+    st->r = 3;
+    st->m = 4;
+    st->alpha = 6;
+    st->prods = 36;
+    st->tiles_h = (st->h_out + 3) / 4;
+    st->tiles_w = (st->w_out + 3) / 4;
+    st->tiles = st->n * st->tiles_h * st->tiles_w;
     st->act = kc_w1_act(a->activation);
     return 1;
 }
@@ -262,8 +331,8 @@ static void kc_w1_free(kc_kernel_state *s)
 /* The transforms in float. */
 static int kc_w1_set_transforms(kc_w1_state *st, double *g)
 {
-    double at[KC_WINO1D_MAX_ALPHA * KC_WINO1D_MAX_ALPHA], bt[KC_WINO1D_MAX_ALPHA * KC_WINO1D_MAX_ALPHA];
-    if (kc_wino1d_transforms(st->m, st->r, at, g, bt))
+    double at[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA], bt[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA];
+    if (kc_wino_transforms(st->m, st->r, at, g, bt))
         return 1;
     for (int i = 0; i < st->m * st->alpha; i++)
         st->at[i] = (float)at[i];
@@ -277,8 +346,8 @@ static int kc_w1_set_transforms(kc_w1_state *st, double *g)
  * weights layout into *w_md. */
 static kc_status kc_w1_prim(const kc_w1_state *st, kc_dnnl_prim *p, dnnl_memory_desc_t *w_md)
 {
-    dnnl_dims_t sd = {st->alpha, st->block, st->c}, wd = {st->alpha, st->c, st->f},
-                dd = {st->alpha, st->block, st->f};
+    dnnl_dims_t sd = {st->prods, st->block, st->c}, wd = {st->prods, st->c, st->f},
+                dd = {st->prods, st->block, st->f};
     dnnl_memory_desc_t s_md, d_md;
     dnnl_matmul_desc_t desc;
     dnnl_primitive_desc_t pd = NULL;
@@ -303,24 +372,32 @@ static kc_status kc_w1_prim(const kc_w1_state *st, kc_dnnl_prim *p, dnnl_memory_
     return s;
 }
 
-/* g · w for every alpha point, [alpha][C][F], packed into the product's
- * layout w_md. */
+/* g · w for every alpha point, [alpha][C][F] (2-D: g · w · g' for every
+ * pair of points, [alpha^2][C][F]), packed into the product's layout w_md. */
 static kc_status kc_w1_pack_kernel(const kc_exec_ctx *ctx, kc_w1_state *st, const double *g,
                                    const dnnl_memory_desc_t *w_md)
 {
-    const float *w = kc_w(ctx, 0); /* (k, C, F) along the axis: hwio with a 1 */
+    const float *w = kc_w(ctx, 0); /* (k..., C, F): hwio */
     int64_t cf = st->c * st->f;
-    float *u = malloc((size_t)(st->alpha * cf) * sizeof *u);
+    float *u = malloc((size_t)(st->prods * cf) * sizeof *u);
     if (!u)
         return KC_ERR_NOMEM;
-    for (int xi = 0; xi < st->alpha; xi++)
+    for (int p = 0; p < st->prods; p++) {
+        int xi = st->dims == 2 ? p / st->alpha : p, eta = st->dims == 2 ? p % st->alpha : 0;
         for (int64_t i = 0; i < cf; i++) {
             double sum = 0.0;
-            for (int k = 0; k < st->r; k++)
-                sum += g[xi * st->r + k] * (double)w[k * cf + i];
-            u[xi * cf + i] = (float)sum;
+            if (st->dims == 1)
+                for (int k = 0; k < st->r; k++)
+                    sum += g[xi * st->r + k] * (double)w[k * cf + i];
+            else
+                for (int k = 0; k < st->r; k++)
+                    for (int l = 0; l < st->r; l++)
+                        sum += g[xi * st->r + k] * g[eta * st->r + l] *
+                               (double)w[(k * st->r + l) * cf + i];
+            u[p * cf + i] = (float)sum;
         }
-    dnnl_dims_t wd = {st->alpha, st->c, st->f};
+    }
+    dnnl_dims_t wd = {st->prods, st->c, st->f};
     dnnl_memory_desc_t plain;
     kc_status s = dnnl_memory_desc_init_by_tag(&plain, 3, wd, dnnl_f32, dnnl_abc)
                       ? kc_fail(KC_ERR_UNSUPPORTED, "oneDNN refused a weights layout")
@@ -333,7 +410,7 @@ static kc_status kc_w1_pack_kernel(const kc_exec_ctx *ctx, kc_w1_state *st, cons
  * Winograd budget; paid from it when they do. */
 static int kc_w1_pay(kc_w1_state *st, size_t kernel_bytes)
 {
-    size_t keras = (size_t)(st->r * st->c * st->f) * sizeof(float);
+    size_t keras = (size_t)((st->dims == 2 ? st->r * st->r : st->r) * st->c * st->f) * sizeof(float);
     size_t cost = kernel_bytes > keras ? kernel_bytes - keras : 0;
     if (!st->budget || st->budget->left == SIZE_MAX)
         return 1;
@@ -348,11 +425,11 @@ static int kc_w1_pay(kc_w1_state *st, size_t kernel_bytes)
 static void kc_w1_plan(kc_w1_state *st)
 {
     int threads = kc_threads_max();
-    int64_t n = st->tiles / KC_WINO1D_PART_MIN_TILES;
+    int64_t n = st->tiles / KC_WINO_PART_MIN_TILES;
     if (n > threads)
         n = threads;
-    if (n > KC_WINO1D_MAX_PARTS)
-        n = KC_WINO1D_MAX_PARTS;
+    if (n > KC_WINO_MAX_PARTS)
+        n = KC_WINO_MAX_PARTS;
     if (n < 1)
         n = 1;
     st->n_parts = (int)n;
@@ -361,19 +438,19 @@ static void kc_w1_plan(kc_w1_state *st)
         st->part[k].lo = k * per < st->tiles ? k * per : st->tiles;
         st->part[k].hi = (k + 1) * per < st->tiles ? (k + 1) * per : st->tiles;
     }
-    int64_t tile_bytes = (int64_t)st->alpha * (st->c + st->f) * (int64_t)sizeof(float);
-    int64_t max_block = KC_WINO1D_BLOCK_BYTES / tile_bytes;
+    int64_t tile_bytes = (int64_t)st->prods * (st->c + st->f) * (int64_t)sizeof(float);
+    int64_t max_block = KC_WINO_BLOCK_BYTES / tile_bytes;
     if (max_block < 8)
         max_block = 8;
     int64_t blocks = (per + max_block - 1) / max_block;
     st->block = (per + blocks - 1) / blocks;
-    st->v_bytes = kc_dnnl_align64((size_t)(st->alpha * st->block * st->c) * sizeof(float));
-    st->m_bytes = kc_dnnl_align64((size_t)(st->alpha * st->block * st->f) * sizeof(float));
+    st->v_bytes = kc_dnnl_align64((size_t)(st->prods * st->block * st->c) * sizeof(float));
+    st->m_bytes = kc_dnnl_align64((size_t)(st->prods * st->block * st->f) * sizeof(float));
 }
 
 static kc_status kc_w1_build(const kc_exec_ctx *ctx, kc_w1_state *st)
 {
-    double g[KC_WINO1D_MAX_ALPHA * KC_WINO1D_MAX_ALPHA];
+    double g[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA];
     if (kc_w1_set_transforms(st, g))
         return kc_fail(KC_ERR_UNSUPPORTED, "no 1-D Winograd transform F(%d, %d)", st->m, st->r);
     kc_w1_plan(st);
@@ -405,11 +482,14 @@ kc_w1_in_n(const float *bt, int64_t c_all, const float *const *d, float *v, int6
 {
     for (int64_t c = 0; c < c_all; c += 16) {
         __mmask16 mask = kc_w1_lanes(c, c_all);
-        __m512 x[KC_WINO1D_MAX_ALPHA];
+        __m512 x[KC_WINO_MAX_ALPHA] = {0}; /* past alpha unused (GCC cannot tell) */
+        #pragma GCC unroll 12
         for (int j = 0; j < alpha; j++)
             x[j] = d[j] ? _mm512_maskz_loadu_ps(mask, d[j] + c) : _mm512_setzero_ps();
+        #pragma GCC unroll 12
         for (int xi = 0; xi < alpha; xi++) {
             __m512 acc = _mm512_mul_ps(_mm512_set1_ps(bt[xi * alpha]), x[0]);
+            #pragma GCC unroll 12
             for (int j = 1; j < alpha; j++)
                 acc = _mm512_fmadd_ps(_mm512_set1_ps(bt[xi * alpha + j]), x[j], acc);
             _mm512_mask_storeu_ps(v + xi * ldv + c, mask, acc);
@@ -426,14 +506,17 @@ kc_w1_out_n(const float *at, int64_t f_all, const float *mt, int64_t ldm, const 
     __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
     for (int64_t f = 0; f < f_all; f += 16) {
         __mmask16 mask = kc_w1_lanes(f, f_all);
-        __m512 x[KC_WINO1D_MAX_ALPHA];
+        __m512 x[KC_WINO_MAX_ALPHA] = {0}; /* past alpha unused (GCC cannot tell) */
+        #pragma GCC unroll 12
         for (int xi = 0; xi < alpha; xi++)
             x[xi] = _mm512_maskz_loadu_ps(mask, mt + xi * ldm + f);
         __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + f) : zero;
+        #pragma GCC unroll 12
         for (int q = 0; q < m; q++) {
             if (q >= valid)
                 break;
             __m512 acc = b;
+            #pragma GCC unroll 12
             for (int xi = 0; xi < alpha; xi++)
                 acc = _mm512_fmadd_ps(_mm512_set1_ps(at[q * alpha + xi]), x[xi], acc);
             if (act == 1 || act == 2)
@@ -491,7 +574,7 @@ static void kc_w1_inputs(const kc_w1_state *st, const float *in, int64_t lo, int
     for (int64_t b = 0; b < n; b++) {
         int64_t o, j, i;
         kc_w1_tile_at(st, lo + b, &o, &j, &i);
-        const float *d[KC_WINO1D_MAX_ALPHA];
+        const float *d[KC_WINO_MAX_ALPHA];
         for (int xi = 0; xi < st->alpha; xi++) {
             int64_t p = j * st->m - st->pad + xi;
             d[xi] = p >= 0 && p < st->len_in ? in + ((o * st->len_in + p) * st->inner + i) * st->c
@@ -500,7 +583,7 @@ static void kc_w1_inputs(const kc_w1_state *st, const float *in, int64_t lo, int
         kc_w1_in_tile(st, d, v + b * st->c, ldv);
     }
     /* a short last block: its unused rows enter the product; zero them */
-    for (int xi = 0; xi < st->alpha && n < st->block; xi++)
+    for (int xi = 0; xi < st->prods && n < st->block; xi++)
         memset(v + xi * ldv + n * st->c, 0, (size_t)((st->block - n) * st->c) * sizeof *v);
 }
 
@@ -511,7 +594,7 @@ static void kc_w1_outputs(const kc_w1_state *st, const float *mt, int64_t lo, in
     for (int64_t b = 0; b < n; b++) {
         int64_t o, j, i;
         kc_w1_tile_at(st, lo + b, &o, &j, &i);
-        float *y[KC_WINO1D_MAX_ALPHA];
+        float *y[KC_WINO_MAX_ALPHA];
         int valid = 0;
         for (; valid < st->m && j * st->m + valid < st->len_out; valid++)
             y[valid] = out + ((o * st->len_out + j * st->m + valid) * st->inner + i) * st->f;
@@ -519,11 +602,138 @@ static void kc_w1_outputs(const kc_w1_state *st, const float *mt, int64_t lo, in
     }
 }
 
+/* 2-D, F(4x4, 3x3): one tile's input transform, bt · d · bt' over its
+ * 6x6 inputs (d row-major, NULL where padding), into the 36 rows
+ * v[(xi * 6 + eta) * ldv + c]; rows first, then columns. */
+__attribute__((target("avx512f"))) static void
+kc_w2_in_tile(const float *bt, int64_t c_all, const float *const *d, float *v, int64_t ldv)
+{
+    for (int64_t c = 0; c < c_all; c += 16) {
+        __mmask16 mask = kc_w1_lanes(c, c_all);
+        __m512 t[6][6]; /* t[i][eta] = sum_j bt[eta][j] d[i][j] */
+        #pragma GCC unroll 6
+        for (int i = 0; i < 6; i++) {
+            __m512 x[6];
+            #pragma GCC unroll 6
+            for (int j = 0; j < 6; j++)
+                x[j] = d[i * 6 + j] ? _mm512_maskz_loadu_ps(mask, d[i * 6 + j] + c)
+                                    : _mm512_setzero_ps();
+            #pragma GCC unroll 6
+            for (int eta = 0; eta < 6; eta++) {
+                __m512 acc = _mm512_mul_ps(_mm512_set1_ps(bt[eta * 6]), x[0]);
+                #pragma GCC unroll 6
+                for (int j = 1; j < 6; j++)
+                    acc = _mm512_fmadd_ps(_mm512_set1_ps(bt[eta * 6 + j]), x[j], acc);
+                t[i][eta] = acc;
+            }
+        }
+        #pragma GCC unroll 6
+        for (int xi = 0; xi < 6; xi++)
+            #pragma GCC unroll 6
+            for (int eta = 0; eta < 6; eta++) {
+                __m512 acc = _mm512_mul_ps(_mm512_set1_ps(bt[xi * 6]), t[0][eta]);
+                #pragma GCC unroll 6
+                for (int i = 1; i < 6; i++)
+                    acc = _mm512_fmadd_ps(_mm512_set1_ps(bt[xi * 6 + i]), t[i][eta], acc);
+                _mm512_mask_storeu_ps(v + (xi * 6 + eta) * ldv + c, mask, acc);
+            }
+    }
+}
+
+/* 2-D: one tile's output transform, at · M · at', into its outputs y[p * 4
+ * + q] for p < valid_h, q < valid_w, with the bias and the activation. */
+__attribute__((target("avx512f"))) static void
+kc_w2_out_tile(const float *at, int64_t f_all, const float *mt, int64_t ldm, const float *bias,
+               int act, float *const *y, int valid_h, int valid_w)
+{
+    __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
+    for (int64_t f = 0; f < f_all; f += 16) {
+        __mmask16 mask = kc_w1_lanes(f, f_all);
+        __m512 s[6][4]; /* s[xi][q] = sum_eta M[xi][eta] at[q][eta] */
+        #pragma GCC unroll 6
+        for (int xi = 0; xi < 6; xi++) {
+            __m512 x[6];
+            #pragma GCC unroll 6
+            for (int eta = 0; eta < 6; eta++)
+                x[eta] = _mm512_maskz_loadu_ps(mask, mt + (xi * 6 + eta) * ldm + f);
+            #pragma GCC unroll 6
+            for (int q = 0; q < 4; q++) {
+                __m512 acc = _mm512_mul_ps(_mm512_set1_ps(at[q * 6]), x[0]);
+                #pragma GCC unroll 6
+                for (int eta = 1; eta < 6; eta++)
+                    acc = _mm512_fmadd_ps(_mm512_set1_ps(at[q * 6 + eta]), x[eta], acc);
+                s[xi][q] = acc;
+            }
+        }
+        __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + f) : zero;
+        #pragma GCC unroll 6
+        for (int p = 0; p < valid_h; p++)
+            #pragma GCC unroll 6
+            for (int q = 0; q < valid_w; q++) {
+                __m512 acc = b;
+                #pragma GCC unroll 6
+                for (int xi = 0; xi < 6; xi++)
+                    acc = _mm512_fmadd_ps(_mm512_set1_ps(at[p * 6 + xi]), s[xi][q], acc);
+                if (act == 1 || act == 2)
+                    acc = _mm512_max_ps(acc, zero);
+                if (act == 2)
+                    acc = _mm512_min_ps(acc, six);
+                _mm512_mask_storeu_ps(y[p * 4 + q] + f, mask, acc);
+            }
+    }
+}
+
+/* 2-D tile t's image and top-left output. */
+static void kc_w2_tile_at(const kc_w1_state *st, int64_t t, int64_t *img, int64_t *oy, int64_t *ox)
+{
+    *ox = (t % st->tiles_w) * 4;
+    int64_t rest = t / st->tiles_w;
+    *oy = (rest % st->tiles_h) * 4;
+    *img = rest / st->tiles_h;
+}
+
+static void kc_w2_inputs(const kc_w1_state *st, const float *in, int64_t lo, int64_t n, float *v)
+{
+    int64_t ldv = st->block * st->c;
+    for (int64_t b = 0; b < n; b++) {
+        int64_t img, oy, ox;
+        kc_w2_tile_at(st, lo + b, &img, &oy, &ox);
+        const float *d[36];
+        for (int i = 0; i < 6; i++)
+            for (int j = 0; j < 6; j++) {
+                int64_t y = oy - st->pad_t + i, x = ox - st->pad_l + j;
+                d[i * 6 + j] = y >= 0 && y < st->h_in && x >= 0 && x < st->w_in
+                                   ? in + ((img * st->h_in + y) * st->w_in + x) * st->c
+                                   : NULL;
+            }
+        kc_w2_in_tile(st->bt, st->c, d, v + b * st->c, ldv);
+    }
+    for (int p = 0; p < st->prods && n < st->block; p++)
+        memset(v + p * ldv + n * st->c, 0, (size_t)((st->block - n) * st->c) * sizeof *v);
+}
+
+static void kc_w2_outputs(const kc_w1_state *st, const float *mt, int64_t lo, int64_t n,
+                          const float *bias, float *out)
+{
+    int64_t ldm = st->block * st->f;
+    for (int64_t b = 0; b < n; b++) {
+        int64_t img, oy, ox;
+        kc_w2_tile_at(st, lo + b, &img, &oy, &ox);
+        int vh = st->h_out - oy < 4 ? (int)(st->h_out - oy) : 4;
+        int vw = st->w_out - ox < 4 ? (int)(st->w_out - ox) : 4;
+        float *y[16];
+        for (int p = 0; p < vh; p++)
+            for (int q = 0; q < vw; q++)
+                y[p * 4 + q] = out + ((img * st->h_out + oy + p) * st->w_out + ox + q) * st->f;
+        kc_w2_out_tile(st->at, st->f, mt + b * st->f, ldm, bias, st->act, y, vh, vw);
+    }
+}
+
 typedef struct kc_w1_io {
     const kc_w1_state *st;
     const float *in, *bias;
     float *out;
-    kc_status status[KC_WINO1D_MAX_PARTS];
+    kc_status status[KC_WINO_MAX_PARTS];
 } kc_w1_io;
 
 static kc_status kc_w1_run_part(const kc_w1_state *st, kc_w1_part *pt, int lane,
@@ -535,10 +745,16 @@ static kc_status kc_w1_run_part(const kc_w1_state *st, kc_w1_part *pt, int lane,
         return kc_fail(KC_ERR_NOMEM, "out of memory for a 1-D Winograd convolution's buffers");
     for (int64_t lo = pt->lo; lo < pt->hi; lo += st->block) {
         int64_t n = pt->hi - lo < st->block ? pt->hi - lo : st->block;
-        kc_w1_inputs(st, io->in, lo, n, v);
+        if (st->dims == 2)
+            kc_w2_inputs(st, io->in, lo, n, v);
+        else
+            kc_w1_inputs(st, io->in, lo, n, v);
         void *ptrs[3] = {v, st->packed, mt};
         KC_TRY(kc_dnnl_run_lane(&pt->prim, ptrs, lane));
-        kc_w1_outputs(st, mt, lo, n, io->bias, io->out);
+        if (st->dims == 2)
+            kc_w2_outputs(st, mt, lo, n, io->bias, io->out);
+        else
+            kc_w1_outputs(st, mt, lo, n, io->bias, io->out);
     }
     return KC_OK;
 }
@@ -563,7 +779,7 @@ static kc_status kc_w1_execute(kc_w1_state *st, const kc_exec_ctx *ctx)
     return KC_OK;
 }
 
-kc_status kc_wino1d_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
+kc_status kc_wino_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
     *handled = 0;
@@ -579,7 +795,7 @@ kc_status kc_wino1d_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     if (!st) {
         kc_w1_state probe;
         memset(&probe, 0, sizeof probe);
-        if (!kc_w1_geometry(ctx, a, &probe))
+        if (!kc_w1_geometry(ctx, a, &probe) && !kc_w2_geometry(ctx, a, &probe))
             return KC_OK;
         st = kc_calloc(1, sizeof *st);
         if (!st)
@@ -602,9 +818,16 @@ kc_status kc_wino1d_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     return KC_OK;
 }
 
-int kc_wino1d_tile(const kc_kernel_state *state)
+int kc_wino_tile(const kc_kernel_state *state)
 {
     if (!state || state->free != kc_w1_free)
         return 0;
     return ((const kc_w1_state *)state)->m;
+}
+
+int kc_wino_dims(const kc_kernel_state *state)
+{
+    if (!state || state->free != kc_w1_free)
+        return 0;
+    return ((const kc_w1_state *)state)->dims;
 }

@@ -1,0 +1,32 @@
+/* kerasc's own Winograd convolutions (see wino.c): F(m, r) along one
+ * axis for (1, r) and (r, 1) kernels and Conv1D, and F(4x4, 3x3). */
+#ifndef KC_WINO_H
+#define KC_WINO_H
+
+#include "kernels/kernel.h"
+
+/* Run the convolution as Winograd when it qualifies; *handled = 0 means
+ * the caller must run it another way. 1-D: a plain, stride-1, undilated,
+ * ungrouped convolution whose kernel is 3 to 7 long on one axis and 1 on
+ * the others, 32 channels or more in and out, 100 outputs or more per
+ * image (KC_WINO1D=0: never). 2-D: a 3x3 stride-1 Conv2D, 64 channels or
+ * more in and out and 160 or more together, 512 outputs or more per image
+ * (KC_WINO2D=0: never). Neither with --exact, streamed weights, a fused
+ * residual, depthwise convolution or pooling, a folded ZeroPadding, or
+ * KC_WINOGRAD=0. *act_done: the activation ran too (linear, relu,
+ * relu6). */
+kc_status kc_wino_conv(const kc_exec_ctx *ctx, int *handled, int *act_done);
+
+/* For tests and reports: the output tile m of a node's Winograd state and
+ * how many axes it spans (1 or 2); 0 when state is none. */
+int kc_wino_tile(const kc_kernel_state *state);
+int kc_wino_dims(const kc_kernel_state *state);
+
+/* The transforms of F(m, r) (alpha = m + r - 1 <= KC_WINO_MAX_ALPHA):
+ * at (m x alpha), g (alpha x r), bt (alpha x alpha), row-major, such that
+ * y = at · ((g · w) ⊙ (bt · d)) is the correlation y[i] = sum_k d[i+k] w[k]
+ * for i < m. 0 on success. The 2-D transforms apply them on both axes. */
+#define KC_WINO_MAX_ALPHA 12
+int kc_wino_transforms(int m, int r, double *at, double *g, double *bt);
+
+#endif
