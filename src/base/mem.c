@@ -3,6 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "error.h"
 
@@ -57,6 +60,13 @@ kc_status kc_grow(void **items, size_t *cap, size_t need, size_t elem_size)
     *items = p;
     *cap = next;
     return KC_OK;
+}
+
+void kc_mem_give_back(void)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
 }
 
 int kc_mul_overflows(int64_t a, int64_t b, int64_t *out)

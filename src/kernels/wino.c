@@ -582,9 +582,6 @@ static void kc_w1_inputs(const kc_w1_state *st, const float *in, int64_t lo, int
         }
         kc_w1_in_tile(st, d, v + b * st->c, ldv);
     }
-    /* a short last block: its unused rows enter the product; zero them */
-    for (int xi = 0; xi < st->prods && n < st->block; xi++)
-        memset(v + xi * ldv + n * st->c, 0, (size_t)((st->block - n) * st->c) * sizeof *v);
 }
 
 static void kc_w1_outputs(const kc_w1_state *st, const float *mt, int64_t lo, int64_t n,
@@ -708,8 +705,6 @@ static void kc_w2_inputs(const kc_w1_state *st, const float *in, int64_t lo, int
             }
         kc_w2_in_tile(st->bt, st->c, d, v + b * st->c, ldv);
     }
-    for (int p = 0; p < st->prods && n < st->block; p++)
-        memset(v + p * ldv + n * st->c, 0, (size_t)((st->block - n) * st->c) * sizeof *v);
 }
 
 static void kc_w2_outputs(const kc_w1_state *st, const float *mt, int64_t lo, int64_t n,
@@ -749,6 +744,10 @@ static kc_status kc_w1_run_part(const kc_w1_state *st, kc_w1_part *pt, int lane,
             kc_w2_inputs(st, io->in, lo, n, v);
         else
             kc_w1_inputs(st, io->in, lo, n, v);
+        /* a short last block: its unused rows enter the product; zero them */
+        int64_t ldv = st->block * st->c;
+        for (int p = 0; p < st->prods && n < st->block; p++)
+            memset(v + p * ldv + n * st->c, 0, (size_t)((st->block - n) * st->c) * sizeof *v);
         void *ptrs[3] = {v, st->packed, mt};
         KC_TRY(kc_dnnl_run_lane(&pt->prim, ptrs, lane));
         if (st->dims == 2)
