@@ -565,8 +565,10 @@ static void test_wino1d_layers(void **state)
 
 /* 2-D, F(4x4, 3x3): "same" and "valid", partial tiles at the right and
  * bottom edges, channels that are not a multiple of 16, relu6 and elu,
- * 1 to 3 threads, against the plain path; 64 -> 64, under 512 outputs an
- * image, stride 2, --exact and KC_WINO2D=0 keep it out. */
+ * 1 to 3 threads, against the plain path, also 32 -> 64 (oneDNN would
+ * run it direct); 64 -> 64 (oneDNN's F(4x4) is faster), 16 channels,
+ * under 512 outputs an image, stride 2, --exact and KC_WINO2D=0 keep it
+ * out. */
 static void test_wino2d_layers(void **state)
 {
     (void)state;
@@ -579,14 +581,18 @@ static void test_wino2d_layers(void **state)
          1, 1, 1, 0, 0, "relu6", 1},
         {"3x3 96 -> 80 same on 24x24, elu", "Conv2D", KC_CONV_PLAIN, 2, 1, 24, 24, 96, 80, 3, 1,
          1, 1, 0, 0, "elu", 1},
+        {"3x3 32 -> 64 valid on 40x40", "Conv2D", KC_CONV_PLAIN, 2, 1, 40, 40, 32, 64, 3, 1, 1,
+         0, 0, 0, "relu", 1},
         {"3x3 64 -> 64 same on 32x32", "Conv2D", KC_CONV_PLAIN, 2, 1, 32, 32, 64, 64, 3, 1, 1, 1,
+         0, 0, "relu", 1},
+        {"3x3 16 -> 64 same on 32x32", "Conv2D", KC_CONV_PLAIN, 2, 1, 32, 32, 16, 64, 3, 1, 1, 1,
          0, 0, "relu", 1},
         {"3x3 128 -> 128 same on 20x20", "Conv2D", KC_CONV_PLAIN, 2, 1, 20, 20, 128, 128, 3, 1,
          1, 1, 0, 0, "relu", 1},
         {"3x3 128 -> 128 same stride 2 on 64x64", "Conv2D", KC_CONV_PLAIN, 2, 1, 64, 64, 128,
          128, 3, 2, 1, 1, 0, 0, "relu", 1},
     };
-    static const int want_dims[] = {2, 2, 2, 2, 0, 0, 0};
+    static const int want_dims[] = {2, 2, 2, 2, 2, 0, 0, 0, 0};
     if (!kc_dnnl_ready() || !__builtin_cpu_supports("avx512f"))
         skip();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
