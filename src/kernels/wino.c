@@ -276,9 +276,11 @@ static int kc_w1_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_
     return 1;
 }
 
-/* F(4x4, 3x3) on a 3x3 stride-1 Conv2D whose images have at least
- * KC_WINO2D_MIN_PIXELS outputs and at least KC_WINO2D_MIN_CHANNELS input
- * and output channels; into st, 0 when the layer does not qualify. */
+/* F(4x4, 3x3) on a 3x3, F(2x2, 5x5) on a 5x5 stride-1 Conv2D whose images
+ * have at least KC_WINO2D_MIN_PIXELS outputs and at least
+ * KC_WINO2D_MIN_CHANNELS input and output channels; into st, 0 when the
+ * layer does not qualify. Both have alpha = 6 and the same points, so the
+ * same input transform. */
 static int kc_w2_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_state *st)
 {
     const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
@@ -288,7 +290,7 @@ static int kc_w2_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_
         out->rank != 4 || a->padding == 2)
         return 0;
     for (int i = 0; i < 2; i++)
-        if (a->kernel[i] != 3 || a->strides[i] != 1 || a->dilation[i] != 1 ||
+        if (a->kernel[i] != a->kernel[0] || a->strides[i] != 1 || a->dilation[i] != 1 ||
             a->pad_before[i] || a->pad_after[i])
             return 0;
     st->c = in->dims[3];
@@ -301,23 +303,26 @@ static int kc_w2_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_
     /* against oneDNN's F(4x4) (64+ channels both sides, dnnl_conv.c) only
      * from KC_WINO2D_MIN_CHANNEL_SUM on; against its direct kernel (fewer
      * channels) always */
-    int dnnl_wino = st->c >= 64 && st->f >= 64;
+    int dnnl_wino = a->kernel[0] == 3 && st->c >= 64 && st->f >= 64;
     if (st->c < KC_WINO2D_MIN_CHANNELS || st->f < KC_WINO2D_MIN_CHANNELS ||
         (dnnl_wino && st->c + st->f < KC_WINO2D_MIN_CHANNEL_SUM) ||
         st->h_out * st->w_out < KC_WINO2D_MIN_PIXELS)
         return 0;
-    int64_t shrink = a->padding == 0 ? 2 : 0;
+    int r = (int)a->kernel[0];
+    if (r != 3 && r != 5)
+        return 0;
+    int64_t shrink = a->padding == 0 ? r - 1 : 0;
     if (st->h_out != st->h_in - shrink || st->w_out != st->w_in - shrink)
         return 0;
-    st->pad_t = a->padding == 1 ? 1 : 0; /* "same", 3x3 stride 1: one each side */
+    st->pad_t = a->padding == 1 ? (r - 1) / 2 : 0; /* "same", odd r, stride 1: even */
     st->pad_l = st->pad_t;
     st->dims = 2;
-    st->r = 3;
-    st->m = 4;
+    st->r = r;
+    st->m = r == 3 ? 4 : 2; /* alpha 6 either way: F(4x4, 3x3), F(2x2, 5x5) */
     st->alpha = 6;
     st->prods = 36;
-    st->tiles_h = (st->h_out + 3) / 4;
-    st->tiles_w = (st->w_out + 3) / 4;
+    st->tiles_h = (st->h_out + st->m - 1) / st->m;
+    st->tiles_w = (st->w_out + st->m - 1) / st->m;
     st->tiles = st->n * st->tiles_h * st->tiles_w;
     st->act = kc_w1_act(a->activation);
     return 1;
@@ -645,38 +650,41 @@ kc_w2_in_tile(const float *bt, int64_t c_all, const float *const *d, float *v, i
     }
 }
 
-/* 2-D: one tile's output transform, at · M · at', into its outputs y[p * 4
- * + q] for p < valid_h, q < valid_w, with the bias and the activation. */
-__attribute__((target("avx512f"))) static void
-kc_w2_out_tile(const float *at, int64_t f_all, const float *mt, int64_t ldm, const float *bias,
-               int act, float *const *y, int valid_h, int valid_w)
+/* 2-D: one tile's output transform, at · M · at' (at: m x 6), into its
+ * outputs y[p * 4 + q] for p < valid_h, q < valid_w (both <= m), with the
+ * bias and the activation; m a constant where inlined (kc_w2_out_tile). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+kc_w2_out_m(const float *at, int64_t f_all, const float *mt, int64_t ldm, const float *bias,
+            int act, float *const *y, int valid_h, int valid_w, int m)
 {
     __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
     for (int64_t f = 0; f < f_all; f += 16) {
         __mmask16 mask = kc_w1_lanes(f, f_all);
         __m512 s[6][4]; /* s[xi][q] = sum_eta M[xi][eta] at[q][eta] */
-        #pragma GCC unroll 6
+#pragma GCC unroll 6
         for (int xi = 0; xi < 6; xi++) {
             __m512 x[6];
-            #pragma GCC unroll 6
+#pragma GCC unroll 6
             for (int eta = 0; eta < 6; eta++)
                 x[eta] = _mm512_maskz_loadu_ps(mask, mt + (xi * 6 + eta) * ldm + f);
-            #pragma GCC unroll 6
-            for (int q = 0; q < 4; q++) {
+#pragma GCC unroll 4
+            for (int q = 0; q < m; q++) {
                 __m512 acc = _mm512_mul_ps(_mm512_set1_ps(at[q * 6]), x[0]);
-                #pragma GCC unroll 6
+#pragma GCC unroll 6
                 for (int eta = 1; eta < 6; eta++)
                     acc = _mm512_fmadd_ps(_mm512_set1_ps(at[q * 6 + eta]), x[eta], acc);
                 s[xi][q] = acc;
             }
         }
         __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + f) : zero;
-        #pragma GCC unroll 6
-        for (int p = 0; p < valid_h; p++)
-            #pragma GCC unroll 6
-            for (int q = 0; q < valid_w; q++) {
+#pragma GCC unroll 4
+        for (int p = 0; p < m; p++)
+#pragma GCC unroll 4
+            for (int q = 0; q < m; q++) {
+                if (p >= valid_h || q >= valid_w)
+                    continue;
                 __m512 acc = b;
-                #pragma GCC unroll 6
+#pragma GCC unroll 6
                 for (int xi = 0; xi < 6; xi++)
                     acc = _mm512_fmadd_ps(_mm512_set1_ps(at[p * 6 + xi]), s[xi][q], acc);
                 if (act == 1 || act == 2)
@@ -688,12 +696,22 @@ kc_w2_out_tile(const float *at, int64_t f_all, const float *mt, int64_t ldm, con
     }
 }
 
+__attribute__((target("avx512f"))) static void
+kc_w2_out_tile(const kc_w1_state *st, const float *mt, int64_t ldm, const float *bias,
+               float *const *y, int valid_h, int valid_w)
+{
+    if (st->m == 4)
+        kc_w2_out_m(st->at, st->f, mt, ldm, bias, st->act, y, valid_h, valid_w, 4);
+    else
+        kc_w2_out_m(st->at, st->f, mt, ldm, bias, st->act, y, valid_h, valid_w, 2);
+}
+
 /* 2-D tile t's image and top-left output. */
 static void kc_w2_tile_at(const kc_w1_state *st, int64_t t, int64_t *img, int64_t *oy, int64_t *ox)
 {
-    *ox = (t % st->tiles_w) * 4;
+    *ox = (t % st->tiles_w) * st->m;
     int64_t rest = t / st->tiles_w;
-    *oy = (rest % st->tiles_h) * 4;
+    *oy = (rest % st->tiles_h) * st->m;
     *img = rest / st->tiles_h;
 }
 
@@ -722,13 +740,13 @@ static void kc_w2_outputs(const kc_w1_state *st, const float *mt, int64_t lo, in
     for (int64_t b = 0; b < n; b++) {
         int64_t img, oy, ox;
         kc_w2_tile_at(st, lo + b, &img, &oy, &ox);
-        int vh = st->h_out - oy < 4 ? (int)(st->h_out - oy) : 4;
-        int vw = st->w_out - ox < 4 ? (int)(st->w_out - ox) : 4;
+        int vh = st->h_out - oy < st->m ? (int)(st->h_out - oy) : st->m;
+        int vw = st->w_out - ox < st->m ? (int)(st->w_out - ox) : st->m;
         float *y[16];
         for (int p = 0; p < vh; p++)
             for (int q = 0; q < vw; q++)
                 y[p * 4 + q] = out + ((img * st->h_out + oy + p) * st->w_out + ox + q) * st->f;
-        kc_w2_out_tile(st->at, st->f, mt + b * st->f, ldm, bias, st->act, y, vh, vw);
+        kc_w2_out_tile(st, mt + b * st->f, ldm, bias, y, vh, vw);
     }
 }
 

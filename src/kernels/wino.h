@@ -1,5 +1,6 @@
 /* kerasc's own Winograd convolutions (see wino.c): F(m, r) along one
- * axis for (1, r) and (r, 1) kernels and Conv1D, and F(4x4, 3x3). */
+ * axis for (1, r) and (r, 1) kernels and Conv1D, F(4x4, 3x3) and
+ * F(2x2, 5x5). */
 #ifndef KC_WINO_H
 #define KC_WINO_H
 
@@ -9,9 +10,9 @@
  * the caller must run it another way. 1-D: a plain, stride-1, undilated,
  * ungrouped convolution whose kernel is 3 to 7 long on one axis and 1 on
  * the others, 32 channels or more in and out, 100 outputs or more per
- * image (KC_WINO1D=0: never). 2-D: a 3x3 stride-1 Conv2D, 32 channels or
- * more in and out (and 160 or more together when both have 64 or more),
- * 512 outputs or more per image (KC_WINO2D=0: never). Neither with --exact, streamed weights, a fused
+ * image (KC_WINO1D=0: never). 2-D: a 3x3 or 5x5 stride-1 Conv2D, 32
+ * channels or more in and out (and, 3x3, 160 or more together when both
+ * have 64 or more), 512 outputs or more per image (KC_WINO2D=0: never). Neither with --exact, streamed weights, a fused
  * residual, depthwise convolution or pooling, a folded ZeroPadding, or
  * KC_WINOGRAD=0. *act_done: the activation ran too (linear, relu,
  * relu6). */
