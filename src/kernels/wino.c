@@ -809,12 +809,17 @@ kc_status kc_wino_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     const kc_conv_attrs *a = ctx->layer->attrs;
     *handled = 0;
     *act_done = 0;
-    if (!ctx->state || ctx->exact || ctx->w_ext || kc_w1_env_off() || !kc_dnnl_ready() ||
-        !__builtin_cpu_supports("avx512f"))
+    if (!ctx->state)
         return KC_OK;
     kc_w1_state *st = (kc_w1_state *)*ctx->state;
     if (st && st->base.free != kc_w1_free)
         return KC_OK; /* another kernel's state: the layer was built another way */
+    if (ctx->exact || ctx->w_ext || kc_w1_env_off() || !kc_dnnl_ready() ||
+        !__builtin_cpu_supports("avx512f")) {
+        if (st) /* the kernel that runs the layer now keeps a state of its own there */
+            kc_kernel_state_drop(ctx);
+        return KC_OK;
+    }
     if (st && !kc_shape_equal(&st->in_shape, &ctx->in_shape[0]))
         st = kc_kernel_state_drop(ctx);
     if (!st) {

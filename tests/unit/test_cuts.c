@@ -563,6 +563,63 @@ static void test_wino1d_layers(void **state)
     }
 }
 
+/* One state slot across runs that change hands: a layer run with
+ * kerasc's Winograd, then exact (oneDNN's direct kernel must not read the
+ * Winograd state as its own: kc_wino_conv drops it), then not exact
+ * again; each run must equal the plain path. */
+static void test_wino_state_handover(void **state)
+{
+    (void)state;
+    static const w1_case c = {"(1, 7) 128 -> 160 same on 17x17", 2, 1, 1, 17, 17, 128, 160, 7, 1,
+                              "relu", 4};
+    if (!kc_dnnl_ready() || !__builtin_cpu_supports("avx512f"))
+        skip();
+    conv_run r;
+    w1_setup(&c, &r);
+    float *want = malloc((size_t)r.out_count * sizeof *want);
+    float *got = malloc((size_t)r.out_count * sizeof *got);
+    setenv("KC_DNNL", "0", 1);
+    kc_threads_enter(1);
+    w1_run(&r, 1, want);
+    unsetenv("KC_DNNL");
+    float peak = 1.0f;
+    for (int64_t j = 0; j < r.out_count; j++)
+        peak = fmaxf(peak, fabsf(want[j]));
+    kc_threads_enter(2);
+    kc_kernel_state *slot = NULL;
+    const float *ins[1] = {r.x};
+    float *outs[1] = {got};
+    kc_exec_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.layer = &r.layer;
+    ctx.in = ins;
+    ctx.in_shape = &r.in_shape;
+    ctx.n_in = 1;
+    ctx.out = outs;
+    ctx.out_shape = &r.out_shape;
+    ctx.n_out = 1;
+    ctx.keras_major = 3;
+    ctx.state = &slot;
+    kc_kernel_fn fn = kc_kernel_lookup(r.layer.def);
+    static const int exact[3] = {0, 1, 0};
+    for (int i = 0; i < 3; i++) {
+        ctx.exact = exact[i];
+        memset(got, 0, (size_t)r.out_count * sizeof *got);
+        assert_int_equal(fn(&ctx), KC_OK);
+        /* run 2 may stay on oneDNN (its state is the slot's now; a
+         * session's exact never changes): the output is what matters */
+        if (i < 2 &&
+            ((kc_wino_tile(slot) != 0) == exact[i] || (kc_dnnl_conv_parts(slot) > 0) != exact[i]))
+            fail_msg("run %d (exact %d): the wrong kernel's state", i, exact[i]);
+        expect_close(got, want, r.out_count, 1e-4f * peak, "run %d (exact %d)", i, exact[i]);
+    }
+    slot->free(slot);
+    kc_threads_enter(0);
+    free(want);
+    free(got);
+    teardown(&r);
+}
+
 /* 2-D, F(4x4, 3x3) and F(2x2, 5x5): "same" and "valid", partial tiles at the right and
  * bottom edges, channels that are not a multiple of 16, relu6 and elu,
  * 1 to 3 threads, against the plain path, also 32 -> 64 (oneDNN would
@@ -1499,6 +1556,7 @@ int main(void)
         cmocka_unit_test(test_wino_transforms),
         cmocka_unit_test(test_wino1d_layers),
         cmocka_unit_test(test_wino2d_layers),
+        cmocka_unit_test(test_wino_state_handover),
         cmocka_unit_test(test_pool_cuts),
         cmocka_unit_test(test_maxpool_hand),
         cmocka_unit_test(test_pool_folded_pad),
