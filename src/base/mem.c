@@ -3,9 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "error.h"
 
@@ -62,11 +61,17 @@ kc_status kc_grow(void **items, size_t *cap, size_t need, size_t elem_size)
     return KC_OK;
 }
 
-void kc_mem_give_back(void)
+void kc_mem_free_pages(void *p, size_t bytes)
 {
-#ifdef __GLIBC__
-    malloc_trim(0);
-#endif
+    long page = sysconf(_SC_PAGESIZE);
+    if (p && page > 0 && bytes >= (size_t)(4 * page)) {
+        /* past the first bytes, where free() writes its bookkeeping */
+        uintptr_t lo = ((uintptr_t)p + 64 + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+        uintptr_t hi = ((uintptr_t)p + bytes) & ~((uintptr_t)page - 1);
+        if (hi > lo)
+            (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    }
+    free(p);
 }
 
 int kc_mul_overflows(int64_t a, int64_t b, int64_t *out)

@@ -19,12 +19,15 @@ char *kc_strndup(const char *s, size_t n);
 /* Grow *items (capacity *cap) to hold at least need elements. */
 kc_status kc_grow(void **items, size_t *cap, size_t need, size_t elem_size);
 
-/* Give the pages of freed heap memory back to the system (glibc's
- * malloc_trim). A weight array freed after its kernel packed a copy of its
- * own is a hole in the heap that stays resident while later, larger
- * copies (Winograd's transformed kernels) cannot reuse it: on the nsfwjs
- * InceptionV3 at batch 1 the holes added 23 MB of peak RSS. */
-void kc_mem_give_back(void);
+/* free(p), p holding `bytes`, after giving the pages wholly inside it back
+ * to the system. A weight array freed after its kernel packed a copy of
+ * its own is otherwise a hole in the heap that stays resident while later,
+ * larger copies (Winograd's transformed kernels) cannot reuse it: on the
+ * nsfwjs InceptionV3 at batch 1 such holes added 23 MB of peak RSS. Only
+ * the array's own pages: malloc_trim, which gives back every free page of
+ * the heap, made MobileNetV2 5-8% slower at batch 8 (memory allocated
+ * again after it comes back as small pages). */
+void kc_mem_free_pages(void *p, size_t bytes);
 
 /* a*b into *out; nonzero when it overflows. */
 int kc_mul_overflows(int64_t a, int64_t b, int64_t *out);

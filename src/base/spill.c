@@ -1,5 +1,6 @@
 /* Disk-tier bookkeeping (see spill.h). */
 #include "base/spill.h"
+#include "base/mem.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -127,4 +128,10 @@ void kc_wfree(void *p)
 {
     if (p && !kc_spill_owns(p))
         free(p);
+}
+
+void kc_wfree_pages(void *p, size_t bytes)
+{
+    if (p && !kc_spill_owns(p))
+        kc_mem_free_pages(p, bytes);
 }

@@ -32,5 +32,8 @@ void kc_spill_unmap(void *map, size_t len);
 int kc_spill_owns(const void *p);
 /* free() for weight arrays: a no-op on mapped ones. */
 void kc_wfree(void *p);
+/* The same for an array of `bytes`, its pages given back first
+ * (kc_mem_free_pages). */
+void kc_wfree_pages(void *p, size_t bytes);
 
 #endif

@@ -415,7 +415,7 @@ static kc_status kc_w1_pack_kernel(const kc_exec_ctx *ctx, kc_w1_state *st, cons
     kc_status s = dnnl_memory_desc_init_by_tag(&plain, 3, wd, dnnl_f32, dnnl_abc)
                       ? kc_fail(KC_ERR_UNSUPPORTED, "oneDNN refused a weights layout")
                       : kc_dnnl_pack(&plain, w_md, u, ctx->spare, ctx->spare_bytes, &st->packed);
-    free(u);
+    kc_mem_free_pages(u, (size_t)(st->prods * cf) * sizeof *u); /* no resident hole */
     return s;
 }
 

@@ -397,7 +397,8 @@ void kc_model_release_weight(kc_model *m, kc_layer *layer, int w)
 {
     if (w >= layer->n_weights || !layer->weights[w].data)
         return;
-    kc_wfree(layer->weights[w].data);
+    kc_wfree_pages(layer->weights[w].data,
+                   (size_t)kc_shape_count(&layer->weights[w].shape) * sizeof(float));
     layer->weights[w].data = NULL;
     m->n_released++;
 }

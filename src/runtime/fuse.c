@@ -622,7 +622,8 @@ void kc_fused_release_kernel(kc_fused *f, int node)
     kc_layer *l = f->shadow ? f->shadow[node] : NULL;
     if (!l || !l->weights[0].data)
         return;
-    free(l->weights[0].data);
+    /* its pages given back: a hole the larger copies cannot reuse */
+    kc_mem_free_pages(l->weights[0].data, (size_t)kc_shape_count(&l->weights[0].shape) * sizeof(float));
     l->weights[0].data = NULL;
     f->n_released++;
 }

@@ -334,12 +334,9 @@ kc_status kc_session_run_node(kc_session *s, int index)
     KC_TRY(kc_session_kernel(s, index, s->arena,
                              node->n_inputs ? s->mask[node->inputs[0]] : NULL));
     if (s->state[index] && s->state[index]->weights_cached && !s->sched) {
-        int released = s->fused.n_released + s->n_packed_released;
         kc_fused_release_kernel(&s->fused, index); /* the packed copy is the one read now */
         if (s->release_originals)
             kc_session_release_packed(s, index);
-        if (s->fused.n_released + s->n_packed_released != released)
-            kc_mem_give_back(); /* the array's pages, not a resident hole */
     }
     const float *in0 = node->n_inputs ? s->arena + s->plan.offset[node->inputs[0]] : NULL;
     kc_session_mask_after(s, index, in0);
