@@ -197,10 +197,20 @@ static int kc_w1_pick_tile(int r, int64_t len)
 
 /* ------------------------------------------------------------ eligibility */
 
-static int kc_w1_env_off(void)
+/* Whether environment variable `name` is "0". */
+static int kc_w_env_off(const char *name)
 {
-    const char *w = getenv("KC_WINOGRAD"), *w1 = getenv("KC_WINO1D");
-    return (w && !strcmp(w, "0")) || (w1 && !strcmp(w1, "0"));
+    const char *v = getenv(name);
+    return v && !strcmp(v, "0");
+}
+
+/* What both kinds ask of a layer first: a plain, ungrouped convolution
+ * with nothing fused into it, on NHWC data of its spatial rank. */
+static int kc_w_plain(const kc_exec_ctx *ctx, const kc_conv_attrs *a)
+{
+    int rank = a->spatial + 2;
+    return a->kind == KC_CONV_PLAIN && a->groups == 1 && !a->accumulate && !a->post_dw &&
+           !a->pre_pool && ctx->in_shape[0].rank == rank && ctx->out_shape[0].rank == rank;
 }
 
 static int kc_w1_act(const char *act)
@@ -218,8 +228,7 @@ static int kc_w1_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_
 {
     const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
     int sp = a->spatial;
-    if (a->kind != KC_CONV_PLAIN || a->groups != 1 || a->accumulate || a->post_dw ||
-        a->pre_pool || (sp != 1 && sp != 2) || in->rank != sp + 2 || out->rank != sp + 2)
+    if (kc_w_env_off("KC_WINO1D") || !kc_w_plain(ctx, a) || (sp != 1 && sp != 2))
         return 0;
     int axis = -1; /* the spatial axis the kernel spans */
     for (int i = 0; i < sp; i++) {
@@ -284,10 +293,7 @@ static int kc_w1_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_
 static int kc_w2_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_state *st)
 {
     const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
-    const char *env = getenv("KC_WINO2D");
-    if ((env && !strcmp(env, "0")) || a->kind != KC_CONV_PLAIN || a->groups != 1 ||
-        a->accumulate || a->post_dw || a->pre_pool || a->spatial != 2 || in->rank != 4 ||
-        out->rank != 4 || a->padding == 2)
+    if (kc_w_env_off("KC_WINO2D") || !kc_w_plain(ctx, a) || a->spatial != 2 || a->padding == 2)
         return 0;
     for (int i = 0; i < 2; i++)
         if (a->kernel[i] != a->kernel[0] || a->strides[i] != 1 || a->dilation[i] != 1 ||
@@ -375,7 +381,7 @@ static kc_status kc_w1_prim(const kc_w1_state *st, kc_dnnl_prim *p, dnnl_memory_
     if (attr)
         dnnl_primitive_attr_destroy(attr);
     if (bad)
-        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN has no batched matmul for 1-D Winograd");
+        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN has no batched matmul for Winograd");
     *w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     static const int args[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
     const dnnl_memory_desc_t *mds[3] = {&s_md, w_md, &d_md};
@@ -423,7 +429,8 @@ static kc_status kc_w1_pack_kernel(const kc_exec_ctx *ctx, kc_w1_state *st, cons
  * Winograd budget; paid from it when they do. */
 static int kc_w1_pay(kc_w1_state *st, size_t kernel_bytes)
 {
-    size_t keras = (size_t)((st->dims == 2 ? st->r * st->r : st->r) * st->c * st->f) * sizeof(float);
+    int64_t taps = st->dims == 2 ? st->r * st->r : st->r;
+    size_t keras = (size_t)(taps * st->c * st->f) * sizeof(float);
     size_t cost = kernel_bytes > keras ? kernel_bytes - keras : 0;
     if (!st->budget || st->budget->left == SIZE_MAX)
         return 1;
@@ -465,7 +472,7 @@ static kc_status kc_w1_build(const kc_exec_ctx *ctx, kc_w1_state *st)
 {
     double g[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA];
     if (kc_w1_set_transforms(st, g))
-        return kc_fail(KC_ERR_UNSUPPORTED, "no 1-D Winograd transform F(%d, %d)", st->m, st->r);
+        return kc_fail(KC_ERR_UNSUPPORTED, "no Winograd transform F(%d, %d)", st->m, st->r);
     kc_w1_plan(st);
     dnnl_memory_desc_t w_md;
     for (int k = 0; k < st->n_parts; k++)
@@ -581,35 +588,28 @@ static void kc_w1_tile_at(const kc_w1_state *st, int64_t t, int64_t *o, int64_t 
     *o = rest / st->tiles_per_line;
 }
 
-static void kc_w1_inputs(const kc_w1_state *st, const float *in, int64_t lo, int64_t n, float *v)
+/* Tile t's alpha input cells d[xi], NULL where it reads padding. */
+static void kc_w1_cells(const kc_w1_state *st, const float *in, int64_t t, const float **d)
 {
-    int64_t ldv = st->block * st->c;
-    for (int64_t b = 0; b < n; b++) {
-        int64_t o, j, i;
-        kc_w1_tile_at(st, lo + b, &o, &j, &i);
-        const float *d[KC_WINO_MAX_ALPHA];
-        for (int xi = 0; xi < st->alpha; xi++) {
-            int64_t p = j * st->m - st->pad + xi;
-            d[xi] = p >= 0 && p < st->len_in ? in + ((o * st->len_in + p) * st->inner + i) * st->c
-                                             : NULL;
-        }
-        kc_w1_in_tile(st, d, v + b * st->c, ldv);
+    int64_t o, j, i;
+    kc_w1_tile_at(st, t, &o, &j, &i);
+    for (int xi = 0; xi < st->alpha; xi++) {
+        int64_t p = j * st->m - st->pad + xi;
+        d[xi] = p >= 0 && p < st->len_in ? in + ((o * st->len_in + p) * st->inner + i) * st->c
+                                         : NULL;
     }
 }
 
-static void kc_w1_outputs(const kc_w1_state *st, const float *mt, int64_t lo, int64_t n,
-                          const float *bias, float *out)
+/* Tile t's output cells y[q], q < the count returned (the last tile of a
+ * line may have fewer than m). */
+static int kc_w1_dests(const kc_w1_state *st, float *out, int64_t t, float **y)
 {
-    int64_t ldm = st->block * st->f;
-    for (int64_t b = 0; b < n; b++) {
-        int64_t o, j, i;
-        kc_w1_tile_at(st, lo + b, &o, &j, &i);
-        float *y[KC_WINO_MAX_ALPHA];
-        int valid = 0;
-        for (; valid < st->m && j * st->m + valid < st->len_out; valid++)
-            y[valid] = out + ((o * st->len_out + j * st->m + valid) * st->inner + i) * st->f;
-        kc_w1_out_tile(st, mt + b * st->f, ldm, bias, y, valid);
-    }
+    int64_t o, j, i;
+    kc_w1_tile_at(st, t, &o, &j, &i);
+    int valid = 0;
+    for (; valid < st->m && j * st->m + valid < st->len_out; valid++)
+        y[valid] = out + ((o * st->len_out + j * st->m + valid) * st->inner + i) * st->f;
+    return valid;
 }
 
 /* 2-D, F(4x4, 3x3): one tile's input transform, bt · d · bt' over its
@@ -715,38 +715,67 @@ static void kc_w2_tile_at(const kc_w1_state *st, int64_t t, int64_t *img, int64_
     *img = rest / st->tiles_h;
 }
 
-static void kc_w2_inputs(const kc_w1_state *st, const float *in, int64_t lo, int64_t n, float *v)
+/* Tile t's 6x6 input cells d[i * 6 + j], NULL where it reads padding. */
+static void kc_w2_cells(const kc_w1_state *st, const float *in, int64_t t, const float **d)
+{
+    int64_t img, oy, ox;
+    kc_w2_tile_at(st, t, &img, &oy, &ox);
+    for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 6; j++) {
+            int64_t y = oy - st->pad_t + i, x = ox - st->pad_l + j;
+            d[i * 6 + j] = y >= 0 && y < st->h_in && x >= 0 && x < st->w_in
+                               ? in + ((img * st->h_in + y) * st->w_in + x) * st->c
+                               : NULL;
+        }
+}
+
+/* Tile t's output cells y[p * 4 + q], p < *vh, q < *vw (edge tiles may
+ * have fewer than m rows or columns). */
+static void kc_w2_dests(const kc_w1_state *st, float *out, int64_t t, float **y, int *vh, int *vw)
+{
+    int64_t img, oy, ox;
+    kc_w2_tile_at(st, t, &img, &oy, &ox);
+    *vh = st->h_out - oy < st->m ? (int)(st->h_out - oy) : st->m;
+    *vw = st->w_out - ox < st->m ? (int)(st->w_out - ox) : st->m;
+    for (int p = 0; p < *vh; p++)
+        for (int q = 0; q < *vw; q++)
+            y[p * 4 + q] = out + ((img * st->h_out + oy + p) * st->w_out + ox + q) * st->f;
+}
+
+/* Tiles lo .. lo+n-1 transformed into the block's rows of v. */
+static void kc_w_inputs(const kc_w1_state *st, const float *in, int64_t lo, int64_t n, float *v)
 {
     int64_t ldv = st->block * st->c;
     for (int64_t b = 0; b < n; b++) {
-        int64_t img, oy, ox;
-        kc_w2_tile_at(st, lo + b, &img, &oy, &ox);
         const float *d[36];
-        for (int i = 0; i < 6; i++)
-            for (int j = 0; j < 6; j++) {
-                int64_t y = oy - st->pad_t + i, x = ox - st->pad_l + j;
-                d[i * 6 + j] = y >= 0 && y < st->h_in && x >= 0 && x < st->w_in
-                                   ? in + ((img * st->h_in + y) * st->w_in + x) * st->c
-                                   : NULL;
-            }
-        kc_w2_in_tile(st->bt, st->c, d, v + b * st->c, ldv);
+        if (st->dims == 2) {
+            kc_w2_cells(st, in, lo + b, d);
+            kc_w2_in_tile(st->bt, st->c, d, v + b * st->c, ldv);
+        } else {
+            kc_w1_cells(st, in, lo + b, d);
+            kc_w1_in_tile(st, d, v + b * st->c, ldv);
+        }
     }
+    /* a short last block: its unused rows enter the product; zero them */
+    for (int p = 0; p < st->prods && n < st->block; p++)
+        memset(v + p * ldv + n * st->c, 0, (size_t)((st->block - n) * st->c) * sizeof *v);
 }
 
-static void kc_w2_outputs(const kc_w1_state *st, const float *mt, int64_t lo, int64_t n,
-                          const float *bias, float *out)
+/* The products of tiles lo .. lo+n-1 transformed back into the output. */
+static void kc_w_outputs(const kc_w1_state *st, const float *mt, int64_t lo, int64_t n,
+                         const float *bias, float *out)
 {
     int64_t ldm = st->block * st->f;
     for (int64_t b = 0; b < n; b++) {
-        int64_t img, oy, ox;
-        kc_w2_tile_at(st, lo + b, &img, &oy, &ox);
-        int vh = st->h_out - oy < st->m ? (int)(st->h_out - oy) : st->m;
-        int vw = st->w_out - ox < st->m ? (int)(st->w_out - ox) : st->m;
         float *y[16];
-        for (int p = 0; p < vh; p++)
-            for (int q = 0; q < vw; q++)
-                y[p * 4 + q] = out + ((img * st->h_out + oy + p) * st->w_out + ox + q) * st->f;
-        kc_w2_out_tile(st, mt + b * st->f, ldm, bias, y, vh, vw);
+        if (st->dims == 2) {
+            int vh, vw;
+            kc_w2_dests(st, out, lo + b, y, &vh, &vw);
+            kc_w2_out_tile(st, mt + b * st->f, ldm, bias, y, vh, vw);
+        } else {
+            int valid = kc_w1_dests(st, out, lo + b, y);
+            kc_w1_out_tile(st, mt + b * st->f, ldm, bias, y, valid);
+        }
     }
 }
 
@@ -763,23 +792,13 @@ static kc_status kc_w1_run_part(const kc_w1_state *st, kc_w1_part *pt, int lane,
     float *v = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, st->v_bytes);
     float *mt = kc_dnnl_workspace(KC_DNNL_SLOT_DST, st->m_bytes);
     if (!v || !mt)
-        return kc_fail(KC_ERR_NOMEM, "out of memory for a 1-D Winograd convolution's buffers");
+        return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
     for (int64_t lo = pt->lo; lo < pt->hi; lo += st->block) {
         int64_t n = pt->hi - lo < st->block ? pt->hi - lo : st->block;
-        if (st->dims == 2)
-            kc_w2_inputs(st, io->in, lo, n, v);
-        else
-            kc_w1_inputs(st, io->in, lo, n, v);
-        /* a short last block: its unused rows enter the product; zero them */
-        int64_t ldv = st->block * st->c;
-        for (int p = 0; p < st->prods && n < st->block; p++)
-            memset(v + p * ldv + n * st->c, 0, (size_t)((st->block - n) * st->c) * sizeof *v);
+        kc_w_inputs(st, io->in, lo, n, v);
         void *ptrs[3] = {v, st->packed, mt};
         KC_TRY(kc_dnnl_run_lane(&pt->prim, ptrs, lane));
-        if (st->dims == 2)
-            kc_w2_outputs(st, mt, lo, n, io->bias, io->out);
-        else
-            kc_w1_outputs(st, mt, lo, n, io->bias, io->out);
+        kc_w_outputs(st, mt, lo, n, io->bias, io->out);
     }
     return KC_OK;
 }
@@ -800,7 +819,7 @@ static kc_status kc_w1_execute(kc_w1_state *st, const kc_exec_ctx *ctx)
     kc_parallel(st->n_parts, kc_w1_job, &io);
     for (int k = 0; k < st->n_parts; k++)
         if (io.status[k] != KC_OK)
-            return kc_fail(io.status[k], "part %d of a 1-D Winograd convolution failed", k);
+            return kc_fail(io.status[k], "part %d of a Winograd convolution failed", k);
     return KC_OK;
 }
 
@@ -814,7 +833,7 @@ kc_status kc_wino_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     kc_w1_state *st = (kc_w1_state *)*ctx->state;
     if (st && st->base.free != kc_w1_free)
         return KC_OK; /* another kernel's state: the layer was built another way */
-    if (ctx->exact || ctx->w_ext || kc_w1_env_off() || !kc_dnnl_ready() ||
+    if (ctx->exact || ctx->w_ext || kc_w_env_off("KC_WINOGRAD") || !kc_dnnl_ready() ||
         !__builtin_cpu_supports("avx512f")) {
         if (st) /* the kernel that runs the layer now keeps a state of its own there */
             kc_kernel_state_drop(ctx);

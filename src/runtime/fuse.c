@@ -623,7 +623,8 @@ void kc_fused_release_kernel(kc_fused *f, int node)
     if (!l || !l->weights[0].data)
         return;
     /* its pages given back: a hole the larger copies cannot reuse */
-    kc_mem_free_pages(l->weights[0].data, (size_t)kc_shape_count(&l->weights[0].shape) * sizeof(float));
+    size_t bytes = (size_t)kc_shape_count(&l->weights[0].shape) * sizeof(float);
+    kc_mem_free_pages(l->weights[0].data, bytes);
     l->weights[0].data = NULL;
     f->n_released++;
 }

@@ -66,6 +66,15 @@ static void expect_close(const float *got, const float *want, int64_t n, float t
         }
 }
 
+/* max(1, max|v|): the scale of the fidelity tolerance 1e-4 * peak. */
+static float peak_of(const float *v, int64_t n)
+{
+    float peak = 1.0f;
+    for (int64_t i = 0; i < n; i++)
+        peak = fmaxf(peak, fabsf(v[i]));
+    return peak;
+}
+
 static uint32_t g_seed = 12345;
 
 static float rnd(void)
@@ -173,11 +182,12 @@ static void teardown(conv_run *r)
 static void *spare_range;
 static size_t spare_range_bytes;
 
-static int exec_kernel(const kc_layer *layer, const float *const *ins, const kc_shape *is,
-                       int n_in, float *out, const kc_shape *os, int exact, int whole,
-                       int (*parts_of)(const kc_kernel_state *))
+/* One run of layer's CPU kernel with `slot` as its node's state, kept
+ * there for the next run (or the caller to free). */
+static void exec_in_slot(const kc_layer *layer, const float *const *ins, const kc_shape *is,
+                         int n_in, float *out, const kc_shape *os, int exact, int whole,
+                         kc_kernel_state **slot)
 {
-    kc_kernel_state *state = NULL;
     float *outs[1] = {out};
     kc_exec_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
@@ -189,7 +199,7 @@ static int exec_kernel(const kc_layer *layer, const float *const *ins, const kc_
     ctx.out_shape = os;
     ctx.n_out = 1;
     ctx.keras_major = 3;
-    ctx.state = &state;
+    ctx.state = slot;
     ctx.exact = exact;
     ctx.whole = whole;
     ctx.spare = spare_range;
@@ -197,6 +207,14 @@ static int exec_kernel(const kc_layer *layer, const float *const *ins, const kc_
     kc_kernel_fn fn = kc_kernel_lookup(layer->def);
     assert_non_null(fn);
     assert_int_equal(fn(&ctx), KC_OK);
+}
+
+static int exec_kernel(const kc_layer *layer, const float *const *ins, const kc_shape *is,
+                       int n_in, float *out, const kc_shape *os, int exact, int whole,
+                       int (*parts_of)(const kc_kernel_state *))
+{
+    kc_kernel_state *state = NULL;
+    exec_in_slot(layer, ins, is, n_in, out, os, exact, whole, &state);
     int parts = parts_of ? parts_of(state) : 0;
     if (state)
         state->free(state);
@@ -222,9 +240,7 @@ static void check_case(const conv_case *c)
     kc_threads_enter(1);
     assert_int_equal(run(&r, 1, 0, want), 0);
     unsetenv("KC_DNNL");
-    float peak = 1.0f;
-    for (int64_t i = 0; i < r.out_count; i++)
-        peak = fmaxf(peak, fabsf(want[i]));
+    float peak = peak_of(want, r.out_count);
     static const int threads[] = {1, 2, 3, 5};
     for (int t = 0; t < 4; t++)
         for (int exact = 0; exact < 2; exact++) {
@@ -310,9 +326,7 @@ static void test_winograd_map_size(void **state)
         float *got = malloc((size_t)r.out_count * sizeof *got);
         const float *ins[1] = {r.x};
         exec_kernel(&r.layer, ins, &r.in_shape, 1, want, &r.out_shape, 1, 0, NULL);
-        float peak = 1.0f;
-        for (int64_t j = 0; j < r.out_count; j++)
-            peak = fmaxf(peak, fabsf(want[j]));
+        float peak = peak_of(want, r.out_count);
         for (int force = 0; force < 2; force++) {
             if (force)
                 setenv("KC_WINOGRAD", "1", 1);
@@ -535,9 +549,7 @@ static void test_wino1d_layers(void **state)
         kc_threads_enter(1);
         assert_int_equal(w1_run(&r, 1, want), 0);
         unsetenv("KC_DNNL");
-        float peak = 1.0f;
-        for (int64_t j = 0; j < r.out_count; j++)
-            peak = fmaxf(peak, fabsf(want[j]));
+        float peak = peak_of(want, r.out_count);
         static const int threads[] = {1, 2, 3};
         for (int t = 0; t < 3; t++) {
             kc_threads_enter(threads[t]);
@@ -582,30 +594,14 @@ static void test_wino_state_handover(void **state)
     kc_threads_enter(1);
     w1_run(&r, 1, want);
     unsetenv("KC_DNNL");
-    float peak = 1.0f;
-    for (int64_t j = 0; j < r.out_count; j++)
-        peak = fmaxf(peak, fabsf(want[j]));
+    float peak = peak_of(want, r.out_count);
     kc_threads_enter(2);
     kc_kernel_state *slot = NULL;
     const float *ins[1] = {r.x};
-    float *outs[1] = {got};
-    kc_exec_ctx ctx;
-    memset(&ctx, 0, sizeof ctx);
-    ctx.layer = &r.layer;
-    ctx.in = ins;
-    ctx.in_shape = &r.in_shape;
-    ctx.n_in = 1;
-    ctx.out = outs;
-    ctx.out_shape = &r.out_shape;
-    ctx.n_out = 1;
-    ctx.keras_major = 3;
-    ctx.state = &slot;
-    kc_kernel_fn fn = kc_kernel_lookup(r.layer.def);
     static const int exact[3] = {0, 1, 0};
     for (int i = 0; i < 3; i++) {
-        ctx.exact = exact[i];
         memset(got, 0, (size_t)r.out_count * sizeof *got);
-        assert_int_equal(fn(&ctx), KC_OK);
+        exec_in_slot(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, exact[i], 0, &slot);
         /* run 2 may stay on oneDNN (its state is the slot's now; a
          * session's exact never changes): the output is what matters */
         if (i < 2 &&
@@ -667,9 +663,7 @@ static void test_wino2d_layers(void **state)
         kc_threads_enter(1);
         exec_kernel(&r.layer, ins, &r.in_shape, 1, want, &r.out_shape, 1, 0, NULL);
         unsetenv("KC_DNNL");
-        float peak = 1.0f;
-        for (int64_t j = 0; j < r.out_count; j++)
-            peak = fmaxf(peak, fabsf(want[j]));
+        float peak = peak_of(want, r.out_count);
         for (int t = 1; t <= 3; t++) {
             kc_threads_enter(t);
             int dims = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
@@ -687,6 +681,13 @@ static void test_wino2d_layers(void **state)
             fail_msg("%s: kerasc's Winograd although KC_WINO2D=0", c->what);
         unsetenv("KC_WINO2D");
         expect_close(got, want, r.out_count, 1e-4f * peak, "%s, other kernels", c->what);
+        setenv("KC_WINO1D", "0", 1); /* the 1-D kind's switch: not this one's */
+        int dims = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
+                               kc_wino_dims);
+        unsetenv("KC_WINO1D");
+        if (dims != want_dims[i])
+            fail_msg("%s, KC_WINO1D=0: Winograd on %d axes, expected %d", c->what, dims,
+                     want_dims[i]);
         kc_threads_enter(0);
         free(want);
         free(got);
@@ -1083,9 +1084,7 @@ static void check_dw_case(const dw_case *c)
     int fusable = kc_dnnl_conv_dw_fusable(&r.pa, &r.dl, &r.in, &r.mid);
     if (fusable != c->fusable)
         fail_msg("%s: fusable %d, expected %d", c->what, fusable, c->fusable);
-    float peak = 1.0f;
-    for (int64_t i = 0; i < r.out_count; i++)
-        peak = fmaxf(peak, fabsf(want[i]));
+    float peak = peak_of(want, r.out_count);
     static const int threads[] = {1, 2, 3};
     for (int t = 0; fusable && t < 3; t++) {
         kc_threads_enter(threads[t]);
@@ -1206,9 +1205,7 @@ static void check_pool_conv_case(const pool_conv_case *c)
     ins[0] = pooled;
     exec_kernel(&cl, ins, &in, 1, want, &out, 1, 0, NULL);
     unsetenv("KC_DNNL");
-    float peak = 1.0f;
-    for (int64_t i = 0; i < kc_count(&out); i++)
-        peak = fmaxf(peak, fabsf(want[i]));
+    float peak = peak_of(want, kc_count(&out));
     static const int threads[] = {1, 2, 3, 5};
     for (int t = 0; t < 4; t++) {
         kc_threads_enter(threads[t]);
