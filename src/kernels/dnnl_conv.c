@@ -512,16 +512,21 @@ static dnnl_primitive_desc_t kc_dnnl_wino_pick(const kc_exec_ctx *ctx, kc_dnnl_c
                                                const kc_dnnl_window *g,
                                                const_dnnl_primitive_attr_t attr)
 {
-    /* The first part decides for the layer (kc_dnnl_wino_pay): the
-     * others take its kernel. */
-    int f4 = k > 0 ? st->part[0].wino_f4 : kc_dnnl_wino_f4_wanted(pt, g);
-    static const char *const wanted[] = {"jit_wino_4x3", "jit_fp32_wino_2x3", NULL};
-    static const char *const first[] = {NULL};
-    static const char *const no_f4[] = {"jit_fp32_wino_2x3"};
+    static const char *const f4_impl = "jit_wino_4x3", *const f2_impl = "jit_fp32_wino_2x3";
+    const char *impls[3]; /* in order; NULL: oneDNN's first choice */
+    int n = 0;
     const char *env = getenv("KC_WINOGRAD_F4");
-    int f4_off = env && !strcmp(env, "0");
-    const char *const *impls = f4_off ? no_f4 : f4 ? wanted : first;
-    int n = f4_off ? 1 : f4 ? 3 : 1;
+    if (k > 0) /* the first part decided for the layer (kc_dnnl_wino_pay): its kernel */
+        impls[n++] = st->part[0].wino_f4 ? f4_impl : f2_impl;
+    else if (env && !strcmp(env, "0"))
+        impls[n++] = f2_impl;
+    else {
+        if (kc_dnnl_wino_f4_wanted(pt, g)) {
+            impls[n++] = f4_impl;
+            impls[n++] = f2_impl;
+        }
+        impls[n++] = NULL;
+    }
     for (int i = 0; i < n; i++) {
         dnnl_primitive_desc_t pd = kc_dnnl_wino_pd(st, pt, w_any, g, attr, impls[i]);
         if (pd && kc_dnnl_wino_pay(ctx, st, k, pd))
