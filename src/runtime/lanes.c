@@ -23,6 +23,7 @@
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
 #include "model/model_internal.h"
+#include "runtime/head.h"
 
 _Static_assert(KC_LANES_MAX <= KC_DNNL_MAX_BATCH_LANES, "oneDNN primitives bind per lane");
 
@@ -112,9 +113,11 @@ typedef struct kc_lanes_job {
 static kc_status kc_lanes_nodes(kc_session *s, int k)
 {
     float *arena = kc_lanes_arena(s, k);
-    for (int i = 0; i < s->graph->n_nodes; i++)
+    if (s->head_nodes)
+        KC_TRY(kc_head_run(s, k, 0));
+    for (int i = s->head_nodes; i < s->graph->n_nodes; i++)
         if (!s->fused.skip[i])
-            KC_TRY(kc_session_node_on(s, i, arena));
+            KC_TRY(kc_session_node_on(s, i, &s->plan, arena));
     return KC_OK;
 }
 
@@ -139,8 +142,8 @@ static void kc_lanes_body(void *arg, int k)
 static kc_status kc_lanes_first(kc_session *s)
 {
     kc_threads_enter(1);
-    kc_status st = KC_OK;
-    for (int i = 0; st == KC_OK && i < s->graph->n_nodes; i++)
+    kc_status st = s->head_nodes ? kc_head_run(s, 0, 1) : KC_OK;
+    for (int i = s->head_nodes; st == KC_OK && i < s->graph->n_nodes; i++)
         st = kc_session_run_node(s, i);
     kc_threads_enter(s->threads);
     return st;

@@ -140,9 +140,9 @@ static void kc_plan_spare_gap(const kc_allocator *a, int node, kc_plan *p, size_
     *live_end = at;
 }
 
-static void kc_plan_spare_tail(kc_plan *p, int n_nodes, const size_t *live_end)
+static void kc_plan_spare_tail(kc_plan *p, int first, int end, const size_t *live_end)
 {
-    for (int i = 0; i < n_nodes; i++)
+    for (int i = first; i < end; i++)
         if (p->arena_floats - live_end[i] > p->spare_floats[i]) {
             p->spare_offset[i] = live_end[i];
             p->spare_floats[i] = p->arena_floats - live_end[i];
@@ -156,7 +156,35 @@ static int kc_root(const int *alias, int v)
     return v;
 }
 
-static kc_status kc_plan_memory(const kc_graph *g, const int *alias, kc_plan *p)
+/* Where the boundary of a split plan lies (kc_plan_build_split): values
+ * made before node `head` and read from it on (or model outputs) cross. */
+static int kc_crosses(const kc_graph *g, const int *last_use, int v, int head)
+{
+    int producer = g->values[v].producer;
+    return producer >= 0 && producer < head && last_use[v] >= head;
+}
+
+/* The head's boundary values and the model inputs (allocated before any
+ * node, in value order) stay in the tail's arena from the start: the
+ * head writes them image by image before the tail's first node. */
+static void kc_plan_tail_start(const kc_graph *g, const int *alias, const int *last_use,
+                               int head, kc_allocator *a, kc_plan *p)
+{
+    for (int v = 0; v < g->n_values; v++)
+        if (kc_root(alias, v) == v && kc_crosses(g, last_use, v, head))
+            p->offset[v] = kc_alloc_block(a, v, kc_plan_size(&p->shape[v]));
+    for (int v = 0; v < g->n_values; v++) {
+        int producer = g->values[v].producer;
+        if (producer >= 0 && producer < head && kc_root(alias, v) != v)
+            p->offset[v] = p->offset[kc_root(alias, v)];
+    }
+    for (int i = 0; i < g->n_inputs; i++) /* read by the head only */
+        if (last_use[g->inputs[i]] < head)
+            kc_free_block(a, g->inputs[i]);
+}
+
+static kc_status kc_plan_memory(const kc_graph *g, const int *alias, int head, kc_plan_part part,
+                                kc_plan *p)
 {
     int *last_use = kc_calloc((size_t)g->n_values + 1, sizeof *last_use);
     kc_allocator a = {.live = kc_calloc((size_t)g->n_values + 1, sizeof(kc_block))};
@@ -182,10 +210,21 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, kc_plan *p)
         if (r != v && last_use[v] > last_use[r])
             last_use[r] = last_use[v];
     }
+    int first = 0, end = g->n_nodes;
+    if (part == KC_PLAN_HEAD) { /* what crosses stays to the end of the head */
+        end = head;
+        for (int v = 0; v < g->n_values; v++)
+            if (kc_crosses(g, last_use, v, head))
+                last_use[v] = head;
+    }
     for (int i = 0; i < g->n_inputs; i++)
         p->offset[g->inputs[i]] = kc_alloc_block(&a, g->inputs[i],
                                                  kc_plan_size(&p->shape[g->inputs[i]]));
-    for (int i = 0; i < g->n_nodes; i++) {
+    if (part == KC_PLAN_TAIL) {
+        first = head;
+        kc_plan_tail_start(g, alias, last_use, head, &a, p);
+    }
+    for (int i = first; i < end; i++) {
         const kc_node *node = &g->nodes[i];
         for (int j = 0; j < node->n_outputs; j++) {
             int v = node->outputs[j], r = kc_root(alias, v);
@@ -211,7 +250,7 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, kc_plan *p)
         }
     }
     p->arena_floats = a.peak ? a.peak : KC_ALIGN_FLOATS;
-    kc_plan_spare_tail(p, g->n_nodes, live_end);
+    kc_plan_spare_tail(p, first, end, live_end);
     free(last_use);
     free(a.live);
     free(live_end);
@@ -220,6 +259,12 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, kc_plan *p)
 
 kc_status kc_plan_build(const kc_model *m, const int *alias, const kc_shape *in_shapes, int n_in,
                         kc_plan *p)
+{
+    return kc_plan_build_split(m, alias, in_shapes, n_in, 0, KC_PLAN_WHOLE, p);
+}
+
+kc_status kc_plan_build_split(const kc_model *m, const int *alias, const kc_shape *in_shapes,
+                              int n_in, int head, kc_plan_part part, kc_plan *p)
 {
     const kc_graph *g = m->graph;
     memset(p, 0, sizeof *p);
@@ -242,7 +287,7 @@ kc_status kc_plan_build(const kc_model *m, const int *alias, const kc_shape *in_
                             g->nodes[i].layer->class_name);
     }
     if (st == KC_OK)
-        st = kc_plan_memory(g, alias, p);
+        st = kc_plan_memory(g, alias, head, part, p);
     if (st != KC_OK) {
         kc_plan_free(p);
         return st;

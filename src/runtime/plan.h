@@ -30,6 +30,17 @@ typedef struct kc_plan {
  * (outputs of nodes absorbed by fusion). */
 kc_status kc_plan_build(const struct kc_model *model, const int *alias, const kc_shape *in_shapes,
                         int n_in, kc_plan *out);
+/* A plan split at node `head` (lanes.c runs nodes [0, head) image by
+ * image): KC_PLAN_HEAD lays out only those nodes' values, for the shapes
+ * given (one image's); KC_PLAN_TAIL lays out the rest, for the whole
+ * shapes, with the values that cross (made in the head, read after it or
+ * model outputs) and the model inputs in place before node `head` runs.
+ * Offsets of values a part does not lay out are 0 and must not be read;
+ * shapes are all resolved. KC_PLAN_WHOLE: kc_plan_build. */
+typedef enum { KC_PLAN_WHOLE, KC_PLAN_HEAD, KC_PLAN_TAIL } kc_plan_part;
+kc_status kc_plan_build_split(const struct kc_model *model, const int *alias,
+                              const kc_shape *in_shapes, int n_in, int head, kc_plan_part part,
+                              kc_plan *out);
 int kc_plan_matches(const kc_plan *plan, const kc_shape *in_shapes, int n_in);
 void kc_plan_free(kc_plan *plan);
 

@@ -18,6 +18,7 @@
 #include "kernels/kernel.h"
 #include "model/model_internal.h"
 #include "runtime/fuse.h"
+#include "runtime/head.h"
 #include "runtime/lanes.h"
 #include "runtime/mask.h"
 #include "runtime/plan.h"
@@ -192,6 +193,7 @@ void kc_session_free(kc_session *s)
         return;
     kc_session_leave_model(s);
     kc_sched_free(s->sched);
+    kc_head_free(s);
     kc_plan_free(&s->plan);
     kc_fused_free(&s->fused, s->graph->n_nodes);
     for (int i = 0; s->state && i < s->graph->n_nodes; i++)
@@ -270,25 +272,27 @@ static void kc_to_f32(const kc_tensor *t, float *dst)
 /* --------------------------------------------------------------- run */
 
 /* Node index's inputs and outputs in `arena` (the plan's offsets). */
-static kc_status kc_session_node_io(const kc_session *s, int index, float *arena, const float **in,
-                                    kc_shape *in_shape, float **outp, kc_shape *out_shape)
+static kc_status kc_session_node_io(const kc_session *s, int index, const kc_plan *plan,
+                                    float *arena, const float **in, kc_shape *in_shape,
+                                    float **outp, kc_shape *out_shape)
 {
     const kc_node *node = &s->graph->nodes[index];
     if (node->n_inputs > KC_MAX_NODE_IO)
         return kc_layer_error(kc_fail(KC_ERR_LIMIT, "too many inputs"), node->layer);
     for (int i = 0; i < node->n_inputs; i++) {
-        in[i] = arena + s->plan.offset[node->inputs[i]];
-        in_shape[i] = s->plan.shape[node->inputs[i]];
+        in[i] = arena + plan->offset[node->inputs[i]];
+        in_shape[i] = plan->shape[node->inputs[i]];
     }
     for (int i = 0; i < node->n_outputs; i++) {
-        outp[i] = arena + s->plan.offset[node->outputs[i]];
-        out_shape[i] = s->plan.shape[node->outputs[i]];
+        outp[i] = arena + plan->offset[node->outputs[i]];
+        out_shape[i] = plan->shape[node->outputs[i]];
     }
     return KC_OK;
 }
 
-/* Node index's kernel on `arena`, its input mask `in_mask`. */
-static kc_status kc_session_kernel(kc_session *s, int index, float *arena,
+/* Node index's kernel on `arena` laid out by `plan`, its input mask
+ * `in_mask`. */
+static kc_status kc_session_kernel(kc_session *s, int index, const kc_plan *plan, float *arena,
                                    const unsigned char *in_mask)
 {
     const kc_node *node = &s->graph->nodes[index];
@@ -296,7 +300,7 @@ static kc_status kc_session_kernel(kc_session *s, int index, float *arena,
     kc_shape in_shape[KC_MAX_NODE_IO];
     float *outp[KC_MAX_OUTPUTS];
     kc_shape out_shape[KC_MAX_OUTPUTS];
-    KC_TRY(kc_session_node_io(s, index, arena, in, in_shape, outp, out_shape));
+    KC_TRY(kc_session_node_io(s, index, plan, arena, in, in_shape, outp, out_shape));
     kc_backend_call call = {
         .node = node,
         .layer = s->fused.shadow[index] ? s->fused.shadow[index] : node->layer,
@@ -310,16 +314,36 @@ static kc_status kc_session_kernel(kc_session *s, int index, float *arena,
         .in_mask = in_mask,
         .exact = s->exact,
         .wino_budget = &s->wino_budget,
-        .spare = arena + s->plan.spare_offset[index],
-        .spare_bytes = s->plan.spare_floats[index] * sizeof(float),
+        .spare = arena + plan->spare_offset[index],
+        .spare_bytes = plan->spare_floats[index] * sizeof(float),
     };
     kc_status st = kc_cpu_exec(s->kernels[index], &call, &s->state[index], 0);
     return st == KC_OK ? KC_OK : kc_layer_error(st, node->layer);
 }
 
-kc_status kc_session_node_on(kc_session *s, int index, float *arena)
+kc_status kc_session_node_on(kc_session *s, int index, const kc_plan *plan, float *arena)
 {
-    return kc_session_kernel(s, index, arena, NULL);
+    return kc_session_kernel(s, index, plan, arena, NULL);
+}
+
+/* After node index's kernel ran: once its state holds a packed copy of
+ * the weights, the fused and original arrays it no longer reads go. */
+static void kc_session_release_after(kc_session *s, int index)
+{
+    if (s->state[index] && s->state[index]->weights_cached && !s->sched) {
+        kc_fused_release_kernel(&s->fused, index); /* the packed copy is the one read now */
+        if (s->release_originals)
+            kc_session_release_packed(s, index);
+    }
+}
+
+kc_status kc_session_first_on(kc_session *s, int index, const kc_plan *plan, float *arena)
+{
+    if (s->fused.skip[index])
+        return KC_OK;
+    KC_TRY(kc_session_kernel(s, index, plan, arena, NULL));
+    kc_session_release_after(s, index);
+    return KC_OK;
 }
 
 kc_status kc_session_run_node(kc_session *s, int index)
@@ -331,13 +355,9 @@ kc_status kc_session_run_node(kc_session *s, int index)
         s->mask[node->outputs[0]] = s->mask[node->inputs[0]];
         return KC_OK;
     }
-    KC_TRY(kc_session_kernel(s, index, s->arena,
+    KC_TRY(kc_session_kernel(s, index, &s->plan, s->arena,
                              node->n_inputs ? s->mask[node->inputs[0]] : NULL));
-    if (s->state[index] && s->state[index]->weights_cached && !s->sched) {
-        kc_fused_release_kernel(&s->fused, index); /* the packed copy is the one read now */
-        if (s->release_originals)
-            kc_session_release_packed(s, index);
-    }
+    kc_session_release_after(s, index);
     const float *in0 = node->n_inputs ? s->arena + s->plan.offset[node->inputs[0]] : NULL;
     kc_session_mask_after(s, index, in0);
     if (s->trace_nodes)
@@ -417,6 +437,7 @@ static kc_status kc_session_plan(kc_session *s, kc_shape *shapes, int n, int lan
     if (s->lanes == lanes && kc_plan_matches(&s->plan, shapes, n))
         return KC_OK;
     *fresh = 1;
+    kc_head_free(s);
     kc_plan_free(&s->plan);
     KC_TRY(kc_session_refuse(s));
     KC_TRY(kc_plan_build(s->model, s->fused.alias, shapes, n, &s->plan));
@@ -451,8 +472,9 @@ kc_status kc_session_prepare(kc_session *s, const kc_tensor *const *inputs)
         return KC_OK;
     if (s->profile)
         kc_profile_new_plan(s->profile);
+    KC_TRY(kc_head_plan(s, shapes, n));
     s->lane_floats = s->lanes > 1 ? (s->plan.arena_floats + 15) & ~(size_t)15 : s->plan.arena_floats;
-    size_t need = s->lane_floats * (size_t)s->lanes;
+    size_t need = (s->lane_floats + s->head_floats) * (size_t)s->lanes;
     if (need > s->arena_floats) {
         free(s->arena);
         s->arena = kc_calloc(need, sizeof *s->arena);
@@ -583,7 +605,7 @@ kc_status kc_session_run_into(kc_session *s, const kc_tensor *const *inputs, int
 
 size_t kc_session_arena_bytes(const kc_session *s)
 {
-    return s ? s->lane_floats * (size_t)s->lanes * sizeof(float) : 0;
+    return s ? (s->lane_floats + s->head_floats) * (size_t)s->lanes * sizeof(float) : 0;
 }
 
 int kc_session_lanes(const kc_session *s) { return s && s->lanes > 1 ? s->lanes : 1; }

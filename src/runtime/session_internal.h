@@ -48,6 +48,15 @@ struct kc_session {
     int lanes_warm;           /* the plan's first laned run is done */
     int lanes_refused;        /* KC_LANES=0, a layer or value not per image */
     size_t lane_floats;
+    /* Image-major head (head.c): in each lane, nodes [0, head_nodes) run
+     * one image at a time on head_plan (one image's shapes), on a head
+     * arena of head_floats after the lanes' arenas; 0 = none. */
+    int head_nodes;
+    kc_plan head_plan;
+    size_t head_floats;
+    int *head_in, n_head_in;   /* model inputs, copied in image by image */
+    int *head_out, n_head_out; /* values that cross into the tail */
+    int64_t *head_size;        /* per head_out: its floats per image */
 };
 
 /* After node `index` ran with input 0 at `in0`: derive its output mask. */
@@ -62,9 +71,13 @@ kc_status kc_session_prepare_batch(kc_session *s, int64_t batch, int variable_as
                                    const char *why);
 /* Run node i on the host kernels (the session's plain loop). */
 kc_status kc_session_run_node(kc_session *s, int index);
-/* Only the kernel of node i (not absorbed), on the plan's values in
+/* Only the kernel of node i (not absorbed), on `plan`'s values in
  * `arena` (a batch lane's): no masks, no weight release. */
-kc_status kc_session_node_on(kc_session *s, int index, float *arena);
+kc_status kc_session_node_on(kc_session *s, int index, const kc_plan *plan, float *arena);
+/* The same in a plan's first run, which builds the kernel state and then
+ * releases the weights it no longer reads; absorbed nodes: nothing. For
+ * laned runs (no masks). */
+kc_status kc_session_first_on(kc_session *s, int index, const kc_plan *plan, float *arena);
 /* Elements [first, first + n) of t as float32 into dst. */
 void kc_session_input_slice(const kc_tensor *t, int64_t first, int64_t n, float *dst);
 

@@ -38,6 +38,16 @@ for model in zoo/dense_relu zoo/batchnorm_dense apps/resnet50 apps/mobilenet_v2 
       fail "$app batch $batch: large_allocs_per_inference '$got', lanes '$lanes' (want $want): $out"
   done
 done
+# With an image-major head (runtime/head.c: each lane runs the first 40
+# nodes one image at a time on its own small arena, then copies what
+# crosses into the lane's arena): nothing more, on every run after the
+# first.
+for model in apps/resnet50 apps/mobilenet_v2 apps/inception_v3; do
+  out=$(KC_HEAD=40 bench "$HERE/$model/model.keras" --batch 4)
+  got=$(sed -n 's/^large_allocs_per_inference: //p' <<<"$out")
+  [[ "$got" == "0.00" ]] && pass "$model batch 4, head of 40 nodes: 0 allocations >= 64 KiB" ||
+    fail "$model batch 4, head of 40 nodes: large_allocs_per_inference '$got': $out"
+done
 # The shim really counts: the first run (planning, primitives, packed
 # weights) allocates, and is outside the window; a window that would
 # contain nothing but it is reported as unmeasured.

@@ -780,6 +780,199 @@ static void test_batch_lanes_refused(void **state)
     kc_model_free(m);
 }
 
+/* ---------------------------------------------- image-major head */
+
+/* Where value v of a split plan part lives, in node indices: [def, last]
+ * (roots only; an alias's reads keep its root); def -1: before any node,
+ * -2: not laid out by this part. */
+typedef struct { int def, last; } live_span;
+
+static void split_spans(const kc_session *s, int head, int tail, live_span *span)
+{
+    const kc_graph *g = s->graph;
+    for (int v = 0; v < g->n_values; v++)
+        span[v] = (live_span){g->values[v].producer, -1};
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i].n_inputs; j++) {
+            int r = g->nodes[i].inputs[j];
+            while (s->fused.alias[r] >= 0)
+                r = s->fused.alias[r];
+            if (span[r].last < i)
+                span[r].last = i;
+        }
+    for (int i = 0; i < g->n_outputs; i++) {
+        int r = g->outputs[i];
+        while (s->fused.alias[r] >= 0)
+            r = s->fused.alias[r];
+        span[r].last = g->n_nodes;
+    }
+    for (int v = 0; v < g->n_values; v++) {
+        live_span *sp = &span[v];
+        if (s->fused.alias[v] >= 0) {
+            sp->def = -2;
+            continue;
+        }
+        if (sp->last < sp->def)
+            sp->last = sp->def;
+        int crosses = sp->def < head && sp->last >= head;
+        if (!tail && sp->def >= head)
+            sp->def = -2; /* the head lays out its own nodes' values */
+        else if (!tail && crosses)
+            sp->last = head;
+        else if (tail && sp->def < head && !crosses)
+            sp->def = -2; /* made and read inside the head */
+        else if (tail && sp->def < head)
+            sp->def = -1; /* in place before the tail's first node */
+    }
+}
+
+/* Nothing live at a node of the part overlaps anything else live then,
+ * nor the node's spare range; all inside the arena. */
+static void assert_split_layout(const kc_session *s, const kc_plan *p, int head, int tail)
+{
+    const kc_graph *g = s->graph;
+    live_span *span = calloc((size_t)g->n_values, sizeof *span);
+    int *live = calloc((size_t)g->n_values, sizeof *live);
+    assert_non_null(span);
+    assert_non_null(live);
+    split_spans(s, head, tail, span);
+    for (int i = tail ? head : 0; i < (tail ? g->n_nodes : head); i++) {
+        int n = 0;
+        for (int v = 0; v < g->n_values; v++)
+            if (span[v].def != -2 && span[v].def <= i && span[v].last >= i)
+                live[n++] = v;
+        size_t lo = p->spare_offset[i], hi = lo + p->spare_floats[i];
+        assert_true(hi <= p->arena_floats);
+        for (int a = 0; a < n; a++) {
+            size_t alo = p->offset[live[a]], ahi = alo + (size_t)kc_shape_count(&p->shape[live[a]]);
+            assert_true(ahi <= p->arena_floats);
+            if (alo < hi && lo < ahi)
+                fail_msg("node %d: spare overlaps value %d", i, live[a]);
+            for (int b = a + 1; b < n; b++) {
+                size_t blo = p->offset[live[b]];
+                size_t bhi = blo + (size_t)kc_shape_count(&p->shape[live[b]]);
+                if (alo < bhi && blo < ahi)
+                    fail_msg("%s plan, head %d, node %d: values %d and %d overlap",
+                             tail ? "tail" : "head", head, i, live[a], live[b]);
+            }
+        }
+    }
+    free(span);
+    free(live);
+}
+
+/* Image-major head (runtime/head.c): each lane runs nodes [0, K) one
+ * image at a time on an arena planned for one image, then the rest on
+ * its batch. For every K of MobileNetV2, ResNet50 and InceptionV3 (fused
+ * expand + depthwise pairs, fused paddings, residual sums, branches and
+ * concatenations on either side of the cut): both plans lay nothing live
+ * over anything else live, and the outputs equal the whole batch's on a
+ * plan's first run and a later one. Two slots hold less per image than
+ * their root value's shape, and copying them by that shape put later
+ * images' rows in the wrong place: a fused pair's (its depthwise output
+ * in its 1x1 output's slot: MobileNetV2, K inside block_1) and a fused
+ * ZeroPadding's (the unpadded rows under the padded shape: ResNet50,
+ * K = 2..5, the cut between conv1 and pool1). */
+static void test_batch_head_split_points(void **state)
+{
+    (void)state;
+    static const char *const apps[] = {"mobilenet_v2", "resnet50", "inception_v3"};
+    for (int a = 0; a < 3; a++) {
+        char path[512];
+        snprintf(path, sizeof path, KC_TEST_DATA "/../apps/%s/model.keras", apps[a]);
+        kc_model *m = NULL;
+        assert_int_equal(kc_model_load(path, NULL, &m), KC_OK);
+        kc_tensor *two = kc_app_input(apps[a], 2), *four = batch_of(two, 4);
+        kc_session_options o = {.threads = 2};
+        kc_session *whole = NULL;
+        setenv("KC_LANES", "0", 1);
+        assert_int_equal(kc_session_new(m, &o, &whole), KC_OK);
+        unsetenv("KC_LANES");
+        int n_nodes = whole->graph->n_nodes, tried = 0;
+        for (int k = 1; k <= n_nodes; k++) {
+            char text[16];
+            snprintf(text, sizeof text, "%d", k);
+            setenv("KC_HEAD", text, 1);
+            kc_session *laned = NULL;
+            assert_int_equal(kc_session_new(m, &o, &laned), KC_OK);
+            assert_close_runs(laned, whole, four); /* the plan's first run */
+            assert_close_runs(laned, whole, four);
+            assert_int_equal(kc_session_lanes(laned), 2);
+            assert_int_equal(laned->head_nodes, k);
+            assert_split_layout(laned, &laned->head_plan, k, 0);
+            assert_split_layout(laned, &laned->plan, k, 1);
+            kc_session_free(laned);
+            tried++;
+        }
+        unsetenv("KC_HEAD");
+        assert_int_equal(tried, n_nodes);
+        kc_session_free(whole);
+        kc_tensor_free(four);
+        kc_tensor_free(two);
+        kc_model_free(m);
+    }
+}
+
+/* By default the head is chosen where it pays: on the real nsfwjs
+ * MobileNetV2 at 224x224, 4 images on 2 threads (lanes of 2), up to the
+ * first layer whose weights outweigh one image's activations; the
+ * arena shrinks (the lane arenas no longer hold the early layers' batch
+ * activations), outputs equal the whole batch's, and a second plan (3
+ * images: no lanes) and back keep both right. KC_HEAD=0 turns it off;
+ * one image per lane takes none. */
+static void test_batch_head_default(void **state)
+{
+    (void)state;
+    const char *path = KC_NSFWJS_DIR "/mobilenet_v2/model.min.js";
+    struct stat st;
+    if (stat(path, &st) != 0)
+        skip();
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(path, NULL, &m), KC_OK);
+    int64_t dims[4] = {4, 224, 224, 3};
+    kc_tensor *four = NULL, *three = NULL, *two = NULL;
+    assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &four), KC_OK);
+    float *x = kc_tensor_data(four);
+    for (int64_t i = 0; i < kc_tensor_count(four); i++)
+        x[i] = (float)((i * 7919) % 1000) / 1000.0f;
+    dims[0] = 3;
+    assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &three), KC_OK);
+    memcpy(kc_tensor_data(three), x, (size_t)kc_tensor_count(three) * sizeof(float));
+    dims[0] = 2;
+    assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &two), KC_OK);
+    memcpy(kc_tensor_data(two), x, (size_t)kc_tensor_count(two) * sizeof(float));
+    kc_session_options o = {.threads = 2};
+    kc_session *laned = NULL, *whole = NULL, *off = NULL;
+    assert_int_equal(kc_session_new(m, &o, &laned), KC_OK);
+    setenv("KC_LANES", "0", 1);
+    assert_int_equal(kc_session_new(m, &o, &whole), KC_OK);
+    unsetenv("KC_LANES");
+    setenv("KC_HEAD", "0", 1);
+    assert_int_equal(kc_session_new(m, &o, &off), KC_OK);
+    assert_close_runs(off, whole, four);
+    unsetenv("KC_HEAD");
+    assert_int_equal(off->head_nodes, 0);
+    const kc_tensor *order[] = {four, four, three, four, two};
+    const int lanes[] = {2, 2, 1, 2, 2};
+    for (int r = 0; r < 5; r++) {
+        assert_close_runs(laned, whole, order[r]);
+        assert_int_equal(kc_session_lanes(laned), lanes[r]);
+        if (r < 2 || r == 3) {
+            assert_true(laned->head_nodes > 10);
+            assert_true(laned->head_nodes < laned->graph->n_nodes);
+            assert_true(kc_session_arena_bytes(laned) < kc_session_arena_bytes(off));
+        } else
+            assert_int_equal(laned->head_nodes, 0); /* no lanes; one image per lane */
+    }
+    kc_session_free(laned);
+    kc_session_free(whole);
+    kc_session_free(off);
+    kc_tensor_free(four);
+    kc_tensor_free(three);
+    kc_tensor_free(two);
+    kc_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -800,6 +993,8 @@ int main(void)
         cmocka_unit_test(test_folded_kernels_released_after_packing),
         cmocka_unit_test(test_batch_lanes),
         cmocka_unit_test(test_batch_lanes_refused),
+        cmocka_unit_test(test_batch_head_split_points),
+        cmocka_unit_test(test_batch_head_default),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
