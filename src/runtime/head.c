@@ -91,8 +91,9 @@ static int kc_head_choose(const kc_session *s, int64_t lane_batch)
     return widest >= KC_HEAD_MIN_LANE_BYTES ? k : 0;
 }
 
-/* The model inputs the head reads, and the values it makes that the
- * tail reads or the caller gets, with their floats per image. A slot is
+/* Which model inputs the tail reads too (the others never go to the lane
+ * arenas), and the values the head makes that the tail reads or the
+ * caller gets, with their floats per image. A slot is
  * copied once, by its root value (an alias shares its root's slot in both
  * plans), and what it holds per image is the smallest of its values:
  * the others are views that fusion never stores -- a ZeroPadding's padded
@@ -102,10 +103,10 @@ static kc_status kc_head_lists(kc_session *s)
 {
     const kc_graph *g = s->graph;
     unsigned char *later = kc_calloc((size_t)g->n_values + 1, 1);
-    s->head_in = kc_calloc((size_t)g->n_inputs + 1, sizeof *s->head_in);
+    s->head_input_later = kc_calloc((size_t)g->n_inputs + 1, 1);
     s->head_out = kc_calloc((size_t)g->n_values + 1, sizeof *s->head_out);
     s->head_size = kc_calloc((size_t)g->n_values + 1, sizeof *s->head_size);
-    if (!later || !s->head_in || !s->head_out || !s->head_size) {
+    if (!later || !s->head_input_later || !s->head_out || !s->head_size) {
         free(later);
         return KC_ERR_NOMEM;
     }
@@ -115,7 +116,7 @@ static kc_status kc_head_lists(kc_session *s)
     for (int i = 0; i < g->n_outputs; i++)
         later[kc_head_root(s, g->outputs[i])] = 1;
     for (int i = 0; i < g->n_inputs; i++)
-        s->head_in[s->n_head_in++] = g->inputs[i];
+        s->head_input_later[i] = later[kc_head_root(s, g->inputs[i])];
     for (int v = 0; v < g->n_values; v++) {
         int producer = g->values[v].producer;
         if (producer < 0 || producer >= s->head_nodes || kc_head_root(s, v) != v || !later[v])
@@ -134,12 +135,13 @@ static kc_status kc_head_lists(kc_session *s)
 void kc_head_free(kc_session *s)
 {
     kc_plan_free(&s->head_plan);
-    free(s->head_in);
+    free(s->head_input_later);
     free(s->head_out);
     free(s->head_size);
-    s->head_in = s->head_out = NULL;
+    s->head_input_later = NULL;
+    s->head_out = NULL;
     s->head_size = NULL;
-    s->n_head_in = s->n_head_out = 0;
+    s->n_head_out = 0;
     s->head_nodes = 0;
     s->head_floats = 0;
 }
@@ -177,27 +179,27 @@ kc_status kc_head_plan(kc_session *s, const kc_shape *lane_shapes, int n)
     return KC_OK;
 }
 
+int kc_head_input_to_lane(const kc_session *s, int i)
+{
+    return !s->head_nodes || s->head_input_later[i];
+}
+
 float *kc_head_arena(const kc_session *s, int k)
 {
     return s->arena + (size_t)s->lanes * s->lane_floats + (size_t)k * s->head_floats;
 }
 
-/* Value v's floats for one image. */
-static size_t kc_head_image_floats(const kc_session *s, int v)
+kc_status kc_head_run(kc_session *s, int k, const kc_tensor *const *inputs, int first)
 {
-    return (size_t)kc_shape_count(&s->head_plan.shape[v]);
-}
-
-kc_status kc_head_run(kc_session *s, int k, int first)
-{
+    const kc_graph *g = s->graph;
     float *lane = kc_lanes_arena(s, k), *head = kc_head_arena(s, k);
-    int64_t images = s->plan.shape[s->graph->inputs[0]].dims[0];
+    int64_t images = s->plan.shape[g->inputs[0]].dims[0];
     for (int64_t img = 0; img < images; img++) {
-        for (int j = 0; j < s->n_head_in; j++) {
-            int v = s->head_in[j];
-            size_t n = kc_head_image_floats(s, v);
-            memcpy(head + s->head_plan.offset[v], lane + s->plan.offset[v] + (size_t)img * n,
-                   n * sizeof(float));
+        for (int i = 0; i < g->n_inputs; i++) {
+            int v = g->inputs[i];
+            int64_t n = kc_shape_count(&s->head_plan.shape[v]);
+            kc_session_input_slice(inputs[i], (k * images + img) * n, n,
+                                   head + s->head_plan.offset[v]);
         }
         for (int i = 0; i < s->head_nodes; i++) {
             if (s->fused.skip[i])

@@ -17,10 +17,13 @@ void kc_head_free(kc_session *s);
 /* Lane k's head arena (head_floats floats past all lanes' arenas). */
 float *kc_head_arena(const kc_session *s, int k);
 
-/* Lane k's head, image by image: the model inputs' image slice from the
- * lane's arena into the head's, nodes [0, head_nodes), then the values
- * that cross back into the lane's arena. first: the plan's first run
- * (kernel states built, weights released: kc_session_first_on). */
-kc_status kc_head_run(kc_session *s, int k, int first);
+/* Lane k's head, image by image: its images of the model inputs (the
+ * caller's tensors) into the head's arena, nodes [0, head_nodes), then
+ * the values that cross into the lane's arena. first: the plan's first
+ * run (kernel states built, weights released: kc_session_first_on). */
+kc_status kc_head_run(kc_session *s, int k, const kc_tensor *const *inputs, int first);
+
+/* Whether lane k's arena needs model input i (the tail reads it). */
+int kc_head_input_to_lane(const kc_session *s, int i);
 
 #endif

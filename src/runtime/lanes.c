@@ -91,10 +91,13 @@ void kc_lanes_gather(const kc_session *s, int v, float *dst)
         memcpy(dst + (size_t)k * n, kc_lanes_arena(s, k) + s->plan.offset[v], n * sizeof *dst);
 }
 
-/* Lane k's images of every input, into its arena. */
+/* Lane k's images of every input the lane's arena holds (with a head,
+ * those the tail reads too), into its arena. */
 static void kc_lanes_scatter(kc_session *s, const kc_tensor *const *inputs, int n_inputs, int k)
 {
     for (int i = 0; i < n_inputs; i++) {
+        if (!kc_head_input_to_lane(s, i))
+            continue;
         int v = s->graph->inputs[i];
         int64_t n = kc_shape_count(&s->plan.shape[v]);
         kc_session_input_slice(inputs[i], k * n, n, kc_lanes_arena(s, k) + s->plan.offset[v]);
@@ -103,6 +106,8 @@ static void kc_lanes_scatter(kc_session *s, const kc_tensor *const *inputs, int 
 
 typedef struct kc_lanes_job {
     kc_session *s;
+    const kc_tensor *const *inputs;
+    int n_inputs;
     int first;                       /* lane 0 has run already */
     kc_status status[KC_LANES_MAX];
     char message[KC_LANES_MAX][512]; /* a failed lane's, from its thread */
@@ -110,11 +115,13 @@ typedef struct kc_lanes_job {
 
 /* Every node on lane k's arena. Absorbed nodes have nothing to run; no
  * layer of a laned model makes a mask (kc_lanes_layer_ok). */
-static kc_status kc_lanes_nodes(kc_session *s, int k)
+static kc_status kc_lanes_nodes(kc_session *s, int k, const kc_tensor *const *inputs,
+                                int n_inputs)
 {
     float *arena = kc_lanes_arena(s, k);
+    kc_lanes_scatter(s, inputs, n_inputs, k);
     if (s->head_nodes)
-        KC_TRY(kc_head_run(s, k, 0));
+        KC_TRY(kc_head_run(s, k, inputs, 0));
     for (int i = s->head_nodes; i < s->graph->n_nodes; i++)
         if (!s->fused.skip[i])
             KC_TRY(kc_session_node_on(s, i, &s->plan, arena));
@@ -127,7 +134,7 @@ static void kc_lanes_body(void *arg, int k)
     if (job->first && k == 0)
         return;
     kc_batch_lane_set(k);
-    job->status[k] = kc_lanes_nodes(job->s, k);
+    job->status[k] = kc_lanes_nodes(job->s, k, job->inputs, job->n_inputs);
     kc_batch_lane_set(0);
     if (job->status[k] != KC_OK)
         snprintf(job->message[k], sizeof job->message[k], "%s", kc_last_error());
@@ -139,10 +146,11 @@ static void kc_lanes_body(void *arg, int k)
  * one thread that runs it. The other lanes then run side by side as in
  * every later run, each on the pool thread that will keep running it, so
  * that its per-thread buffers are in place from this run on. */
-static kc_status kc_lanes_first(kc_session *s)
+static kc_status kc_lanes_first(kc_session *s, const kc_tensor *const *inputs, int n_inputs)
 {
     kc_threads_enter(1);
-    kc_status st = s->head_nodes ? kc_head_run(s, 0, 1) : KC_OK;
+    kc_lanes_scatter(s, inputs, n_inputs, 0);
+    kc_status st = s->head_nodes ? kc_head_run(s, 0, inputs, 1) : KC_OK;
     for (int i = s->head_nodes; st == KC_OK && i < s->graph->n_nodes; i++)
         st = kc_session_run_node(s, i);
     kc_threads_enter(s->threads);
@@ -151,11 +159,9 @@ static kc_status kc_lanes_first(kc_session *s)
 
 kc_status kc_lanes_run(kc_session *s, const kc_tensor *const *inputs, int n_inputs)
 {
-    for (int k = 0; k < s->lanes; k++)
-        kc_lanes_scatter(s, inputs, n_inputs, k);
-    kc_lanes_job job = {.s = s, .first = !s->lanes_warm};
+    kc_lanes_job job = {.s = s, .inputs = inputs, .n_inputs = n_inputs, .first = !s->lanes_warm};
     if (job.first)
-        KC_TRY(kc_lanes_first(s));
+        KC_TRY(kc_lanes_first(s, inputs, n_inputs));
     kc_parallel(s->lanes, kc_lanes_body, &job);
     for (int k = 0; k < s->lanes; k++)
         if (job.status[k] != KC_OK)

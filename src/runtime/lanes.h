@@ -28,9 +28,10 @@ int kc_lanes_plan_ok(const kc_session *s, int64_t lane_batch);
 /* Lane k's arena. */
 float *kc_lanes_arena(const kc_session *s, int k);
 
-/* One run: each lane's slice of the inputs into its arena, then every
- * node, lanes side by side (the first run of a plan: one after another,
- * building the kernel states single-threaded). */
+/* One run: each lane takes its slice of the inputs into its arena (or,
+ * with an image-major head, image by image into the head's) and runs
+ * every node, lanes side by side (the first run of a plan: lane 0 first,
+ * alone, building the kernel states single-threaded). */
 kc_status kc_lanes_run(kc_session *s, const kc_tensor *const *inputs, int n_inputs);
 
 /* Value v over all lanes: its shape, and its floats gathered into dst. */

@@ -164,9 +164,9 @@ static int kc_crosses(const kc_graph *g, const int *last_use, int v, int head)
     return producer >= 0 && producer < head && last_use[v] >= head;
 }
 
-/* The head's boundary values and the model inputs (allocated before any
- * node, in value order) stay in the tail's arena from the start: the
- * head writes them image by image before the tail's first node. */
+/* The head's boundary values (allocated before any node, in value order)
+ * stay in the tail's arena from the start: the head writes them image by
+ * image before the tail's first node. */
 static void kc_plan_tail_start(const kc_graph *g, const int *alias, const int *last_use,
                                int head, kc_allocator *a, kc_plan *p)
 {
@@ -178,9 +178,6 @@ static void kc_plan_tail_start(const kc_graph *g, const int *alias, const int *l
         if (producer >= 0 && producer < head && kc_root(alias, v) != v)
             p->offset[v] = p->offset[kc_root(alias, v)];
     }
-    for (int i = 0; i < g->n_inputs; i++) /* read by the head only */
-        if (last_use[g->inputs[i]] < head)
-            kc_free_block(a, g->inputs[i]);
 }
 
 static kc_status kc_plan_memory(const kc_graph *g, const int *alias, int head, kc_plan_part part,
@@ -217,9 +214,12 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, int head, k
             if (kc_crosses(g, last_use, v, head))
                 last_use[v] = head;
     }
-    for (int i = 0; i < g->n_inputs; i++)
-        p->offset[g->inputs[i]] = kc_alloc_block(&a, g->inputs[i],
-                                                 kc_plan_size(&p->shape[g->inputs[i]]));
+    for (int i = 0; i < g->n_inputs; i++) {
+        int v = g->inputs[i];
+        if (part == KC_PLAN_TAIL && last_use[v] < head)
+            continue; /* read by the head only: never in the tail's arena */
+        p->offset[v] = kc_alloc_block(&a, v, kc_plan_size(&p->shape[v]));
+    }
     if (part == KC_PLAN_TAIL) {
         first = head;
         kc_plan_tail_start(g, alias, last_use, head, &a, p);

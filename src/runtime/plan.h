@@ -34,7 +34,8 @@ kc_status kc_plan_build(const struct kc_model *model, const int *alias, const kc
  * image): KC_PLAN_HEAD lays out only those nodes' values, for the shapes
  * given (one image's); KC_PLAN_TAIL lays out the rest, for the whole
  * shapes, with the values that cross (made in the head, read after it or
- * model outputs) and the model inputs in place before node `head` runs.
+ * model outputs) and the model inputs read after it in place before node
+ * `head` runs.
  * Offsets of values a part does not lay out are 0 and must not be read;
  * shapes are all resolved. KC_PLAN_WHOLE: kc_plan_build. */
 typedef enum { KC_PLAN_WHOLE, KC_PLAN_HEAD, KC_PLAN_TAIL } kc_plan_part;

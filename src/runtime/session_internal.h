@@ -54,7 +54,7 @@ struct kc_session {
     int head_nodes;
     kc_plan head_plan;
     size_t head_floats;
-    int *head_in, n_head_in;   /* model inputs, copied in image by image */
+    unsigned char *head_input_later; /* per model input: the tail reads it too */
     int *head_out, n_head_out; /* values that cross into the tail */
     int64_t *head_size;        /* per head_out: its floats per image */
 };

@@ -872,44 +872,88 @@ static void assert_split_layout(const kc_session *s, const kc_plan *p, int head,
  * images' rows in the wrong place: a fused pair's (its depthwise output
  * in its 1x1 output's slot: MobileNetV2, K inside block_1) and a fused
  * ZeroPadding's (the unpadded rows under the padded shape: ResNet50,
- * K = 2..5, the cut between conv1 and pool1). */
+ * K = 2..5, the cut between conv1 and pool1). Also on small models with
+ * two inputs (one read only after the cut), a shared layer, and outputs
+ * made before the cut. */
+/* Every output of a and b on these inputs agrees within the tolerance. */
+static void assert_close_runs_io(kc_session *a, kc_session *b, const kc_tensor *const *in,
+                                 int n_in, int n_out)
+{
+    kc_tensor *x[8] = {0}, *y[8] = {0};
+    assert_true(n_out <= 8);
+    assert_int_equal(kc_session_run(a, in, n_in, x, n_out), KC_OK);
+    assert_int_equal(kc_session_run(b, in, n_in, y, n_out), KC_OK);
+    for (int o = 0; o < n_out; o++) {
+        const float *p = kc_tensor_cdata(x[o]), *q = kc_tensor_cdata(y[o]);
+        assert_int_equal(kc_tensor_count(x[o]), kc_tensor_count(y[o]));
+        for (int64_t i = 0; i < kc_tensor_count(y[o]); i++)
+            assert_true(fabsf(p[i] - q[i]) <= 1e-4f * fmaxf(1.0f, fabsf(q[i])));
+        kc_tensor_free(x[o]);
+        kc_tensor_free(y[o]);
+    }
+}
+
+/* Model `path` with every split point K as its head, 4 images on 2
+ * threads (lanes of 2): see test_batch_head_split_points. */
+static void sweep_head_split_points(const char *path)
+{
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(path, NULL, &m), KC_OK);
+    int n_in = kc_model_num_inputs(m), n_out = kc_model_num_outputs(m);
+    kc_tensor *in[8] = {0};
+    assert_true(n_in <= 8);
+    for (int i = 0; i < n_in; i++) {
+        int64_t dims[KC_MAX_RANK];
+        int rank = kc_model_input_shape(m, i, dims);
+        dims[0] = 4;
+        assert_int_equal(kc_tensor_new(KC_F32, rank, dims, &in[i]), KC_OK);
+        float *x = kc_tensor_data(in[i]);
+        for (int64_t j = 0; j < kc_tensor_count(in[i]); j++)
+            x[j] = (float)((j * 7919 + i * 104729) % 2001) / 1000.0f - 1.0f;
+    }
+    const kc_tensor *const *ins = (const kc_tensor *const *)in;
+    kc_session_options o = {.threads = 2};
+    kc_session *whole = NULL;
+    setenv("KC_LANES", "0", 1);
+    assert_int_equal(kc_session_new(m, &o, &whole), KC_OK);
+    unsetenv("KC_LANES");
+    int n_nodes = whole->graph->n_nodes, tried = 0;
+    for (int k = 1; k <= n_nodes; k++) {
+        char text[16];
+        snprintf(text, sizeof text, "%d", k);
+        setenv("KC_HEAD", text, 1);
+        kc_session *laned = NULL;
+        assert_int_equal(kc_session_new(m, &o, &laned), KC_OK);
+        assert_close_runs_io(laned, whole, ins, n_in, n_out); /* the plan's first run */
+        assert_close_runs_io(laned, whole, ins, n_in, n_out);
+        assert_int_equal(kc_session_lanes(laned), 2);
+        assert_int_equal(laned->head_nodes, k);
+        assert_split_layout(laned, &laned->head_plan, k, 0);
+        assert_split_layout(laned, &laned->plan, k, 1);
+        kc_session_free(laned);
+        tried++;
+    }
+    unsetenv("KC_HEAD");
+    assert_int_equal(tried, n_nodes);
+    kc_session_free(whole);
+    for (int i = 0; i < n_in; i++)
+        kc_tensor_free(in[i]);
+    kc_model_free(m);
+}
+
 static void test_batch_head_split_points(void **state)
 {
     (void)state;
-    static const char *const apps[] = {"mobilenet_v2", "resnet50", "inception_v3"};
-    for (int a = 0; a < 3; a++) {
+    static const char *const models[] = {
+        "apps/mobilenet_v2", "apps/resnet50", "apps/inception_v3",
+        "zoo/shared_layer",      /* two inputs, the second read late; a shared layer */
+        "zoo/multi_output",      /* an output the tail reads on */
+        "zoo/nested_functional", /* an output made inside a nested model */
+    };
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
         char path[512];
-        snprintf(path, sizeof path, KC_TEST_DATA "/../apps/%s/model.keras", apps[a]);
-        kc_model *m = NULL;
-        assert_int_equal(kc_model_load(path, NULL, &m), KC_OK);
-        kc_tensor *two = kc_app_input(apps[a], 2), *four = batch_of(two, 4);
-        kc_session_options o = {.threads = 2};
-        kc_session *whole = NULL;
-        setenv("KC_LANES", "0", 1);
-        assert_int_equal(kc_session_new(m, &o, &whole), KC_OK);
-        unsetenv("KC_LANES");
-        int n_nodes = whole->graph->n_nodes, tried = 0;
-        for (int k = 1; k <= n_nodes; k++) {
-            char text[16];
-            snprintf(text, sizeof text, "%d", k);
-            setenv("KC_HEAD", text, 1);
-            kc_session *laned = NULL;
-            assert_int_equal(kc_session_new(m, &o, &laned), KC_OK);
-            assert_close_runs(laned, whole, four); /* the plan's first run */
-            assert_close_runs(laned, whole, four);
-            assert_int_equal(kc_session_lanes(laned), 2);
-            assert_int_equal(laned->head_nodes, k);
-            assert_split_layout(laned, &laned->head_plan, k, 0);
-            assert_split_layout(laned, &laned->plan, k, 1);
-            kc_session_free(laned);
-            tried++;
-        }
-        unsetenv("KC_HEAD");
-        assert_int_equal(tried, n_nodes);
-        kc_session_free(whole);
-        kc_tensor_free(four);
-        kc_tensor_free(two);
-        kc_model_free(m);
+        snprintf(path, sizeof path, KC_TEST_DATA "/../%s/model.keras", models[i]);
+        sweep_head_split_points(path);
     }
 }
 
