@@ -169,9 +169,11 @@ kc_status kc_head_plan(kc_session *s, const kc_shape *lane_shapes, int n)
     if (st == KC_OK)
         st = kc_plan_build_split(s->model, s->fused.alias, lane_shapes, n, head, KC_PLAN_TAIL,
                                  &tail);
-    if (st != KC_OK) {
+    if (st != KC_OK) { /* a speed choice only: the whole plan still runs */
         kc_head_free(s);
-        return st;
+        kc_plan_free(&tail);
+        kc_error_clear();
+        return KC_OK;
     }
     kc_plan_free(&s->plan);
     s->plan = tail;

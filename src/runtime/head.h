@@ -8,7 +8,8 @@
 /* For a laned plan just made (s->plan, for one lane's shapes): choose the
  * head, and if there is one, lay it out for one image (s->head_plan) and
  * lay s->plan out again as the tail. KC_HEAD=0: never; KC_HEAD=N: the
- * first N nodes. */
+ * first N nodes. Should that fail, the whole plan stays and runs without
+ * a head. */
 kc_status kc_head_plan(kc_session *s, const kc_shape *lane_shapes, int n);
 
 /* Drop the head's plan and lists (a new plan is being made). */
