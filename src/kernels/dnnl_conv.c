@@ -541,8 +541,16 @@ static dnnl_primitive_desc_t kc_dnnl_wino_pick(const kc_exec_ctx *ctx, kc_dnnl_c
  * far more there than oneDNN's older direct kernel's. One thread, 4
  * images of 56x56, 64 -> 256 channels (ResNet50's conv2_block*_3 parts at
  * batch 8): 3.1-4.1 ms against 2.4-3.5 (0.76-0.86 in 6 runs); at 28x28,
- * 128 -> 512 level (0.88-1.04), and with 256 input channels brgconv wins. */
+ * 128 -> 512 level (0.88-1.04), and with 256 input channels brgconv wins.
+ * With at most 64 input channels the direct kernel wins from 1 MB of
+ * output a part: on the AMD EPYC of bench/results, ResNet50's three
+ * conv2_block*_3 layers took 0.87-1.05 ms against 0.94-1.19 as half-image
+ * parts (batch 1, 2 threads) and 1.62-1.78 against 1.64-2.23 one image at
+ * a time (one thread, as a lane's image-major head runs them), in each of
+ * six alternating runs; with 128 (conv3's, one image at a time) brgconv
+ * stayed ahead (2.07-2.56 against 2.50-2.94 ms for the four). */
 #define KC_DNNL_SUM_WIDE_BYTES ((int64_t)8 << 20)
+#define KC_DNNL_SUM_WIDE_BYTES_64 ((int64_t)1 << 20)
 static int kc_dnnl_wide_sum(const kc_conv_attrs *a, const kc_dnnl_window *g)
 {
     int64_t out_bytes = 4 * g->dst[0] * g->dst[1];
@@ -551,7 +559,8 @@ static int kc_dnnl_wide_sum(const kc_conv_attrs *a, const kc_dnnl_window *g)
     int one = 1;
     for (int i = 0; i < g->sp; i++)
         one &= a->kernel[i] == 1 && a->strides[i] == 1;
-    return a->accumulate && one && g->src[1] <= 128 && out_bytes >= KC_DNNL_SUM_WIDE_BYTES;
+    int64_t from = g->src[1] <= 64 ? KC_DNNL_SUM_WIDE_BYTES_64 : KC_DNNL_SUM_WIDE_BYTES;
+    return a->accumulate && one && g->src[1] <= 128 && out_bytes >= from;
 }
 
 /* The implementation to take when oneDNN offers it (kc_dnnl_conv_pd), or
@@ -1113,6 +1122,18 @@ static int kc_dnnl_count_wino(const kc_kernel_state *state, int f4)
 }
 
 int kc_dnnl_conv_wino_parts(const kc_kernel_state *state) { return kc_dnnl_count_wino(state, 0); }
+
+const char *kc_dnnl_conv_impl(const kc_kernel_state *state, int part)
+{
+    if (!state || state->free != kc_dnnl_conv_free)
+        return NULL;
+    const kc_dnnl_conv_state *st = (const kc_dnnl_conv_state *)state;
+    const_dnnl_primitive_desc_t pd = NULL;
+    if (part < 0 || part >= st->n_parts || !st->part[part].prim.prim ||
+        dnnl_primitive_get_primitive_desc(st->part[part].prim.prim, &pd) != dnnl_success)
+        return NULL;
+    return kc_dnnl_pd_impl(pd);
+}
 
 int kc_dnnl_conv_wino_f4_parts(const kc_kernel_state *state)
 {

@@ -18,6 +18,11 @@ int kc_dnnl_conv_parts(const kc_kernel_state *state);
 int kc_dnnl_conv_wino_parts(const kc_kernel_state *state);
 int kc_dnnl_conv_wino_f4_parts(const kc_kernel_state *state);
 
+/* The oneDNN implementation part `part` of that state runs (its name, as
+ * ONEDNN_VERBOSE prints it: "brgconv_1x1:avx512_core", "jit:avx512_core"),
+ * or NULL. */
+const char *kc_dnnl_conv_impl(const kc_kernel_state *state, int part);
+
 /* 1 when 1x1 convolution a (input shape in, output shape mid) can run
  * depthwise layer dw, which alone reads its output, as a fused post-op
  * (kc_conv_attrs.post_dw) with the same result: oneDNN is in use, both

@@ -230,16 +230,23 @@ static int run(conv_run *r, int exact, int whole, float *out)
                        kc_dnnl_conv_parts);
 }
 
+/* r's layer on the plain path (no oneDNN), one thread: the reference. */
+static float *plain_output(conv_run *r)
+{
+    float *want = malloc((size_t)r->out_count * sizeof *want);
+    setenv("KC_DNNL", "0", 1);
+    kc_threads_enter(1);
+    assert_int_equal(run(r, 1, 0, want), 0);
+    unsetenv("KC_DNNL");
+    return want;
+}
+
 static void check_case(const conv_case *c)
 {
     conv_run r;
     setup(c, &r);
-    float *want = malloc((size_t)r.out_count * sizeof *want);
+    float *want = plain_output(&r);
     float *got = malloc((size_t)r.out_count * sizeof *got);
-    setenv("KC_DNNL", "0", 1);
-    kc_threads_enter(1);
-    assert_int_equal(run(&r, 1, 0, want), 0);
-    unsetenv("KC_DNNL");
     float peak = peak_of(want, r.out_count);
     static const int threads[] = {1, 2, 3, 5};
     for (int t = 0; t < 4; t++)
@@ -411,6 +418,68 @@ static void test_conv2d_cuts(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_case(&cases[i]);
+}
+
+/* Parts whose oneDNN kernel is the older direct one ("jit:"), times 100,
+ * plus the number of parts. */
+static int direct_parts(const kc_kernel_state *state)
+{
+    int n = kc_dnnl_conv_parts(state), direct = 0;
+    for (int k = 0; k < n; k++) {
+        const char *impl = kc_dnnl_conv_impl(state, k);
+        direct += impl && !strncmp(impl, "jit:", 4);
+    }
+    return direct * 100 + n;
+}
+
+/* A fused residual sum on a 1x1 convolution of at most 64 input channels
+ * takes oneDNN's older direct kernel from 1 MB of output a part, not
+ * brgconv's (whose sum costs more there): ResNet50's conv2_block*_3 one
+ * image at a time (a lane's image-major head) and in half-image parts
+ * (batch 1 on 2 threads); not with 128 input channels under 8 MB, small
+ * outputs, or no sum. Every variant equals the plain path. */
+static void test_wide_sum_kernel(void **state)
+{
+    (void)state;
+    static const struct {
+        conv_case c;
+        int threads, want;
+    } cases[] = {
+        {{"1x1 64 -> 256 + sum, one 56x56 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 56, 56, 64, 256,
+          1, 1, 1, 1, 0, 1, "relu"}, 1, 101},
+        {{"1x1 64 -> 256 + sum, one 56x56 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 56, 56, 64, 256,
+          1, 1, 1, 1, 0, 1, "relu"}, 2, 202},
+        {{"1x1 128 -> 512 + sum, one 28x28 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 128,
+          512, 1, 1, 1, 1, 0, 1, "relu"}, 1, 1},
+        {{"1x1 64 -> 256 + sum, one 8x8 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 64, 256, 1,
+          1, 1, 1, 0, 1, "relu"}, 1, 1},
+        {{"1x1 64 -> 256, no sum, one 56x56 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 56, 56, 64,
+          256, 1, 1, 1, 1, 0, 0, "relu"}, 1, 1},
+    };
+    if (!kc_dnnl_ready())
+        skip();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        conv_run r;
+        setup(&cases[i].c, &r);
+        float *want = plain_output(&r);
+        float *got = malloc((size_t)r.out_count * sizeof *got);
+        kc_threads_enter(cases[i].threads);
+        const float *ins[1] = {r.x};
+        if (r.residual)
+            memcpy(got, r.residual, (size_t)r.out_count * sizeof *got);
+        int parts = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
+                                direct_parts);
+        if (parts != cases[i].want)
+            fail_msg("%s, %d threads: %d direct-kernel parts of %d, expected %d of %d",
+                     cases[i].c.what, cases[i].threads, parts / 100, parts % 100,
+                     cases[i].want / 100, cases[i].want % 100);
+        expect_close(got, want, r.out_count, 1e-4f * peak_of(want, r.out_count), "%s",
+                     cases[i].c.what);
+        free(want);
+        free(got);
+        teardown(&r);
+    }
+    kc_threads_enter(0);
 }
 
 static void test_conv1d_cuts(void **state)
@@ -1549,6 +1618,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv2d_cuts),
         cmocka_unit_test(test_winograd_map_size),
+        cmocka_unit_test(test_wide_sum_kernel),
         cmocka_unit_test(test_conv1d_cuts),
         cmocka_unit_test(test_wino_transforms),
         cmocka_unit_test(test_wino1d_layers),
