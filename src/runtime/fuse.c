@@ -37,6 +37,7 @@
 #include "kernels/dnnl_conv.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
+#include "runtime/plan.h"
 #include "ops/core.h"
 #include "ops/merge.h"
 #include "ops/norm.h"
@@ -199,12 +200,7 @@ static const char *kc_plain_activation(const kc_layer *l)
     return NULL;
 }
 
-static int kc_resolve(const kc_fused *f, int v)
-{
-    while (f->alias[v] >= 0)
-        v = f->alias[v];
-    return v;
-}
+static int kc_resolve(const kc_fused *f, int v) { return kc_plan_root(f->alias, v); }
 
 /* ------------------------------------------------- residual Add fusion */
 

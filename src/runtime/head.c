@@ -21,6 +21,7 @@
  * batch: each node keeps one state, as in any other plan. */
 #include "runtime/head.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,13 +33,6 @@
 /* A head only where a lane's activations are this large somewhere in it:
  * below, they stay in cache anyway and the head would only add copies. */
 #define KC_HEAD_MIN_LANE_BYTES ((int64_t)4 << 20)
-
-static int kc_head_root(const kc_session *s, int v)
-{
-    while (s->fused.alias && s->fused.alias[v] >= 0)
-        v = s->fused.alias[v];
-    return v;
-}
 
 static int64_t kc_head_weight_bytes(const kc_session *s, int i)
 {
@@ -103,32 +97,40 @@ static kc_status kc_head_lists(kc_session *s)
 {
     const kc_graph *g = s->graph;
     unsigned char *later = kc_calloc((size_t)g->n_values + 1, 1);
+    int64_t *smallest = kc_calloc((size_t)g->n_values + 1, sizeof *smallest);
     s->head_input_later = kc_calloc((size_t)g->n_inputs + 1, 1);
     s->head_out = kc_calloc((size_t)g->n_values + 1, sizeof *s->head_out);
     s->head_size = kc_calloc((size_t)g->n_values + 1, sizeof *s->head_size);
-    if (!later || !s->head_input_later || !s->head_out || !s->head_size) {
+    if (!later || !smallest || !s->head_input_later || !s->head_out || !s->head_size) {
         free(later);
+        free(smallest);
         return KC_ERR_NOMEM;
     }
     for (int i = s->head_nodes; i < g->n_nodes; i++)
         for (int j = 0; !s->fused.skip[i] && j < g->nodes[i].n_inputs; j++)
-            later[kc_head_root(s, g->nodes[i].inputs[j])] = 1;
+            later[kc_plan_root(s->fused.alias, g->nodes[i].inputs[j])] = 1;
     for (int i = 0; i < g->n_outputs; i++)
-        later[kc_head_root(s, g->outputs[i])] = 1;
+        later[kc_plan_root(s->fused.alias, g->outputs[i])] = 1;
     for (int i = 0; i < g->n_inputs; i++)
-        s->head_input_later[i] = later[kc_head_root(s, g->inputs[i])];
+        s->head_input_later[i] = later[kc_plan_root(s->fused.alias, g->inputs[i])];
+    for (int v = 0; v < g->n_values; v++)
+        smallest[v] = INT64_MAX;
+    for (int v = 0; v < g->n_values; v++) { /* each slot's smallest view */
+        int r = kc_plan_root(s->fused.alias, v);
+        int64_t floats = kc_shape_count(&s->plan.shape[v]);
+        if (floats < smallest[r])
+            smallest[r] = floats;
+    }
     for (int v = 0; v < g->n_values; v++) {
         int producer = g->values[v].producer;
-        if (producer < 0 || producer >= s->head_nodes || kc_head_root(s, v) != v || !later[v])
+        if (producer < 0 || producer >= s->head_nodes ||
+            kc_plan_root(s->fused.alias, v) != v || !later[v])
             continue;
-        int64_t floats = kc_shape_count(&s->plan.shape[v]);
-        for (int w = 0; w < g->n_values; w++)
-            if (kc_head_root(s, w) == v && kc_shape_count(&s->plan.shape[w]) < floats)
-                floats = kc_shape_count(&s->plan.shape[w]);
-        s->head_size[s->n_head_out] = floats / s->plan.shape[v].dims[0];
+        s->head_size[s->n_head_out] = smallest[v] / s->plan.shape[v].dims[0];
         s->head_out[s->n_head_out++] = v;
     }
     free(later);
+    free(smallest);
     return KC_OK;
 }
 

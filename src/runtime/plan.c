@@ -149,7 +149,7 @@ static void kc_plan_spare_tail(kc_plan *p, int first, int end, const size_t *liv
         }
 }
 
-static int kc_root(const int *alias, int v)
+int kc_plan_root(const int *alias, int v)
 {
     while (alias && alias[v] >= 0)
         v = alias[v];
@@ -171,12 +171,12 @@ static void kc_plan_tail_start(const kc_graph *g, const int *alias, const int *l
                                int head, kc_allocator *a, kc_plan *p)
 {
     for (int v = 0; v < g->n_values; v++)
-        if (kc_root(alias, v) == v && kc_crosses(g, last_use, v, head))
+        if (kc_plan_root(alias, v) == v && kc_crosses(g, last_use, v, head))
             p->offset[v] = kc_alloc_block(a, v, kc_plan_size(&p->shape[v]));
     for (int v = 0; v < g->n_values; v++) {
         int producer = g->values[v].producer;
-        if (producer >= 0 && producer < head && kc_root(alias, v) != v)
-            p->offset[v] = p->offset[kc_root(alias, v)];
+        if (producer >= 0 && producer < head && kc_plan_root(alias, v) != v)
+            p->offset[v] = p->offset[kc_plan_root(alias, v)];
     }
 }
 
@@ -203,7 +203,7 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, int head, k
         last_use[g->outputs[i]] = g->n_nodes; /* model outputs live to the end */
     /* An alias keeps its root alive as long as the alias is read. */
     for (int v = 0; v < g->n_values; v++) {
-        int r = kc_root(alias, v);
+        int r = kc_plan_root(alias, v);
         if (r != v && last_use[v] > last_use[r])
             last_use[r] = last_use[v];
     }
@@ -227,7 +227,7 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, int head, k
     for (int i = first; i < end; i++) {
         const kc_node *node = &g->nodes[i];
         for (int j = 0; j < node->n_outputs; j++) {
-            int v = node->outputs[j], r = kc_root(alias, v);
+            int v = node->outputs[j], r = kc_plan_root(alias, v);
             if (r != v) {
                 p->offset[v] = p->offset[r];
                 continue;
@@ -239,12 +239,12 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, int head, k
         kc_plan_spare_gap(&a, i, p, &live_end[i]);
         /* Inputs and dead outputs whose last reader is this node. */
         for (int j = 0; j < node->n_inputs; j++) {
-            int r = kc_root(alias, node->inputs[j]);
+            int r = kc_plan_root(alias, node->inputs[j]);
             if (last_use[r] == i)
                 kc_free_block(&a, r);
         }
         for (int j = 0; j < node->n_outputs; j++) {
-            int r = kc_root(alias, node->outputs[j]);
+            int r = kc_plan_root(alias, node->outputs[j]);
             if (last_use[r] == i)
                 kc_free_block(&a, r);
         }

@@ -30,6 +30,9 @@ typedef struct kc_plan {
  * (outputs of nodes absorbed by fusion). */
 kc_status kc_plan_build(const struct kc_model *model, const int *alias, const kc_shape *in_shapes,
                         int n_in, kc_plan *out);
+/* The value whose slot v shares (following alias, which may be NULL). */
+int kc_plan_root(const int *alias, int v);
+
 /* A plan split at node `head` (lanes.c runs nodes [0, head) image by
  * image): KC_PLAN_HEAD lays out only those nodes' values, for the shapes
  * given (one image's); KC_PLAN_TAIL lays out the rest, for the whole

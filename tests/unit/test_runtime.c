@@ -794,17 +794,12 @@ static void split_spans(const kc_session *s, int head, int tail, live_span *span
         span[v] = (live_span){g->values[v].producer, -1};
     for (int i = 0; i < g->n_nodes; i++)
         for (int j = 0; j < g->nodes[i].n_inputs; j++) {
-            int r = g->nodes[i].inputs[j];
-            while (s->fused.alias[r] >= 0)
-                r = s->fused.alias[r];
+            int r = kc_plan_root(s->fused.alias, g->nodes[i].inputs[j]);
             if (span[r].last < i)
                 span[r].last = i;
         }
     for (int i = 0; i < g->n_outputs; i++) {
-        int r = g->outputs[i];
-        while (s->fused.alias[r] >= 0)
-            r = s->fused.alias[r];
-        span[r].last = g->n_nodes;
+        span[kc_plan_root(s->fused.alias, g->outputs[i])].last = g->n_nodes;
     }
     for (int v = 0; v < g->n_values; v++) {
         live_span *sp = &span[v];
