@@ -224,21 +224,6 @@ static int kc_h5raw_gheap_ok(const unsigned char *g, size_t avail, int lsize)
     return 1;
 }
 
-/* libhdf5 recognises a global heap collection only by its "GCOL" magic,
- * so checking every occurrence covers every collection it could load. */
-static kc_status kc_h5raw_check_gheaps(const char *label, const unsigned char *buf, size_t len,
-                                    int lsize)
-{
-    static const char magic[4] = {'G', 'C', 'O', 'L'};
-    const unsigned char *end = buf + len;
-    for (const unsigned char *g = memmem(buf, len, magic, 4); g;
-         g = memmem(g + 1, (size_t)(end - g - 1), magic, 4))
-        if (!kc_h5raw_gheap_ok(g, (size_t)(end - g), lsize))
-            return kc_fail(KC_ERR_FORMAT, "%s: HDF5 global heap at offset %zu is malformed", label,
-                           (size_t)(g - buf));
-    return KC_OK;
-}
-
 /* A local heap ("HEAP") holds the link names of an old-style group, each
  * NUL-terminated; libhdf5 1.10 strdup()s a name at any offset below the
  * data segment's size (H5G__ent_to_link) without checking that a NUL
@@ -258,16 +243,52 @@ static int kc_h5raw_lheap_ok(const unsigned char *buf, size_t len, size_t at, si
     return buf[base + daddr + dsize - 1] == 0;
 }
 
-static kc_status kc_h5raw_check_lheaps(const char *label, const unsigned char *buf, size_t len,
-                                    size_t base, int osize, int lsize)
+static int kc_h5raw_heap_magic(const unsigned char *p)
 {
-    static const char magic[4] = {'H', 'E', 'A', 'P'};
-    const unsigned char *end = buf + len;
-    for (const unsigned char *g = memmem(buf, len, magic, 4); g;
-         g = memmem(g + 1, (size_t)(end - g - 1), magic, 4))
-        if (!kc_h5raw_lheap_ok(buf, len, (size_t)(g - buf), base, osize, lsize))
-            return kc_fail(KC_ERR_FORMAT, "%s: HDF5 local heap at offset %zu is malformed", label,
-                           (size_t)(g - buf));
+    return !memcmp(p, "GCOL", 4) || !memcmp(p, "HEAP", 4);
+}
+
+/* Where the next "GCOL" (a global heap collection) or "HEAP" (a local
+ * heap) magic starts at or after buf + from, or len. libhdf5 recognises
+ * both only by their magic, so checking every occurrence covers every
+ * heap it could load. One pass for both, eight bytes at a time: the bytes
+ * 'G' and 'H' are looked for in a word (the SWAR zero-byte test) and only
+ * a word holding one is looked at closely. Two memmem passes took 0.15 s
+ * of a 100 MB model's load. */
+static size_t kc_h5raw_next_heap(const unsigned char *buf, size_t len, size_t from)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    const uint64_t gs = ones * 'G', hs = ones * 'H';
+    size_t i = from;
+    while (i + 4 <= len) {
+        if (i + 8 <= len) {
+            uint64_t w;
+            memcpy(&w, buf + i, 8);
+            uint64_t xg = w ^ gs, xh = w ^ hs;
+            if (!(((xg - ones) & ~xg & highs) | ((xh - ones) & ~xh & highs))) {
+                i += 8; /* no byte of this word is 'G' or 'H' */
+                continue;
+            }
+        }
+        for (size_t end = i + 8; i < end && i + 4 <= len; i++)
+            if (kc_h5raw_heap_magic(buf + i))
+                return i;
+    }
+    return len;
+}
+
+static kc_status kc_h5raw_check_heaps(const char *label, const unsigned char *buf, size_t len,
+                                      size_t base, int osize, int lsize)
+{
+    for (size_t at = kc_h5raw_next_heap(buf, len, 0); at < len;
+         at = kc_h5raw_next_heap(buf, len, at + 1)) {
+        if (buf[at] == 'G' && !kc_h5raw_gheap_ok(buf + at, len - at, lsize))
+            return kc_fail(KC_ERR_FORMAT, "%s: HDF5 global heap at offset %zu is malformed",
+                           label, at);
+        if (buf[at] == 'H' && !kc_h5raw_lheap_ok(buf, len, at, base, osize, lsize))
+            return kc_fail(KC_ERR_FORMAT, "%s: HDF5 local heap at offset %zu is malformed",
+                           label, at);
+    }
     return KC_OK;
 }
 
@@ -287,10 +308,9 @@ static kc_status kc_h5raw_precheck(const char *label, const unsigned char *buf, 
     if ((osize != 2 && osize != 4 && osize != 8) || (lsize != 2 && lsize != 4 && lsize != 8))
         return kc_fail(KC_ERR_UNSUPPORTED, "%s: HDF5 superblock with %d-byte offsets, %d-byte lengths",
                        label, osize, lsize);
-    KC_TRY(kc_h5raw_check_gheaps(label, buf, len, lsize));
     /* Addresses count from the superblock (libhdf5 moves the base address
      * there when they differ, as with a user block). */
-    return kc_h5raw_check_lheaps(label, buf, len, (size_t)base, osize, lsize);
+    return kc_h5raw_check_heaps(label, buf, len, (size_t)base, osize, lsize);
 }
 
 /* Only regular files: opening a FIFO would block and a device could be

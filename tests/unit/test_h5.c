@@ -146,6 +146,40 @@ static void test_bad_heaps(void **state)
     }
 }
 
+/* The heap scan (one pass for both magics, eight bytes at a time) finds
+ * a malformed collection at every alignment, after runs of the bytes it
+ * looks for ('G', 'H') and of near misses ("GCO", "HEA"). */
+static void test_heap_scan_alignments(void **state)
+{
+    (void)state;
+    size_t len;
+    unsigned char *good = slurp(H5DIR "dtypes.h5", &len);
+    /* version 1, 48 bytes, then a free-space object of size 0: the loop
+     * libhdf5 1.10 never leaves */
+    unsigned char bad[48] = {'G', 'C', 'O', 'L', 1, 0, 0, 0, 48};
+    static const char *fillers[] = {"", "x", "GG", "GCO", "HEAxHEA", "GCOGCOLH", "qqqqqqqqq"};
+    for (size_t f = 0; f < sizeof fillers / sizeof fillers[0]; f++) {
+        for (size_t pad = 0; pad < 8; pad++) {
+            size_t filler = strlen(fillers[f]);
+            size_t n = len + pad + filler + sizeof bad;
+            unsigned char *buf = malloc(n);
+            assert_non_null(buf);
+            memcpy(buf, good, len);
+            memset(buf + len, 'z', pad);
+            memcpy(buf + len + pad, fillers[f], filler);
+            size_t at = len + pad + filler;
+            memcpy(buf + at, bad, sizeof bad);
+            kc_h5 *h5 = NULL;
+            assert_int_equal(kc_h5_open_image(buf, n, "img", &h5), KC_ERR_FORMAT);
+            char want[96];
+            snprintf(want, sizeof want, "global heap at offset %zu is malformed", at);
+            assert_error_contains(want);
+            free(buf);
+        }
+    }
+    free(good);
+}
+
 /* A scalar dataspace with rank-1 chunks makes libhdf5 1.10 loop (and
  * allocate) forever in H5Dread: refused when the dataset is opened, before
  * any read. Only dataset_info is called here so that a regression fails
@@ -703,7 +737,7 @@ int main(void)
     mkdir(KC_TEST_TMP, 0755);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_errors),      cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_bad_heaps),        cmocka_unit_test(test_chunked_scalar),
+        cmocka_unit_test(test_bad_heaps), cmocka_unit_test(test_heap_scan_alignments),        cmocka_unit_test(test_chunked_scalar),
         cmocka_unit_test(test_userblock),        cmocka_unit_test(test_string_attrs),
         cmocka_unit_test(test_kind_and_list),    cmocka_unit_test(test_links_refused),
         cmocka_unit_test(test_storage_refused),  cmocka_unit_test(test_dtypes),
