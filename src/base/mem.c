@@ -6,7 +6,40 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "error.h"
+
+/* A transparent huge page, and the size from which an array takes them. */
+#define KC_HUGE_PAGE ((size_t)2 << 20)
+
+static int kc_huge_pages_on(void)
+{
+    static int on = -1; /* decided once: every array of a process alike */
+    if (on < 0) {
+        const char *env = getenv("KC_HUGEPAGES");
+        on = !(env && !strcmp(env, "0"));
+    }
+    return on;
+}
+
+void kc_mem_advise_huge(void *p, size_t bytes)
+{
+    uintptr_t lo = ((uintptr_t)p + KC_HUGE_PAGE - 1) & ~(uintptr_t)(KC_HUGE_PAGE - 1);
+    uintptr_t hi = ((uintptr_t)p + bytes) & ~(uintptr_t)(KC_HUGE_PAGE - 1);
+    if (kc_huge_pages_on() && hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* a hint: ignored where unsupported */
+}
+
+void *kc_alloc_aligned(size_t align, size_t bytes)
+{
+    int huge = bytes >= KC_HUGE_PAGE && kc_huge_pages_on();
+    void *p = NULL;
+    if (posix_memalign(&p, huge && align < KC_HUGE_PAGE ? KC_HUGE_PAGE : align, bytes ? bytes : 1))
+        return NULL;
+    if (huge)
+        kc_mem_advise_huge(p, bytes);
+    return p;
+}
 
 void *kc_calloc(size_t count, size_t size)
 {
@@ -17,6 +50,20 @@ void *kc_calloc(size_t count, size_t size)
         return NULL;
     }
     void *p = calloc(count, size);
+    if (!p)
+        kc_fail(KC_ERR_NOMEM, "out of memory allocating %zu bytes", count * size);
+    return p;
+}
+
+void *kc_alloc_array(size_t count, size_t size)
+{
+    if (count == 0 || size == 0)
+        count = size = 1;
+    if (count > SIZE_MAX / size) {
+        kc_fail(KC_ERR_LIMIT, "allocation of %zu x %zu bytes overflows", count, size);
+        return NULL;
+    }
+    void *p = kc_alloc_aligned(64, count * size);
     if (!p)
         kc_fail(KC_ERR_NOMEM, "out of memory allocating %zu bytes", count * size);
     return p;
@@ -70,6 +117,11 @@ void kc_mem_free_pages(void *p, size_t bytes)
         uintptr_t hi = ((uintptr_t)p + bytes) & ~((uintptr_t)page - 1);
         if (hi > lo)
             (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        /* A huge-page array (kc_alloc_array) carved from the heap leaves
+         * its range advised: whatever small blocks come there next would
+         * fault in 2 MiB at a time. */
+        if (hi - lo >= KC_HUGE_PAGE)
+            (void)madvise((void *)lo, hi - lo, MADV_NOHUGEPAGE);
     }
     free(p);
 }
@@ -103,7 +155,12 @@ void kc_mem_trace(const char *stage)
         return;
     long rss, peak;
     kc_mem_read(&rss, &peak);
-    fprintf(stderr, "kerasc mem: %-28s rss %6ld KiB  peak %6ld KiB\n", stage, rss, peak);
+    /* with the time since the previous trace: where a load spends it */
+    static double last; /* a diagnostic: one process, one load at a time */
+    double now = kc_now();
+    fprintf(stderr, "kerasc mem: %-28s rss %6ld KiB  peak %6ld KiB  +%.1f ms\n", stage, rss, peak,
+            last > 0 ? (now - last) * 1e3 : 0.0);
+    last = now;
 }
 
 int kc_mem_trace_nodes(void)

@@ -83,7 +83,7 @@ static kc_status kc_dump_dataset(kc_dump *d, const char *path, cJSON *obj)
                      "file of this size can store", kc_h5raw_label(d->h5), path,
                      (long long)count);
     float *data = NULL;
-    if (st == KC_OK && !(data = kc_calloc((size_t)(count ? count : 1), sizeof *data)))
+    if (st == KC_OK && !(data = kc_alloc_array((size_t)(count ? count : 1), sizeof *data)))
         st = KC_ERR_NOMEM;
     if (st == KC_OK)
         st = kc_h5raw_read_f32(d->h5, path, data, count);

@@ -33,9 +33,10 @@ static kc_status kc_zip_read_member(zip_t *zip, const char *path, const char *me
     if (st.size > cap)
         return kc_fail(KC_ERR_LIMIT, "%s: zip member %s declares %llu bytes (limit %llu)", path,
                        member, (unsigned long long)st.size, (unsigned long long)cap);
-    char *buf = kc_calloc((size_t)st.size + 1, 1);
+    char *buf = kc_alloc_array((size_t)st.size + 1, 1); /* read whole below, or freed */
     if (!buf)
         return KC_ERR_NOMEM;
+    buf[st.size] = '\0';
     zip_file_t *zf = zip_fopen_index(zip, (zip_uint64_t)index, 0);
     if (!zf) {
         free(buf);
@@ -161,7 +162,7 @@ static kc_status kc_keras3_open_zip(const char *path, kc_keras3_archive *a)
     st = kc_h5_open_image(weights, wlen, path, &a->weights);
     /* The snapshot holds everything now: the member goes before the
      * weights are read out of it, so the two are never resident at once. */
-    free(weights);
+    kc_mem_free_pages(weights, wlen + 1);
     return st;
 }
 

@@ -349,7 +349,7 @@ kc_status kc_dnnl_pack(const dnnl_memory_desc_t *w_md, const dnnl_memory_desc_t 
                        const float *w, void *spare, size_t spare_bytes, float **packed)
 {
     size_t bytes = dnnl_memory_desc_get_size(to_md);
-    float *buf = kc_calloc(bytes / sizeof(float) + 1, sizeof(float));
+    float *buf = kc_alloc_array(bytes / sizeof(float) + 1, sizeof(float)); /* the reorder writes it */
     if (!buf)
         return KC_ERR_NOMEM;
     *packed = buf;

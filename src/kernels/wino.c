@@ -398,7 +398,7 @@ static kc_status kc_w1_pack_kernel(const kc_exec_ctx *ctx, kc_w1_state *st, cons
 {
     const float *w = kc_w(ctx, 0); /* (k..., C, F): hwio */
     int64_t cf = st->c * st->f;
-    float *u = malloc((size_t)(st->prods * cf) * sizeof *u);
+    float *u = kc_alloc_array((size_t)(st->prods * cf), sizeof *u); /* written whole below */
     if (!u)
         return KC_ERR_NOMEM;
     for (int p = 0; p < st->prods; p++) {

@@ -293,6 +293,7 @@ kc_status kc_model_load(const char *path, const kc_load_options *options, kc_mod
     kc_error_clear();
     if (!path)
         return kc_fail(KC_ERR_ARG, "no model path");
+    kc_mem_trace("load started");
     kc_model *m = kc_calloc(1, sizeof *m);
     if (!m)
         return KC_ERR_NOMEM;

@@ -1,0 +1,155 @@
+/* Tests of the memory helpers (src/base/mem.c): arrays written whole
+ * (kc_alloc_array) come 2 MiB-aligned and advised onto transparent huge
+ * pages, small ones and kc_calloc's do not, KC_HUGEPAGES=0 turns the
+ * advice off, and kc_mem_free_pages takes it back. The advice is read
+ * from the kernel's own record of the mapping (/proc/self/smaps VmFlags:
+ * "hg" for MADV_HUGEPAGE, "nh" for MADV_NOHUGEPAGE). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/mem.h"
+
+#define MIB ((size_t)1 << 20)
+
+/* The VmFlags line of the mapping holding p, into flags; 0 if none. */
+static int vm_flags_of(const void *p, char *flags, size_t cap)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return 0;
+    char line[512];
+    int inside = 0, found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (inside && !strncmp(line, "VmFlags:", 8)) {
+            size_t n = strnlen(line + 8, cap - 1);
+            memcpy(flags, line + 8, n);
+            flags[n] = 0;
+            found = 1;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+static int has_flag(const void *p, const char *flag)
+{
+    char flags[256], padded[8];
+    assert_true(vm_flags_of(p, flags, sizeof flags));
+    snprintf(padded, sizeof padded, " %s", flag);
+    return strstr(flags, padded) != NULL;
+}
+
+static int thp_available(void)
+{
+    return access("/sys/kernel/mm/transparent_hugepage/enabled", R_OK) == 0;
+}
+
+static void test_large_array_on_huge_pages(void **state)
+{
+    (void)state;
+    if (!thp_available())
+        skip();
+    size_t bytes = 8 * MIB + 4096;
+    char *a = kc_alloc_array(bytes, 1);
+    assert_non_null(a);
+    assert_int_equal((uintptr_t)a % (2 * MIB), 0);
+    assert_true(has_flag(a, "hg"));
+    memset(a, 1, bytes); /* writable end to end */
+    kc_mem_free_pages(a, bytes);
+}
+
+static void test_small_and_zeroed_stay_small(void **state)
+{
+    (void)state;
+    if (!thp_available())
+        skip();
+    char *small = kc_alloc_array(MIB, 1);
+    float *zeroed = kc_calloc(2 * MIB, sizeof(float)); /* 8 MiB, zeros */
+    assert_non_null(small);
+    assert_non_null(zeroed);
+    assert_false(has_flag(small, "hg"));
+    assert_false(has_flag(zeroed + MIB, "hg"));
+    for (size_t i = 0; i < 2 * MIB; i += 4096)
+        assert_true(zeroed[i] == 0.0f);
+    free(small);
+    free(zeroed);
+}
+
+static void test_free_pages_takes_the_advice_back(void **state)
+{
+    (void)state;
+    if (!thp_available())
+        skip();
+    /* carved from the heap when glibc's mmap threshold is above it */
+    size_t bytes = 6 * MIB;
+    char *a = kc_alloc_array(bytes, 1);
+    assert_non_null(a);
+    memset(a, 2, bytes);
+    char *inner = a + 2 * MIB;
+    assert_true(has_flag(inner, "hg"));
+    /* Past free, look only when the range is still mapped (heap): the
+     * advice must be gone, not left to the next small blocks there. */
+    kc_mem_free_pages(a, bytes);
+    char flags[256];
+    if (vm_flags_of(inner, flags, sizeof flags))
+        assert_null(strstr(flags, " hg"));
+}
+
+static void test_overflow_refused(void **state)
+{
+    (void)state;
+    assert_null(kc_alloc_array(SIZE_MAX / 2, 4));
+}
+
+/* KC_HUGEPAGES is read once per process: checked in a fresh one (this
+ * binary again, as "env-off-child"). */
+static int env_off_child(void)
+{
+    char *a = kc_alloc_array(8 * MIB, 1);
+    char flags[256];
+    return a && vm_flags_of(a, flags, sizeof flags) && !strstr(flags, " hg") ? 0 : 1;
+}
+
+static void test_env_turns_it_off(void **state)
+{
+    (void)state;
+    if (!thp_available())
+        skip();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("KC_HUGEPAGES", "0", 1);
+        execl("/proc/self/exe", "test_mem", "env-off-child", (char *)NULL);
+        _exit(2);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && !strcmp(argv[1], "env-off-child"))
+        return env_off_child();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_large_array_on_huge_pages),
+        cmocka_unit_test(test_small_and_zeroed_stay_small),
+        cmocka_unit_test(test_free_pages_takes_the_advice_back),
+        cmocka_unit_test(test_overflow_refused),
+        cmocka_unit_test(test_env_turns_it_off),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
