@@ -42,6 +42,14 @@ struct kc_h5 {
     int fd;             /* the snapshot file: datasets are read from it with pread */
     int release;        /* kc_h5_release_on_read: drop each dataset once read */
     unsigned char *punched; /* pages of the snapshot dropped, one bit each */
+    /* The source, where the child left a float32 dataset's values in place
+     * ("source_offset"): the image (owned: freed at close, its pages
+     * dropped as they are read, like the snapshot's) or the file, read
+     * with pread. */
+    unsigned char *image;
+    int source_fd;
+    uint64_t source_len;
+    unsigned char *image_dropped; /* pages of the image dropped, one bit each */
 };
 
 const char *kc_h5_label(const kc_h5 *h5) { return h5 ? h5->label : ""; }
@@ -53,12 +61,14 @@ typedef struct kc_h5_source {
     const void *buf;
     size_t len;
     const char *label;
+    int kept;           /* the source outlives the open: the parent may read from it */
+    int direct;         /* the child leaves float32 datasets there (kc_h5_dump) */
 } kc_h5_source;
 
 static kc_status kc_h5_dump_work(void *arg, int fd)
 {
     const kc_h5_source *src = arg;
-    return kc_h5_dump(src->path, src->buf, src->len, src->label, fd);
+    return kc_h5_dump(src->path, src->buf, src->len, src->label, fd, src->direct);
 }
 
 static uint64_t kc_h5_le64(const unsigned char *p)
@@ -141,6 +151,18 @@ static unsigned kc_h5_cpu_budget(uint64_t bytes)
     return base * (unsigned)(k >= 1 && k <= 1000 ? k : 1);
 }
 
+/* The file the child parsed is the one source_fd holds: not replaced or
+ * rewritten in between (its float32 values are read from source_fd). */
+static kc_status kc_h5_same_file(const kc_h5 *h5, const char *path, const struct stat *held)
+{
+    struct stat now;
+    if (stat(path, &now) != 0 || now.st_dev != held->st_dev || now.st_ino != held->st_ino ||
+        now.st_size != held->st_size || now.st_mtim.tv_sec != held->st_mtim.tv_sec ||
+        now.st_mtim.tv_nsec != held->st_mtim.tv_nsec)
+        return kc_fail(KC_ERR_IO, "%s: the file changed while it was being loaded", h5->label);
+    return KC_OK;
+}
+
 static kc_status kc_h5_open_source(const kc_h5_source *src, uint64_t bytes, kc_h5 **out)
 {
     *out = NULL;
@@ -148,18 +170,33 @@ static kc_status kc_h5_open_source(const kc_h5_source *src, uint64_t bytes, kc_h
     if (!h5)
         return KC_ERR_NOMEM;
     h5->label = kc_strdup(src->label);
+    h5->fd = h5->source_fd = -1;
     if (!h5->label) {
         free(h5);
         return KC_ERR_NOMEM;
     }
-    h5->fd = -1;
+    kc_h5_source child = *src;
+    /* the disk tier borrows weights from the snapshot: every one goes there */
+    child.direct = src->kept && !kc_spill_dir();
+    struct stat held;
+    if (child.direct && src->path) {
+        h5->source_fd = open(src->path, O_RDONLY | O_CLOEXEC);
+        child.direct = h5->source_fd >= 0 && fstat(h5->source_fd, &held) == 0 &&
+                       S_ISREG(held.st_mode);
+        h5->source_len = child.direct ? (uint64_t)held.st_size : 0;
+    } else if (child.direct)
+        h5->source_len = src->len;
     int fd = -1;
     kc_status st = kc_sandbox_run(src->label, "the HDF5 reader (libhdf5)", kc_h5_dump_work,
-                                  (void *)src, kc_h5_cpu_budget(bytes), &fd);
+                                  &child, kc_h5_cpu_budget(bytes), &fd);
     if (st == KC_OK)
         st = kc_h5_map_snapshot(h5, fd);
+    if (st == KC_OK && child.direct && src->path)
+        st = kc_h5_same_file(h5, src->path, &held);
     kc_mem_trace("HDF5 snapshot mapped");
     h5->fd = fd; /* kept: datasets are read with pread, never through the mapping */
+    if (!child.direct)
+        h5->source_len = 0; /* nothing in the index may point there */
     if (st != KC_OK) {
         kc_h5_close(h5);
         return st;
@@ -172,14 +209,28 @@ kc_status kc_h5_open_file(const char *path, kc_h5 **out)
 {
     struct stat st;
     uint64_t bytes = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
-    kc_h5_source src = {.path = path, .label = path};
+    kc_h5_source src = {.path = path, .label = path, .kept = 1};
     return kc_h5_open_source(&src, bytes, out);
 }
 
 kc_status kc_h5_open_image(const void *buf, size_t len, const char *label, kc_h5 **out)
 {
+    /* the caller may free buf on return: every dataset goes to the snapshot */
     kc_h5_source src = {.buf = buf, .len = len, .label = label ? label : "HDF5 image"};
     return kc_h5_open_source(&src, len, out);
+}
+
+kc_status kc_h5_open_image_owned(void *buf, size_t len, const char *label, kc_h5 **out)
+{
+    kc_h5_source src = {.buf = buf, .len = len, .label = label ? label : "HDF5 image",
+                        .kept = 1};
+    kc_status st = kc_h5_open_source(&src, len, out);
+    if (st != KC_OK || !(*out)->source_len) {
+        kc_mem_free_pages(buf, len);
+        return st;
+    }
+    (*out)->image = buf;
+    return KC_OK;
 }
 
 void kc_h5_close(kc_h5 *h5)
@@ -197,6 +248,11 @@ void kc_h5_close(kc_h5 *h5)
     }
     else if (h5->map)
         munmap(h5->map, h5->map_len);
+    if (h5->image)
+        kc_mem_free_pages(h5->image, (size_t)h5->source_len);
+    if (h5->source_fd >= 0)
+        close(h5->source_fd);
+    free(h5->image_dropped);
     if (h5->fd >= 0)
         close(h5->fd);
     free(h5->punched);
@@ -428,8 +484,15 @@ static kc_dtype kc_h5_dtype_named(const char *name)
     return KC_DTYPE_INVALID;
 }
 
+/* Where a dataset's float32 values are: `offset` floats into the
+ * snapshot's blob, or (in_source) `offset` bytes into the source. */
+typedef struct kc_h5_at {
+    int in_source;
+    uint64_t offset;
+} kc_h5_at;
+
 static kc_status kc_h5_dataset(kc_h5 *h5, const char *path, kc_shape *shape, kc_dtype *dtype,
-                               uint64_t *offset)
+                               kc_h5_at *at)
 {
     const cJSON *obj = kc_h5_find(h5, path);
     if (!obj)
@@ -448,6 +511,10 @@ static kc_status kc_h5_dataset(kc_h5 *h5, const char *path, kc_shape *shape, kc_
     const cJSON *dims = cJSON_GetObjectItemCaseSensitive(obj, "shape");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(obj, "dtype");
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(obj, "offset");
+    const cJSON *src_off = cJSON_GetObjectItemCaseSensitive(obj, "source_offset");
+    at->in_source = off == NULL && src_off != NULL;
+    if (at->in_source)
+        off = src_off;
     int rank = cJSON_GetArraySize(dims);
     if (!cJSON_IsArray(dims) || rank > KC_MAX_RANK || !cJSON_IsString(type) ||
         !cJSON_IsNumber(off) || off->valuedouble < 0)
@@ -463,50 +530,89 @@ static kc_status kc_h5_dataset(kc_h5 *h5, const char *path, kc_shape *shape, kc_
     if (*dtype == KC_DTYPE_INVALID)
         return kc_h5_bad_snapshot(h5, "dataset dtype");
     int64_t count = kc_shape_count(shape);
-    *offset = (uint64_t)off->valuedouble;
-    if (count < 0 || *offset > h5->blob_floats || (uint64_t)count > h5->blob_floats - *offset)
+    if (count < 0 || off->valuedouble > 9.0e15)
+        return kc_h5_bad_snapshot(h5, "dataset entry");
+    at->offset = (uint64_t)off->valuedouble;
+    if (at->in_source) { /* float32 values as they lie in the file */
+        if (*dtype != KC_F32 || at->offset > h5->source_len ||
+            (uint64_t)count > (h5->source_len - at->offset) / sizeof(float))
+            return kc_h5_bad_snapshot(h5, "dataset outside the source");
+    } else if (at->offset > h5->blob_floats || (uint64_t)count > h5->blob_floats - at->offset)
         return kc_h5_bad_snapshot(h5, "dataset outside the blob");
     return KC_OK;
 }
 
 kc_status kc_h5_dataset_info(kc_h5 *h5, const char *path, kc_shape *shape, kc_dtype *dtype)
 {
-    uint64_t offset;
-    return kc_h5_dataset(h5, path, shape, dtype, &offset);
+    kc_h5_at at;
+    return kc_h5_dataset(h5, path, shape, dtype, &at);
+}
+
+int kc_h5_dataset_in_source(kc_h5 *h5, const char *path)
+{
+    kc_shape shape;
+    kc_dtype dtype;
+    kc_h5_at at;
+    return kc_h5_dataset(h5, path, &shape, &dtype, &at) == KC_OK && at.in_source;
 }
 
 kc_status kc_h5_borrow_f32(kc_h5 *h5, const char *path, int64_t count, float **out)
 {
     kc_shape shape;
     kc_dtype dtype;
-    uint64_t offset;
+    kc_h5_at at;
     *out = NULL;
-    KC_TRY(kc_h5_dataset(h5, path, &shape, &dtype, &offset));
+    KC_TRY(kc_h5_dataset(h5, path, &shape, &dtype, &at));
     if (kc_shape_count(&shape) != count)
         return kc_fail(KC_ERR_SHAPE, "%s: HDF5 dataset %s has %lld elements, %lld requested",
                        h5->label, path, (long long)kc_shape_count(&shape), (long long)count);
-    if (h5->release)
-        return kc_fail(KC_ERR_ARG, "%s: HDF5 snapshot drops what is read; nothing to borrow",
-                       h5->label);
+    if (h5->release || at.in_source)
+        return kc_fail(KC_ERR_ARG, "%s: HDF5 dataset %s is not in a snapshot kept whole; "
+                       "nothing to borrow", h5->label, path);
     h5->borrowed = 1;
-    *out = (float *)(h5->blob + offset); /* read-only mapping: kernels only read weights */
+    *out = (float *)(h5->blob + at.offset); /* read-only mapping: kernels only read weights */
     return KC_OK;
 }
 
 void kc_h5_release_on_read(kc_h5 *h5)
 {
     size_t pages = (h5->map_len + KC_H5_PAGE - 1) / KC_H5_PAGE;
+    size_t image_pages = (h5->source_len + KC_H5_PAGE - 1) / KC_H5_PAGE;
     if (h5->fd < 0 || h5->borrowed || kc_spill_dir() || !(h5->punched = calloc(pages / 8 + 1, 1)))
         return; /* then nothing is dropped early: still correct, only larger */
+    if (h5->image && !(h5->image_dropped = calloc(image_pages / 8 + 1, 1))) {
+        free(h5->punched);
+        h5->punched = NULL;
+        return;
+    }
     h5->release = 1;
 }
 
-/* The whole pages inside bytes [from, to) of the snapshot: a dataset's
- * own, shared with no other dataset (each path has its own blob range). */
+/* The whole pages inside bytes [from, to): a dataset's own, shared with
+ * no other dataset (each path has its own blob range; in the source, a
+ * file whose datasets overlap finds them dropped, kc_h5_dropped). */
 static void kc_h5_inner_pages(uint64_t from, uint64_t to, uint64_t *first, uint64_t *end)
 {
     *first = (from + KC_H5_PAGE - 1) / KC_H5_PAGE;
     *end = to / KC_H5_PAGE;
+}
+
+static void kc_h5_mark(unsigned char *bits, uint64_t first, uint64_t end)
+{
+    for (uint64_t p = first; p < end; p++)
+        bits[p / 8] |= (unsigned char)(1u << (p % 8));
+}
+
+/* Whether any page [from, to) touches was dropped (a dataset drops only
+ * its inner pages, so a neighbour sharing an edge page never trips this;
+ * one overlapping it does). */
+static int kc_h5_dropped(const unsigned char *bits, uint64_t from, uint64_t to)
+{
+    uint64_t first = from / KC_H5_PAGE, end = (to + KC_H5_PAGE - 1) / KC_H5_PAGE;
+    for (uint64_t p = first; bits && p < end; p++)
+        if (bits[p / 8] & (1u << (p % 8)))
+            return 1;
+    return 0;
 }
 
 /* Give the dataset's own pages of the memory file back to the system once
@@ -519,34 +625,74 @@ static void kc_h5_drop(kc_h5 *h5, uint64_t from, uint64_t to)
                                   (off_t)(first * KC_H5_PAGE),
                                   (off_t)((end - first) * KC_H5_PAGE)) != 0)
         return; /* a file system without holes keeps the bytes until close */
-    for (uint64_t p = first; p < end; p++)
-        h5->punched[p / 8] |= (unsigned char)(1u << (p % 8));
+    kc_h5_mark(h5->punched, first, end);
+}
+
+/* The same for the image's pages (anonymous memory: gone at once). Only
+ * in a page-aligned image (kc_alloc_array's, from 2 MiB), whose offsets'
+ * pages are its memory's pages. */
+static void kc_h5_drop_image(kc_h5 *h5, uint64_t from, uint64_t to)
+{
+    uint64_t first, end;
+    kc_h5_inner_pages(from, to, &first, &end);
+    if ((uintptr_t)h5->image % KC_H5_PAGE == 0 && first < end &&
+        madvise(h5->image + first * KC_H5_PAGE, (size_t)((end - first) * KC_H5_PAGE),
+                MADV_DONTNEED) == 0)
+        kc_h5_mark(h5->image_dropped, first, end);
+}
+
+static kc_status kc_h5_pread(int fd, void *dst, size_t bytes, uint64_t from)
+{
+    for (size_t done = 0; done < bytes;) {
+        ssize_t n = pread(fd, (char *)dst + done, bytes - done, (off_t)(from + done));
+        if (n <= 0)
+            return KC_ERR_IO;
+        done += (size_t)n;
+    }
+    return KC_OK;
+}
+
+/* A float32 dataset the child left in the source: copied from the image
+ * (its pages then dropped) or read from the file. */
+static kc_status kc_h5_read_source(kc_h5 *h5, const char *path, float *dst, size_t bytes,
+                                   uint64_t from)
+{
+    if (kc_h5_dropped(h5->image_dropped, from, from + bytes))
+        return kc_fail(KC_ERR_ARG, "%s: HDF5 dataset %s was already read and released",
+                       h5->label, path);
+    if (h5->image) {
+        memcpy(dst, h5->image + from, bytes);
+        if (h5->release)
+            kc_h5_drop_image(h5, from, from + bytes);
+        return KC_OK;
+    }
+    if (h5->source_fd < 0 || kc_h5_pread(h5->source_fd, dst, bytes, from) != KC_OK)
+        return kc_fail(KC_ERR_IO, "%s: cannot read HDF5 dataset %s from the file", h5->label,
+                       path);
+    return KC_OK;
 }
 
 kc_status kc_h5_read_f32(kc_h5 *h5, const char *path, float *dst, int64_t count)
 {
     kc_shape shape;
     kc_dtype dtype;
-    uint64_t offset;
-    KC_TRY(kc_h5_dataset(h5, path, &shape, &dtype, &offset));
+    kc_h5_at at;
+    KC_TRY(kc_h5_dataset(h5, path, &shape, &dtype, &at));
     if (kc_shape_count(&shape) != count)
         return kc_fail(KC_ERR_SHAPE, "%s: HDF5 dataset %s has %lld elements, %lld requested",
                        h5->label, path, (long long)kc_shape_count(&shape), (long long)count);
     size_t bytes = (size_t)count * sizeof *dst;
-    uint64_t from = KC_H5_SNAP_HEADER + offset * sizeof(float), first, end;
-    kc_h5_inner_pages(from, from + bytes, &first, &end);
-    if (h5->punched && first < end && (h5->punched[first / 8] & (1u << (first % 8))))
+    if (at.in_source)
+        return kc_h5_read_source(h5, path, dst, bytes, at.offset);
+    uint64_t from = KC_H5_SNAP_HEADER + at.offset * sizeof(float);
+    if (kc_h5_dropped(h5->punched, from, from + bytes))
         return kc_fail(KC_ERR_ARG, "%s: HDF5 dataset %s was already read and released",
                        h5->label, path);
     /* pread, not the mapping: the snapshot's pages never enter this
      * process's resident set next to the array they are copied into. */
-    for (size_t done = 0; done < bytes;) {
-        ssize_t n = pread(h5->fd, (char *)dst + done, bytes - done, (off_t)(from + done));
-        if (n <= 0)
-            return kc_fail(KC_ERR_IO, "%s: cannot read HDF5 dataset %s from the snapshot",
-                           h5->label, path);
-        done += (size_t)n;
-    }
+    if (kc_h5_pread(h5->fd, dst, bytes, from) != KC_OK)
+        return kc_fail(KC_ERR_IO, "%s: cannot read HDF5 dataset %s from the snapshot",
+                       h5->label, path);
     if (h5->release)
         kc_h5_drop(h5, from, from + bytes);
     return KC_OK;

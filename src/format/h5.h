@@ -21,8 +21,16 @@ typedef struct kc_h5 kc_h5;
 kc_status kc_h5_open_file(const char *path, kc_h5 **out);
 /* Open an in-memory image (e.g. a STORED zip member). The buffer is read
  * (by the sandboxed reader) only during the call: the caller may free it
- * as soon as this returns. */
+ * as soon as this returns (every dataset is then in the snapshot). */
 kc_status kc_h5_open_image(const void *buf, size_t len, const char *label, kc_h5 **out);
+/* The same, taking buf (from kc_alloc_array) over, success or not: the
+ * reader then leaves datasets stored as float32 in the image and they are
+ * copied from it, each one's pages dropped once read (release on read),
+ * instead of going through the snapshot. kc_h5_open_file does the same
+ * with the file, held open (and checked unchanged since it was parsed). */
+kc_status kc_h5_open_image_owned(void *buf, size_t len, const char *label, kc_h5 **out);
+/* Whether a dataset's values are read from the file or image itself. */
+int kc_h5_dataset_in_source(kc_h5 *h5, const char *path);
 void kc_h5_close(kc_h5 *h5);
 const char *kc_h5_label(const kc_h5 *h5);
 
@@ -54,10 +62,11 @@ kc_status kc_h5_dataset_info(kc_h5 *h5, const char *path, kc_shape *shape, kc_dt
  * which must equal the dataset's element count). */
 kc_status kc_h5_read_f32(kc_h5 *h5, const char *path, float *dst, int64_t count);
 /* The loader's single pass: from now on each dataset's bytes are dropped
- * from the snapshot once kc_h5_read_f32 has copied them out, so the
- * snapshot shrinks as the weight arrays grow and the two are never both
- * whole in memory. Reading a released dataset again fails. Not with
- * kc_h5_borrow_f32 (the disk tier keeps the snapshot as the weights). */
+ * from the snapshot (or an owned image) once kc_h5_read_f32 has copied
+ * them out, so it shrinks as the weight arrays grow and the two are never
+ * both whole in memory. Reading a dropped dataset again fails; one read
+ * from a file reads again. Not with kc_h5_borrow_f32 (the disk tier keeps
+ * the snapshot as the weights). */
 void kc_h5_release_on_read(kc_h5 *h5);
 /* The disk tier: a pointer to the dataset's float32 values inside the
  * (file-backed, read-only) snapshot mapping, which then outlives the

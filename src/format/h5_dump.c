@@ -20,6 +20,7 @@ typedef struct kc_dump {
     int fd;
     uint64_t blob_floats; /* floats written so far */
     uint64_t budget_floats; /* most floats the snapshot may hold */
+    int direct;             /* float32 datasets stay in the source (kc_h5_dump) */
     cJSON *objects;
     int n_objects;
 } kc_dump;
@@ -67,6 +68,14 @@ static kc_status kc_dump_attrs(kc_dump *d, const char *path, cJSON *obj)
     return attrs ? KC_OK : kc_fail(KC_ERR_NOMEM, "out of memory");
 }
 
+static void kc_dump_dataset_entry(cJSON *obj, const kc_shape *shape, kc_dtype dtype)
+{
+    cJSON *dims = cJSON_AddArrayToObject(obj, "shape");
+    for (int i = 0; dims && i < shape->rank; i++)
+        cJSON_AddItemToArray(dims, cJSON_CreateNumber((double)shape->dims[i]));
+    cJSON_AddStringToObject(obj, "dtype", kc_dtype_name(dtype));
+}
+
 static kc_status kc_dump_dataset(kc_dump *d, const char *path, cJSON *obj)
 {
     kc_shape shape;
@@ -82,6 +91,14 @@ static kc_status kc_dump_dataset(kc_dump *d, const char *path, cJSON *obj)
         st = kc_fail(KC_ERR_LIMIT, "%s: HDF5 dataset %s declares %lld values, more than a "
                      "file of this size can store", kc_h5raw_label(d->h5), path,
                      (long long)count);
+    uint64_t source_offset = 0;
+    if (st == KC_OK && d->direct && dtype == KC_F32 &&
+        kc_h5raw_f32_offset(d->h5, path, &source_offset)) {
+        /* the parent reads these bytes from the file or image itself */
+        kc_dump_dataset_entry(obj, &shape, dtype);
+        cJSON_AddNumberToObject(obj, "source_offset", (double)source_offset);
+        return KC_OK;
+    }
     float *data = NULL;
     if (st == KC_OK && !(data = kc_alloc_array((size_t)(count ? count : 1), sizeof *data)))
         st = KC_ERR_NOMEM;
@@ -98,10 +115,7 @@ static kc_status kc_dump_dataset(kc_dump *d, const char *path, cJSON *obj)
         cJSON_AddNumberToObject(obj, "status", st);
         return KC_OK;
     }
-    cJSON *dims = cJSON_AddArrayToObject(obj, "shape");
-    for (int i = 0; dims && i < shape.rank; i++)
-        cJSON_AddItemToArray(dims, cJSON_CreateNumber((double)shape.dims[i]));
-    cJSON_AddStringToObject(obj, "dtype", kc_dtype_name(dtype));
+    kc_dump_dataset_entry(obj, &shape, dtype);
     cJSON_AddNumberToObject(obj, "offset", (double)d->blob_floats);
     d->blob_floats += (uint64_t)count;
     return KC_OK;
@@ -165,9 +179,10 @@ static void kc_dump_le64(unsigned char *p, uint64_t v)
         p[i] = (unsigned char)(v >> (8 * i));
 }
 
-kc_status kc_h5_dump(const char *path, const void *buf, size_t len, const char *label, int fd)
+kc_status kc_h5_dump(const char *path, const void *buf, size_t len, const char *label, int fd,
+                     int direct)
 {
-    kc_dump d = {.fd = fd};
+    kc_dump d = {.fd = fd, .direct = direct};
     uint64_t source_bytes = (uint64_t)len;
     if (path) {
         struct stat sb;

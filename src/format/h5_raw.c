@@ -1259,6 +1259,31 @@ static kc_status kc_h5raw_read_enum(kc_h5raw *h5, const kc_h5raw_ds *ds, float *
     return status;
 }
 
+int kc_h5raw_f32_offset(kc_h5raw *h5, const char *path, uint64_t *offset)
+{
+    if (!h5 || !offset || kc_h5raw_init() != KC_OK)
+        return 0;
+    kc_h5raw_ds ds;
+    if (kc_h5raw_open_dataset(h5, path, &ds) != KC_OK) {
+        kc_error_clear(); /* then read through libhdf5, which reports it */
+        return 0;
+    }
+    int direct = 0;
+    hid_t dcpl = H5Dget_create_plist(ds.id);
+    if (dcpl >= 0 && ds.count > 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS &&
+        H5Pget_external_count(dcpl) == 0 && H5Tequal(ds.ftype, H5T_IEEE_F32LE) > 0) {
+        haddr_t at = H5Dget_offset(ds.id); /* from the file's start, user block included */
+        uint64_t bytes = (uint64_t)ds.count * sizeof(float);
+        direct = at != HADDR_UNDEF && H5Dget_storage_size(ds.id) == bytes &&
+                 (uint64_t)h5->file_bytes >= bytes && at <= (uint64_t)h5->file_bytes - bytes;
+        *offset = direct ? (uint64_t)at : 0;
+    }
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    kc_h5raw_ds_close(&ds);
+    return direct;
+}
+
 kc_status kc_h5raw_read_f32(kc_h5raw *h5, const char *path, float *dst, int64_t count)
 {
     if (!h5 || (!dst && count > 0))

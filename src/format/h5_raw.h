@@ -22,6 +22,11 @@ kc_status kc_h5raw_attr_string(kc_h5raw *h5, const char *path, const char *attr,
 kc_status kc_h5raw_dataset_info(kc_h5raw *h5, const char *path, kc_shape *shape,
                                 kc_dtype *dtype);
 kc_status kc_h5raw_read_f32(kc_h5raw *h5, const char *path, float *dst, int64_t count);
+/* 1, with the byte offset of its values in the file or image, for a
+ * dataset whose bytes are its float32 values as they lie: contiguous,
+ * little-endian IEEE float32, storage allocated, every byte inside the
+ * source. 0 for any other (read it with kc_h5raw_read_f32). */
+int kc_h5raw_f32_offset(kc_h5raw *h5, const char *path, uint64_t *offset);
 
 /* Names of the attributes of the object at path. */
 kc_status kc_h5raw_attr_names(kc_h5raw *h5, const char *path, char ***names, int *n);

@@ -159,11 +159,10 @@ static kc_status kc_keras3_open_zip(const char *path, kc_keras3_archive *a)
     if (!weights)
         return kc_fail(KC_ERR_FORMAT, "%s: zip has no model.weights.h5", path);
     kc_mem_trace("zip member extracted");
-    st = kc_h5_open_image(weights, wlen, path, &a->weights);
-    /* The snapshot holds everything now: the member goes before the
-     * weights are read out of it, so the two are never resident at once. */
-    kc_mem_free_pages(weights, wlen + 1);
-    return st;
+    /* The member's float32 weights are read from it, each one's pages
+     * dropped once copied, so it and the weight arrays are never both
+     * whole in memory; it goes at the latest when the archive closes. */
+    return kc_h5_open_image_owned(weights, wlen, path, &a->weights);
 }
 
 static kc_status kc_keras3_open_dir(const char *path, kc_keras3_archive *a)

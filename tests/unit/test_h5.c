@@ -22,6 +22,7 @@
 #include <hdf5.h>
 
 #include "base/error.h"
+#include "base/mem.h"
 #include "format/h5.h"
 
 #define H5DIR KC_TEST_DATA "/h5/"
@@ -705,7 +706,10 @@ static void write_big_dataset(const char *path, float *values, hsize_t n)
 /* The loader's single pass drops each dataset from the snapshot once read
  * (so snapshot and weights are never both whole in memory): a second read
  * of the same dataset then fails instead of returning the dropped bytes.
- * Without release_on_read, reads repeat as often as asked. */
+ * Without release_on_read, reads repeat as often as asked. A float32
+ * dataset the reader left in the source is read from the file (nothing to
+ * drop: reads repeat) or copied from an owned image (its pages dropped:
+ * a second read fails too). */
 static void test_release_on_read(void **state)
 {
     (void)state;
@@ -716,12 +720,23 @@ static void test_release_on_read(void **state)
     write_big_dataset(path, want, N);
     kc_h5 *h5 = NULL;
     assert_int_equal(kc_h5_open_file(path, &h5), KC_OK);
-    assert_int_equal(kc_h5_read_f32(h5, "/big", got, N), KC_OK);
-    assert_int_equal(kc_h5_read_f32(h5, "/big", got, N), KC_OK);
-    assert_memory_equal(got, want, sizeof got);
+    assert_true(kc_h5_dataset_in_source(h5, "/big"));
+    kc_h5_release_on_read(h5);
+    for (int i = 0; i < 2; i++) {
+        memset(got, 0, sizeof got);
+        assert_int_equal(kc_h5_read_f32(h5, "/big", got, N), KC_OK);
+        assert_memory_equal(got, want, sizeof got);
+    }
     kc_h5_close(h5);
 
-    assert_int_equal(kc_h5_open_file(path, &h5), KC_OK);
+    size_t len;
+    unsigned char *bytes = slurp(path, &len);
+    assert_int_equal(kc_h5_open_image(bytes, len, "img", &h5), KC_OK); /* the snapshot's */
+    assert_false(kc_h5_dataset_in_source(h5, "/big"));
+    assert_int_equal(kc_h5_read_f32(h5, "/big", got, N), KC_OK);
+    assert_int_equal(kc_h5_read_f32(h5, "/big", got, N), KC_OK);
+    kc_h5_close(h5);
+    assert_int_equal(kc_h5_open_image(bytes, len, "img", &h5), KC_OK);
     kc_h5_release_on_read(h5);
     memset(got, 0, sizeof got);
     assert_int_equal(kc_h5_read_f32(h5, "/big", got, N), KC_OK);
@@ -729,7 +744,79 @@ static void test_release_on_read(void **state)
     assert_int_equal(kc_h5_read_f32(h5, "/big", got, N), KC_ERR_ARG);
     assert_error_contains("already read and released");
     kc_h5_close(h5);
+
+    unsigned char *owned = kc_alloc_array(len, 1); /* page-aligned from 2 MiB only */
+    assert_non_null(owned);
+    memcpy(owned, bytes, len);
+    assert_int_equal(kc_h5_open_image_owned(owned, len, "owned", &h5), KC_OK);
+    assert_true(kc_h5_dataset_in_source(h5, "/big"));
+    kc_h5_release_on_read(h5);
+    memset(got, 0, sizeof got);
+    assert_int_equal(kc_h5_read_f32(h5, "/big", got, N), KC_OK);
+    assert_memory_equal(got, want, sizeof got);
+    if ((uintptr_t)owned % 4096 == 0) { /* else nothing is dropped: reads repeat */
+        assert_int_equal(kc_h5_read_f32(h5, "/big", got, N), KC_ERR_ARG);
+        assert_error_contains("already read and released");
+    }
+    kc_h5_close(h5);
+    free(bytes);
     unlink(path);
+}
+
+/* Float32 datasets read from the source give the values the snapshot
+ * gives, in files and images, with and without a user block (whose
+ * offsets count from the file's start); other dtypes still go through
+ * the snapshot. A file rewritten between parse and read is refused. */
+static void test_source_reads_match_snapshot(void **state)
+{
+    (void)state;
+    static const char *files[] = {"dtypes.h5", "userblock.h5"};
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s%s", H5DIR, files[f]);
+        size_t len;
+        unsigned char *bytes = slurp(path, &len);
+        kc_h5 *by_file = NULL, *by_snapshot = NULL, *by_image = NULL;
+        assert_int_equal(kc_h5_open_file(path, &by_file), KC_OK);
+        assert_int_equal(kc_h5_open_image(bytes, len, "snap", &by_snapshot), KC_OK);
+        unsigned char *owned = kc_alloc_array(len, 1);
+        memcpy(owned, bytes, len);
+        assert_int_equal(kc_h5_open_image_owned(owned, len, "owned", &by_image), KC_OK);
+        char **names = NULL;
+        int n = 0, in_source = 0;
+        assert_int_equal(kc_h5_list(by_snapshot, "/", &names, &n), KC_OK);
+        for (int i = 0; i < n; i++) {
+            char ds[256];
+            snprintf(ds, sizeof ds, "/%s", names[i]);
+            kc_shape shape;
+            kc_dtype dtype;
+            if (kc_h5_kind(by_snapshot, ds) != KC_H5_DATASET ||
+                kc_h5_dataset_info(by_snapshot, ds, &shape, &dtype) != KC_OK)
+                continue;
+            int64_t count = kc_shape_count(&shape);
+            float *a = calloc((size_t)count + 1, sizeof *a), *b = calloc((size_t)count + 1, 4),
+                  *c = calloc((size_t)count + 1, 4);
+            assert_int_equal(kc_h5_read_f32(by_snapshot, ds, a, count), KC_OK);
+            assert_int_equal(kc_h5_read_f32(by_file, ds, b, count), KC_OK);
+            assert_int_equal(kc_h5_read_f32(by_image, ds, c, count), KC_OK);
+            assert_memory_equal(a, b, (size_t)count * 4);
+            assert_memory_equal(a, c, (size_t)count * 4);
+            assert_int_equal(kc_h5_dataset_in_source(by_file, ds), kc_h5_dataset_in_source(by_image, ds));
+            if (kc_h5_dataset_in_source(by_file, ds)) {
+                assert_int_equal(dtype, KC_F32);
+                in_source++;
+            }
+            free(a);
+            free(b);
+            free(c);
+        }
+        assert_true(in_source > 0);
+        kc_strv_free(names, n);
+        kc_h5_close(by_file);
+        kc_h5_close(by_snapshot);
+        kc_h5_close(by_image);
+        free(bytes);
+    }
 }
 
 int main(void)
@@ -744,6 +831,7 @@ int main(void)
         cmocka_unit_test(test_image),            cmocka_unit_test(test_real_legacy_h5),
         cmocka_unit_test(test_real_keras_image), cmocka_unit_test(test_quiet_in_threads),
         cmocka_unit_test(test_libhdf5_bugs_contained), cmocka_unit_test(test_release_on_read),
+        cmocka_unit_test(test_source_reads_match_snapshot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
