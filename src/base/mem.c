@@ -11,6 +11,7 @@
 
 /* A transparent huge page, and the size from which an array takes them. */
 #define KC_HUGE_PAGE ((size_t)2 << 20)
+#define KC_SMALL_PAGE ((size_t)4096)
 
 static int kc_huge_pages_on(void)
 {
@@ -32,9 +33,13 @@ void kc_mem_advise_huge(void *p, size_t bytes)
 
 void *kc_alloc_aligned(size_t align, size_t bytes)
 {
-    int huge = bytes >= KC_HUGE_PAGE && kc_huge_pages_on();
+    int big = bytes >= KC_HUGE_PAGE, huge = big && kc_huge_pages_on();
+    if (huge && align < KC_HUGE_PAGE)
+        align = KC_HUGE_PAGE;
+    else if (big && align < KC_SMALL_PAGE)
+        align = KC_SMALL_PAGE; /* whole pages, which a reader may drop (h5.c) */
     void *p = NULL;
-    if (posix_memalign(&p, huge && align < KC_HUGE_PAGE ? KC_HUGE_PAGE : align, bytes ? bytes : 1))
+    if (posix_memalign(&p, align, bytes ? bytes : 1))
         return NULL;
     if (huge)
         kc_mem_advise_huge(p, bytes);

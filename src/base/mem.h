@@ -10,21 +10,21 @@
 #include "kerasc.h"
 
 /* calloc(count, size) with overflow check; NULL on failure (sets error).
- * Small pages: an arena or a buffer used in part stays resident in part
- * (on huge pages, 2 MiB at a time: +3 MB of peak RSS on MobileNetV2 at
- * batch 8). Arrays written whole take kc_alloc_array. */
+ * Small pages: what kernels read at run time (bound weights, packed
+ * kernels, arenas) stays on them; see kc_alloc_array. */
 void *kc_calloc(size_t count, size_t size);
-/* count*size bytes, NOT zeroed, 64-byte aligned (huge pages from 2 MiB,
- * kc_alloc_aligned), for an array the caller writes whole before reading
- * it (weights read from a file, packed kernels): unlike kc_calloc's, its
- * pages come in as huge ones. NULL on failure (sets error); free() frees. */
+/* count*size bytes, NOT zeroed, for a transient buffer the caller writes
+ * whole before reading it (a zip member, a dataset on its way to the
+ * snapshot): from 2 MiB on, on huge pages (kc_alloc_aligned). NULL on
+ * failure (sets error); free() frees it. */
 void *kc_alloc_array(size_t count, size_t size);
 /* posix_memalign(align, bytes), or NULL; free() frees it. From 2 MiB on,
- * 2 MiB aligned and advised onto transparent huge pages: a fresh page
- * fault costs ~11 us in this project's VMs (a paravirtualised MMU), so the
- * 4 KiB pages of one 100 MB array took 275 ms to fault in, its 2 MiB ones
- * 9-15 ms; ResNet50's load went from 1.3-1.6 s to ~0.6 s. KC_HUGEPAGES=0:
- * small pages only. */
+ * page-aligned (whole pages, which an owner may drop), 2 MiB aligned and
+ * advised onto transparent huge pages: a fresh 4 KiB page costs ~11 us at
+ * its first write in this project's VMs (a paravirtualised MMU), 275 ms
+ * for 100 MB, 2 MiB ones 9-15 ms. Not for what kernels read at run time:
+ * InceptionV3 at batch 8 ran 10-30% slower with its weights on huge
+ * pages. KC_HUGEPAGES=0: small pages only. */
 void *kc_alloc_aligned(size_t align, size_t bytes);
 /* madvise(MADV_HUGEPAGE) on the 2 MiB pages wholly inside [p, p+bytes):
  * pages around them stay small, so the hint never makes memory resident
