@@ -23,7 +23,10 @@ static int kc_huge_pages_on(void)
     return on;
 }
 
-void kc_mem_advise_huge(void *p, size_t bytes)
+/* madvise(MADV_HUGEPAGE) on the 2 MiB pages wholly inside [p, p+bytes):
+ * pages around them stay small, so the hint never makes memory resident
+ * that the buffer does not use. */
+static void kc_mem_advise_huge(void *p, size_t bytes)
 {
     uintptr_t lo = ((uintptr_t)p + KC_HUGE_PAGE - 1) & ~(uintptr_t)(KC_HUGE_PAGE - 1);
     uintptr_t hi = ((uintptr_t)p + bytes) & ~(uintptr_t)(KC_HUGE_PAGE - 1);
@@ -31,13 +34,13 @@ void kc_mem_advise_huge(void *p, size_t bytes)
         (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* a hint: ignored where unsupported */
 }
 
-void *kc_alloc_aligned(size_t align, size_t bytes)
+/* bytes (at least 1), 64-byte aligned, or NULL; free() frees it. From 2
+ * MiB on, page-aligned (whole pages, which an owner may drop), 2 MiB
+ * aligned and advised onto transparent huge pages (mem.h, kc_alloc_array). */
+static void *kc_alloc_aligned(size_t bytes)
 {
     int big = bytes >= KC_HUGE_PAGE, huge = big && kc_huge_pages_on();
-    if (huge && align < KC_HUGE_PAGE)
-        align = KC_HUGE_PAGE;
-    else if (big && align < KC_SMALL_PAGE)
-        align = KC_SMALL_PAGE; /* whole pages, which a reader may drop (h5.c) */
+    size_t align = huge ? KC_HUGE_PAGE : big ? KC_SMALL_PAGE : 64;
     void *p = NULL;
     if (posix_memalign(&p, align, bytes ? bytes : 1))
         return NULL;
@@ -46,46 +49,43 @@ void *kc_alloc_aligned(size_t align, size_t bytes)
     return p;
 }
 
-void *kc_calloc(size_t count, size_t size)
+/* count*size bytes (1 for an empty array), or 0 with the error set when
+ * the product overflows. */
+static size_t kc_array_bytes(size_t count, size_t size)
 {
     if (count == 0 || size == 0)
-        count = size = 1;
-    if (size != 0 && count > SIZE_MAX / size) {
+        return 1;
+    if (count > SIZE_MAX / size) {
         kc_fail(KC_ERR_LIMIT, "allocation of %zu x %zu bytes overflows", count, size);
-        return NULL;
+        return 0;
     }
-    void *p = calloc(count, size);
+    return count * size;
+}
+
+/* p, or the out-of-memory error for bytes when it is NULL. */
+static void *kc_alloc_checked(void *p, size_t bytes)
+{
     if (!p)
-        kc_fail(KC_ERR_NOMEM, "out of memory allocating %zu bytes", count * size);
+        kc_fail(KC_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
     return p;
+}
+
+void *kc_calloc(size_t count, size_t size)
+{
+    size_t bytes = kc_array_bytes(count, size);
+    return bytes ? kc_alloc_checked(calloc(bytes, 1), bytes) : NULL;
 }
 
 void *kc_alloc_array(size_t count, size_t size)
 {
-    if (count == 0 || size == 0)
-        count = size = 1;
-    if (count > SIZE_MAX / size) {
-        kc_fail(KC_ERR_LIMIT, "allocation of %zu x %zu bytes overflows", count, size);
-        return NULL;
-    }
-    void *p = kc_alloc_aligned(64, count * size);
-    if (!p)
-        kc_fail(KC_ERR_NOMEM, "out of memory allocating %zu bytes", count * size);
-    return p;
+    size_t bytes = kc_array_bytes(count, size);
+    return bytes ? kc_alloc_checked(kc_alloc_aligned(bytes), bytes) : NULL;
 }
 
 void *kc_realloc_array(void *ptr, size_t count, size_t size)
 {
-    if (count == 0 || size == 0)
-        count = size = 1;
-    if (count > SIZE_MAX / size) {
-        kc_fail(KC_ERR_LIMIT, "allocation of %zu x %zu bytes overflows", count, size);
-        return NULL;
-    }
-    void *p = realloc(ptr, count * size);
-    if (!p)
-        kc_fail(KC_ERR_NOMEM, "out of memory allocating %zu bytes", count * size);
-    return p;
+    size_t bytes = kc_array_bytes(count, size);
+    return bytes ? kc_alloc_checked(realloc(ptr, bytes), bytes) : NULL;
 }
 
 char *kc_strndup(const char *s, size_t n)

@@ -15,21 +15,14 @@
 void *kc_calloc(size_t count, size_t size);
 /* count*size bytes, NOT zeroed, for a transient buffer the caller writes
  * whole before reading it (a zip member, a dataset on its way to the
- * snapshot): from 2 MiB on, on huge pages (kc_alloc_aligned). NULL on
- * failure (sets error); free() frees it. */
+ * snapshot). From 2 MiB on page-aligned (whole pages, which an owner may
+ * drop), 2 MiB aligned and advised onto transparent huge pages: a fresh
+ * 4 KiB page costs ~11 us at its first write in this project's VMs (a
+ * paravirtualised MMU), 275 ms for 100 MB, 2 MiB ones 9-15 ms. Not for
+ * what kernels read at run time: InceptionV3 at batch 8 ran 10-30% slower
+ * with its weights on huge pages. KC_HUGEPAGES=0: small pages only. NULL
+ * on failure (sets error); free() frees it. */
 void *kc_alloc_array(size_t count, size_t size);
-/* posix_memalign(align, bytes), or NULL; free() frees it. From 2 MiB on,
- * page-aligned (whole pages, which an owner may drop), 2 MiB aligned and
- * advised onto transparent huge pages: a fresh 4 KiB page costs ~11 us at
- * its first write in this project's VMs (a paravirtualised MMU), 275 ms
- * for 100 MB, 2 MiB ones 9-15 ms. Not for what kernels read at run time:
- * InceptionV3 at batch 8 ran 10-30% slower with its weights on huge
- * pages. KC_HUGEPAGES=0: small pages only. */
-void *kc_alloc_aligned(size_t align, size_t bytes);
-/* madvise(MADV_HUGEPAGE) on the 2 MiB pages wholly inside [p, p+bytes):
- * pages around them stay small, so the hint never makes memory resident
- * that the buffer does not use. */
-void kc_mem_advise_huge(void *p, size_t bytes);
 /* realloc to count*size bytes with overflow check; NULL on failure, old
  * block untouched. */
 void *kc_realloc_array(void *ptr, size_t count, size_t size);

@@ -19,7 +19,6 @@
 #include "base/error.h"
 
 /* Message frame from child to parent: status byte + NUL-free text. */
-
 #define KC_SANDBOX_MSG_MAX 1024
 
 static int kc_sandbox_disabled(void)

@@ -225,7 +225,7 @@ static kc_status kc_legacy_read_group(kc_h5 *h5, const char *group, kc_array_lis
         if (st == KC_OK && kc_spill_dir() && count > 0) {
             st = kc_h5_borrow_f32(h5, path, count, &a.data);
         } else {
-            if (st == KC_OK && !(a.data = kc_calloc((size_t)(count ? count : 1), sizeof(float)))) /* see bind_keras3.c */
+            if (st == KC_OK && !(a.data = kc_calloc((size_t)(count ? count : 1), sizeof(float))))
                 st = KC_ERR_NOMEM;
             if (st == KC_OK)
                 st = kc_h5_read_f32(h5, path, a.data, count);

@@ -131,45 +131,47 @@ static void test_crash_contained(void **state)
     assert_non_null(strstr(kc_last_error(), "crashed (signal 11)"));
 }
 
+/* write_under_lock in the sandbox, with stalls seen after stall_s and
+ * lib_lock held by another thread for hold_s from before the first fork;
+ * *took: the run's seconds. */
+static kc_status run_while_held(const char *stall_s, double hold_s, int *fd, double *took)
+{
+    setenv("KC_SANDBOX_STALL_SECONDS", stall_s, 1);
+    holder h;
+    holder_start(&h, hold_s);
+    double t0 = kc_now();
+    kc_status st = kc_sandbox_run("x.h5", "the reader", write_under_lock, NULL, 60, fd);
+    *took = kc_now() - t0;
+    holder_join(&h);
+    unsetenv("KC_SANDBOX_STALL_SECONDS");
+    return st;
+}
+
 /* The first child inherits lib_lock held and blocks; the holder lets go
  * before the stall is seen, so the second fork's child runs to the end. */
 static void test_blocked_child_forked_again(void **state)
 {
     (void)state;
-    setenv("KC_SANDBOX_STALL_SECONDS", "1", 1);
-    holder h;
-    holder_start(&h, 0.3);
-    double t0 = kc_now();
     int fd = -1;
-    kc_status st = kc_sandbox_run("x.h5", "the reader", write_under_lock, NULL, 60, &fd);
-    double took = kc_now() - t0;
-    holder_join(&h);
-    assert_int_equal(st, KC_OK);
+    double took = 0;
+    assert_int_equal(run_while_held("1", 0.3, &fd, &took), KC_OK);
     expect_hello(fd);
     /* One stall (1 s and a poll), not the 130 s wall deadline. */
     assert_true(took >= 1.0);
     assert_true(took < 20.0);
-    unsetenv("KC_SANDBOX_STALL_SECONDS");
 }
 
 /* A lock held through every fork: a clear error after the tries, soon. */
 static void test_always_blocked_reported(void **state)
 {
     (void)state;
-    setenv("KC_SANDBOX_STALL_SECONDS", "0.5", 1);
-    holder h;
-    holder_start(&h, 5.0);
-    double t0 = kc_now();
     int fd = -1;
-    kc_status st = kc_sandbox_run("x.h5", "the reader", write_under_lock, NULL, 60, &fd);
-    double took = kc_now() - t0;
-    assert_int_equal(st, KC_ERR_IO);
+    double took = 0;
+    assert_int_equal(run_while_held("0.5", 5.0, &fd, &took), KC_ERR_IO);
     assert_int_equal(fd, -1);
     assert_non_null(strstr(kc_last_error(), "x.h5: the reader blocked without using the CPU"));
     assert_null(strchr(kc_last_error(), '\n'));
     assert_true(took < 5.0);
-    holder_join(&h);
-    unsetenv("KC_SANDBOX_STALL_SECONDS");
 }
 
 /* A child busy on the CPU past the stall time is left to finish. */
