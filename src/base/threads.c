@@ -87,6 +87,8 @@ static void kc_parallel_body(void *data)
         job->fn(job->arg, i);
 }
 
+int kc_parallel_width(void) { return omp_in_parallel() ? 1 : kc_threads_max(); }
+
 void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg)
 {
     if (n <= 1 || omp_in_parallel()) {

@@ -24,6 +24,10 @@ int kc_threads_wanted(int threads);
  * libgomp would allocate a nested team of one on every call. */
 void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg);
 
+/* How many of kc_parallel's indexes run side by side from here: 1 inside
+ * a team (a batch lane, lane 0 included), else kc_threads_max(). */
+int kc_parallel_width(void);
+
 /* The OpenMP thread count a primitive built now would be sized for. */
 int kc_threads_max(void);
 /* The calling thread's number in its kc_parallel team (0 outside one):

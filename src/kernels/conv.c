@@ -8,6 +8,7 @@
 
 #include "kernels/dnnl_conv.h"
 #include "kernels/kernel.h"
+#include "kernels/irb.h"
 #include "kernels/wino.h"
 #include "ops/conv.h"
 
@@ -242,6 +243,8 @@ static kc_status kc_conv(const kc_exec_ctx *ctx)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
     int handled = 0, act_done = 0;
+    if (a->post_pw) /* planned only where the block kernel takes it (fuse.c) */
+        return kc_irb_conv(ctx);
     KC_TRY(kc_wino_conv(ctx, &handled, &act_done));
     if (!handled)
         KC_TRY(kc_dnnl_conv(ctx, &handled, &act_done));

@@ -43,6 +43,12 @@ typedef struct kc_conv_attrs {
      * depthwise convolution's output. The layer is the depthwise node's
      * own session copy (its attrs and folded weights). */
     const struct kc_layer *post_dw;
+    /* Also session copies only, per plan, with post_dw (kc_fuse_dw_plan):
+     * the 1x1 convolution that alone reads the depthwise output, run in
+     * the same kernel (kernels/irb.c, MobileNet's inverted-residual
+     * block): the output buffer then receives its output, and holds its
+     * residual beforehand when it accumulates. Its own session copy. */
+    const struct kc_layer *post_pw;
     /* Also session copies only, per plan (kc_fuse_pool_plan): a "same"
      * stride-1 AveragePooling2D that alone feeds this 1x1 convolution,
      * run after it instead: the input value is the pooling's input (same

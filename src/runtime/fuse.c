@@ -35,6 +35,7 @@
 #include "base/mem.h"
 #include "base/spill.h"
 #include "kernels/dnnl_conv.h"
+#include "kernels/irb.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
 #include "runtime/plan.h"
@@ -474,14 +475,114 @@ static kc_status kc_fuse_dw_set(kc_fused *f, const kc_graph *g, int i, int on)
     return KC_OK;
 }
 
+/* ------------------- the whole inverted-residual block (per plan) */
+
+/* Pair i's projection: the 1x1 convolution node that alone reads the
+ * depthwise node's output, or -1. */
+static int kc_fuse_pw_of(const kc_fused *f, const kc_graph *g, int i)
+{
+    int r = f->dw_of[i], p = -1;
+    int d = kc_resolve(f, g->nodes[r].outputs[0]);
+    if (kc_slot_readers(g, f, d, r + 1, &p) != 1 || !kc_is_conv_node(f, g, p, KC_CONV_PLAIN) ||
+        kc_resolve(f, g->nodes[p].inputs[0]) != d)
+        return -1;
+    return p;
+}
+
+/* Where the block's output goes: the projection's residual (the slot it
+ * accumulates into) when it has one, else the expansion's output slot,
+ * which must then hold it. -1 when neither works: the residual is made
+ * after the block starts or read by another node before its end, or the
+ * projection widens the depthwise output (every view of the one slot
+ * must hold at least the output). */
+static int kc_fuse_irb_target(const kc_fused *f, const kc_graph *g, const kc_shape *shape,
+                              int i, int p)
+{
+    int e = g->nodes[i].outputs[0], o = g->nodes[p].outputs[0];
+    int d = g->nodes[f->dw_of[i]].outputs[0];
+    int t = kc_resolve(f, o);
+    /* the slot's smallest view must be what it holds (kc_head_lists) */
+    if (kc_shape_count(&shape[o]) > kc_shape_count(&shape[d]))
+        return -1;
+    if (t == o)
+        return kc_shape_count(&shape[o]) <= kc_shape_count(&shape[e]) ? e : -1;
+    int made = kc_producer(g, t);
+    if (made >= i || kc_is_output(g, t))
+        return -1;
+    for (int j = i + 1; j <= p; j++)
+        for (int k = 0; !f->skip[j] && k < g->nodes[j].n_inputs; k++)
+            if (kc_resolve(f, g->nodes[j].inputs[k]) == t)
+                return -1;
+    return t;
+}
+
+/* Run block i (expansion i, its depthwise node, its projection) as one
+ * kernel (on) or as the layers it was (off). On, every value of the
+ * block shares the target's slot; the aliases it replaces are kept to be
+ * put back. */
+static kc_status kc_fuse_irb_set(kc_fused *f, const kc_graph *g, int i, int target, int on)
+{
+    int r = f->dw_of[i], p = f->pw_of[i];
+    int *v = &f->irb_alias[3 * i];
+    const int vals[3] = {g->nodes[i].outputs[0], g->nodes[r].outputs[0], g->nodes[p].outputs[0]};
+    if (on == f->irb_on[i])
+        return KC_OK;
+    if (on) {
+        if (!kc_fuse_own(f, i, g) || !kc_fuse_own(f, r, g) || !kc_fuse_own(f, p, g))
+            return KC_ERR_NOMEM;
+        for (int k = 0; k < 3; k++)
+            v[k] = f->alias[vals[k]];
+        int e = vals[0];
+        if (target != e)
+            f->alias[e] = target;
+        f->alias[vals[1]] = e;
+        if (target == e)
+            f->alias[vals[2]] = e;
+    } else
+        for (int k = 0; k < 3; k++)
+            f->alias[vals[k]] = v[k];
+    kc_conv_attrs *a = f->shadow[i]->attrs;
+    a->post_dw = on ? f->shadow[r] : NULL;
+    a->post_pw = on ? f->shadow[p] : NULL;
+    f->skip[r] = f->skip[p] = (unsigned char)on;
+    f->n_irb_on += on - f->irb_on[i];
+    f->irb_on[i] = (unsigned char)on;
+    return KC_OK;
+}
+
+/* Whether block i is wanted whole for this plan, and where its output
+ * goes (*target). */
+static int kc_fuse_irb_wanted(const kc_fused *f, const kc_graph *g, const kc_shape *shape, int i,
+                              int *target)
+{
+    int r = f->dw_of[i], p = f->pw_of[i];
+    if (p < 0)
+        return 0;
+    const kc_layer *dl = f->shadow[r] ? f->shadow[r] : g->nodes[r].layer;
+    const kc_layer *pl = f->shadow[p] ? f->shadow[p] : g->nodes[p].layer;
+    if (!kc_irb_fusable(kc_conv_attrs_of(f, g, i), dl, pl, &shape[g->nodes[i].inputs[0]]))
+        return 0;
+    *target = kc_fuse_irb_target(f, g, shape, i, p);
+    return *target >= 0;
+}
+
 kc_status kc_fuse_dw_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape, int allow,
                           int one_thread)
 {
+    for (int i = 0; f->dw_of && i < g->n_nodes; i++)
+        if (f->dw_of[i] >= 0 && f->irb_on[i])
+            KC_TRY(kc_fuse_irb_set(f, g, i, -1, 0)); /* judged on the plain layers */
     for (int i = 0; f->dw_of && i < g->n_nodes; i++) {
         if (f->dw_of[i] < 0)
             continue;
         const kc_node *n = &g->nodes[i];
         const kc_shape *in = &shape[n->inputs[0]], *mid = &shape[n->outputs[0]];
+        int target = -1;
+        KC_TRY(kc_fuse_dw_set(f, g, i, 0));
+        if (allow && kc_fuse_irb_wanted(f, g, shape, i, &target)) {
+            KC_TRY(kc_fuse_irb_set(f, g, i, target, 1));
+            continue;
+        }
         int want = allow && in->rank == 4 && (in->dims[0] >= 2 || one_thread);
         if (want) {
             KC_TRY(kc_fuse_dw_set(f, g, i, 0)); /* judged on the unfused pair */
@@ -540,7 +641,7 @@ kc_status kc_fuse_pool_plan(kc_fused *f, const kc_graph *g, const kc_shape *shap
         if (f->pool_of[c] < 0)
             continue;
         const kc_node *p = &g->nodes[f->pool_of[c]];
-        int want = allow && !f->dw_on[c] &&
+        int want = allow && !f->dw_on[c] && !f->irb_on[c] &&
                    kc_dnnl_conv_pool_fusable(kc_conv_attrs_of(f, g, c), p->layer,
                                              &shape[p->inputs[0]]);
         KC_TRY(kc_fuse_pool_set(f, g, c, want));
@@ -559,11 +660,14 @@ kc_status kc_fuse(const kc_graph *g, kc_fuse_level level, int *taken, kc_fused *
     f->dw_on = kc_calloc((size_t)g->n_nodes + 1, 1);
     f->pool_of = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->pool_of);
     f->pool_on = kc_calloc((size_t)g->n_nodes + 1, 1);
+    f->pw_of = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->pw_of);
+    f->irb_on = kc_calloc((size_t)g->n_nodes + 1, 1);
+    f->irb_alias = kc_calloc(3 * ((size_t)g->n_nodes + 1), sizeof *f->irb_alias);
     if (!f->alias || !f->skip || !f->shadow || !f->dw_of || !f->dw_on || !f->pool_of ||
-        !f->pool_on)
+        !f->pool_on || !f->pw_of || !f->irb_on || !f->irb_alias)
         return KC_ERR_NOMEM;
     for (int i = 0; i < g->n_nodes; i++)
-        f->dw_of[i] = f->pool_of[i] = -1;
+        f->dw_of[i] = f->pool_of[i] = f->pw_of[i] = -1;
     for (int v = 0; v < g->n_values; v++)
         f->alias[v] = -1;
     const char *env = getenv("KC_FUSE");
@@ -616,6 +720,9 @@ kc_status kc_fuse(const kc_graph *g, kc_fuse_level level, int *taken, kc_fused *
         if (!f->skip[i])
             KC_TRY(kc_fuse_dw_pair(f, g, i));
     for (int i = 0; i < g->n_nodes; i++)
+        if (f->dw_of[i] >= 0)
+            f->pw_of[i] = kc_fuse_pw_of(f, g, i);
+    for (int i = 0; i < g->n_nodes; i++)
         if (!f->skip[i])
             KC_TRY(kc_fuse_pool_pair(f, g, i));
     return KC_OK;
@@ -651,6 +758,9 @@ void kc_fused_free(kc_fused *f, int n_nodes)
     free(f->skip);
     free(f->dw_of);
     free(f->dw_on);
+    free(f->pw_of);
+    free(f->irb_on);
+    free(f->irb_alias);
     free(f->pool_of);
     free(f->pool_on);
     memset(f, 0, sizeof *f);

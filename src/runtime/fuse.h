@@ -21,6 +21,13 @@ typedef struct kc_fused {
                             reads, or -1 (fusable per plan) */
     unsigned char *pool_on; /* per such node: fused for the current plan */
     int n_pool_on;
+    int *pw_of;          /* per node with a dw_of: the 1x1 convolution node
+                            that alone reads the depthwise output, or -1
+                            (the three fusable per plan as one block) */
+    unsigned char *irb_on; /* per such node: the block fused for the plan */
+    int n_irb_on;
+    int *irb_alias;      /* per such node, 3 each: the aliases of the block's
+                            three outputs before it was fused */
 } kc_fused;
 
 /* What kc_fuse may rewrite: nothing (disk-backed weights: a rewritten
@@ -50,6 +57,13 @@ void kc_fused_free(kc_fused *fused, int n_nodes);
  * oneDNN takes the pair; undo it elsewhere. n_dw_on then says how many
  * are fused: the plan's memory must be laid out again with the new
  * aliases. */
+/* Before that, per pair: where the pair's depthwise output is read only
+ * by a 1x1 convolution and the block kernel takes the three (kernels/
+ * irb.h, allow set), the three run as one kernel on the expansion's node
+ * (post_dw and post_pw), the other two skipped and every value of the
+ * block in one slot: the projection's residual's when it accumulates
+ * (the residual made before the block, read by nothing in it), else the
+ * expansion output's. n_irb_on says how many blocks are fused. */
 kc_status kc_fuse_dw_plan(kc_fused *fused, const kc_graph *graph, const kc_shape *shape, int allow,
                           int one_thread);
 /* For a plan with value shapes `shape`: run each average pooling found by

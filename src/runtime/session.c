@@ -417,12 +417,12 @@ static kc_status kc_session_refuse(kc_session *s)
 static kc_status kc_session_fuse_per_plan(kc_session *s, const kc_shape *shapes, int n,
                                           int lanes)
 {
-    int before = s->fused.n_dw_on + s->fused.n_pool_on;
+    int before = s->fused.n_dw_on + s->fused.n_pool_on + s->fused.n_irb_on;
     int host = !s->sched && s->stage_first < 0;
     KC_TRY(kc_fuse_dw_plan(&s->fused, s->graph, s->plan.shape, s->fuse_dw && host, lanes > 1));
     KC_TRY(kc_fuse_pool_plan(&s->fused, s->graph, s->plan.shape,
                              s->fuse_pool && host && !s->exact));
-    if (!before && !s->fused.n_dw_on && !s->fused.n_pool_on)
+    if (!before && !s->fused.n_dw_on && !s->fused.n_pool_on && !s->fused.n_irb_on)
         return KC_OK;
     kc_plan_free(&s->plan);
     return kc_plan_build(s->model, s->fused.alias, shapes, n, &s->plan);

@@ -26,6 +26,7 @@
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_matmul.h"
 #include "kernels/dnnl_pool.h"
+#include "kernels/irb.h"
 #include "kernels/kernel.h"
 #include "kernels/maxpool_nhwc.h"
 #include "kernels/wino.h"
@@ -1212,6 +1213,157 @@ static void test_dw_fused(void **state)
         check_dw_case(&cases[i]);
 }
 
+/* ------------- the inverted-residual block as one kernel (kernels/irb) */
+
+typedef struct irb_case {
+    const char *what;
+    int64_t n, h, w, c, f, o;  /* images, rows, columns, in, expanded, out channels */
+    int64_t k, s, d, mult;     /* the depthwise kernel, stride, dilation, multiplier */
+    int padding;               /* the depthwise layer's: 0 valid, 1 same */
+    int64_t pad_b, pad_a;      /* a ZeroPadding folded into it */
+    const char *act1, *act2, *act3;
+    int bias;                  /* all three layers with biases */
+    int residual;              /* 1 in place over the input, 2 into another buffer */
+    int fusable;
+} irb_case;
+
+/* The three layers on the plain paths, one thread, and the residual
+ * added before the projection's activation (relu, relu6 or linear):
+ * the reference. */
+static float *irb_reference(const dw_run *r, const kc_layer *pl, const kc_shape *out,
+                            const float *residual)
+{
+    int64_t mid_n = r->mid_count, dw_n = r->out_count, out_n = kc_count(out);
+    float *mid = malloc((size_t)mid_n * sizeof *mid), *dw = malloc((size_t)dw_n * sizeof *dw);
+    float *want = malloc((size_t)out_n * sizeof *want);
+    setenv("KC_DNNL", "0", 1);
+    kc_threads_enter(1);
+    const float *ins[1] = {r->x};
+    exec_kernel(&r->pl, ins, &r->in, 1, mid, &r->mid, 1, 0, NULL);
+    ins[0] = mid;
+    exec_kernel(&r->dl, ins, &r->dw_in, 1, dw, &r->out, 1, 0, NULL);
+    ins[0] = dw;
+    /* a fused sum comes before the projection's activation */
+    kc_conv_attrs *pa = (kc_conv_attrs *)pl->attrs;
+    const char *act = pa->activation;
+    pa->activation = residual ? "linear" : act;
+    exec_kernel(pl, ins, &r->out, 1, want, out, 1, 0, NULL);
+    pa->activation = act;
+    unsetenv("KC_DNNL");
+    for (int64_t i = 0; residual && i < out_n; i++) {
+        want[i] += residual[i];
+        if (act && strcmp(act, "linear"))
+            want[i] = fmaxf(want[i], 0.0f);
+        if (act && !strcmp(act, "relu6"))
+            want[i] = fminf(want[i], 6.0f);
+    }
+    free(mid);
+    free(dw);
+    return want;
+}
+
+static void check_irb_case(const irb_case *c)
+{
+    dw_case dc = {c->what, c->n, c->h, c->w, c->c, c->f, c->k, c->s, c->d, c->mult,
+                  c->padding, c->pad_b, c->pad_a, c->act1, c->act2, c->bias, c->bias, 0};
+    dw_run r;
+    dw_setup(&dc, &r);
+    kc_conv_attrs qa = r.pa;
+    qa.filters = c->o;
+    qa.activation = c->act3;
+    kc_weight qw[2] = {{.data = rand_buf(c->f * c->o)}, {.data = rand_buf(c->o)}};
+    qw[0].shape = (kc_shape){.rank = 4, .dims = {1, 1, c->f, c->o}};
+    r.dw[0].shape = (kc_shape){.rank = 4, .dims = {c->k, c->k, c->f, c->mult}};
+    kc_layer ql = {.name = "project", .class_name = "Conv2D", .attrs = &qa, .weights = qw,
+                   .n_weights = 2, .def = kc_op_lookup(NULL, "Conv2D")};
+    kc_shape out = r.out;
+    out.dims[3] = c->o;
+    int64_t out_n = kc_count(&out);
+    float *other = c->residual == 2 ? rand_buf(out_n) : NULL;
+    const float *residual = c->residual == 1 ? r.x : other;
+    float *want = irb_reference(&r, &ql, &out, residual);
+    int fusable = kc_irb_fusable(&r.pa, &r.dl, &ql, &r.in);
+    if (fusable != c->fusable)
+        fail_msg("%s: fusable %d, expected %d", c->what, fusable, c->fusable);
+    float peak = peak_of(want, out_n);
+    float *got = malloc((size_t)(out_n > r.mid_count ? out_n : r.mid_count) * sizeof *got);
+    static const int threads[] = {1, 2, 3};
+    for (int t = 0; fusable && t < 3; t++) {
+        kc_threads_enter(threads[t]);
+        qa.accumulate = c->residual != 0;
+        r.pa.post_dw = &r.dl;
+        r.pa.post_pw = &ql;
+        const float *ins[1] = {r.x};
+        if (c->residual == 1) { /* in place: the input is the output buffer */
+            memcpy(got, r.x, (size_t)out_n * sizeof *got);
+            ins[0] = got;
+        } else if (c->residual == 2)
+            memcpy(got, other, (size_t)out_n * sizeof *got);
+        exec_kernel(&r.pl, ins, &r.in, 1, got, &r.mid, 0, 0, NULL);
+        r.pa.post_dw = r.pa.post_pw = NULL;
+        qa.accumulate = 0;
+        expect_close(got, want, out_n, 1e-4f * peak, "%s, %d threads", c->what, threads[t]);
+    }
+    kc_threads_enter(0);
+    free(got);
+    free(want);
+    free(other);
+    free(qw[0].data);
+    free(qw[1].data);
+    dw_teardown(&r);
+}
+
+/* The block kernel must equal the three layers run one after another on
+ * the plain paths: strides 1 and 2, "same" padding on odd and even
+ * sizes, folded ZeroPaddings, channels that are not whole vectors or
+ * blocks, the residual in place (rows cut between threads read rows
+ * their neighbours overwrite) or into another buffer, several images,
+ * bands of rows (a large image); blocks it cannot run are refused. */
+static void test_irb_fused(void **state)
+{
+    (void)state;
+    if (!__builtin_cpu_supports("avx512f"))
+        skip();
+    static const irb_case cases[] = {
+        {"s1 same, residual in place (MobileNetV2's stride-1 blocks)", 1, 14, 14, 24, 144, 24,
+         3, 1, 1, 1, 1, 0, 0, "relu6", "relu6", "linear", 1, 1, 1},
+        {"s1 same, residual in place, odd channels, 3 images", 3, 9, 11, 20, 72, 20, 3, 1, 1, 1,
+         1, 0, 0, "relu6", "relu6", NULL, 1, 1, 1},
+        {"s1 same, residual into another buffer", 2, 7, 7, 16, 96, 16, 3, 1, 1, 1, 1, 0, 0,
+         "relu", "relu6", "linear", 1, 2, 1},
+        {"s2 valid after ZeroPadding (0, 1), even size", 1, 16, 16, 16, 96, 24, 3, 2, 1, 1, 0,
+         0, 1, "relu6", "relu6", "linear", 1, 0, 1},
+        {"s2 same, odd size", 2, 15, 13, 8, 40, 12, 3, 2, 1, 1, 1, 0, 0, "relu", "relu",
+         "relu", 1, 0, 1},
+        {"s1 valid after a ZeroPadding of 1 each side, no biases", 1, 10, 10, 32, 200, 32, 3, 1,
+         1, 1, 0, 1, 1, "linear", NULL, "linear", 0, 1, 1},
+        /* weights outweighing the image: cut by channels, partial sums */
+        {"wide: 160 -> 960 -> 320 on 7x7", 1, 7, 7, 160, 960, 320, 3, 1, 1, 1, 1, 0, 0, "relu6",
+         "relu6", "linear", 1, 0, 1},
+        {"wide, residual in place, relu after the sum", 1, 5, 5, 96, 584, 96, 3, 1, 1, 1, 1, 0,
+         0, "relu6", "relu6", "relu", 1, 1, 1},
+        {"wide, s2 same on 6x6 into 3x3, no biases", 1, 6, 6, 128, 400, 72, 3,
+         2, 1, 1, 1, 0, 0, "relu", "linear", "linear", 0, 0, 1},
+        {"one big image in bands, in place", 1, 112, 112, 16, 96, 16, 3, 1, 1, 1, 1, 0, 0,
+         "relu6", "relu6", "linear", 1, 1, 1},
+        {"one row", 1, 1, 9, 8, 32, 8, 3, 1, 1, 1, 1, 0, 0, "relu6", "relu6", "linear", 1, 1, 1},
+        {"two columns, s2 same: no column clear of both edges", 2, 6, 2, 8, 32, 8, 3, 2, 1, 1, 1,
+         0, 0, "relu6", "relu6", "linear", 1, 0, 1},
+        /* refused: the block kernel knows 3x3, undilated, multiplier 1,
+         * relu / relu6 / linear */
+        {"5x5 depthwise", 1, 12, 12, 8, 32, 8, 5, 1, 1, 1, 1, 0, 0, "relu", "relu", "linear", 1,
+         0, 0},
+        {"dilated depthwise", 1, 12, 12, 8, 32, 8, 3, 1, 2, 1, 1, 0, 0, "relu", "relu",
+         "linear", 1, 0, 0},
+        {"depth multiplier 2", 1, 12, 12, 8, 32, 8, 3, 1, 1, 2, 1, 0, 0, "relu", "relu",
+         "linear", 1, 0, 0},
+        {"tanh after the depthwise layer", 1, 12, 12, 8, 32, 8, 3, 1, 1, 1, 1, 0, 0, "relu",
+         "tanh", "linear", 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_irb_case(&cases[i]);
+}
+
 /* ------------------------------- average pooling moved after a 1x1 */
 
 typedef struct pool_conv_case {
@@ -1629,6 +1781,7 @@ int main(void)
         cmocka_unit_test(test_pool_folded_pad),
         cmocka_unit_test(test_concat_cuts),
         cmocka_unit_test(test_dw_fused),
+        cmocka_unit_test(test_irb_fused),
         cmocka_unit_test(test_pool_conv_fused),
         cmocka_unit_test(test_pad_crop),
         cmocka_unit_test(test_global_pool),

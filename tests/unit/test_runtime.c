@@ -338,16 +338,18 @@ static void assert_close_runs(kc_session *a, kc_session *b, const kc_tensor *in)
     kc_tensor_free(b_out);
 }
 
-/* MobileNetV2's 16 expand + depthwise pairs run as one oneDNN primitive
- * each when the batch has several images, and as two layers for one
- * image (cut into row parts instead); the choice follows each new plan,
- * both ways, and KC_FUSE_DW=0 turns it off. Outputs equal the unfused
- * session's at either batch. */
+/* With the block kernel off (KC_IRB=0): MobileNetV2's 16 expand +
+ * depthwise pairs run as one oneDNN primitive each when the batch has
+ * several images, and as two layers for one image (cut into row parts
+ * instead); the choice follows each new plan, both ways, and
+ * KC_FUSE_DW=0 turns it off. Outputs equal the unfused session's at
+ * either batch. */
 static void run_pair(kc_session *a, kc_session *b, const kc_tensor *in, int want_fused)
 {
     assert_close_runs(a, b, in);
     assert_int_equal(a->fused.n_dw_on, want_fused);
     assert_int_equal(b->fused.n_dw_on, 0);
+    assert_int_equal(a->fused.n_irb_on + b->fused.n_irb_on, 0);
 }
 
 static void test_depthwise_fusion_per_plan(void **state)
@@ -355,6 +357,7 @@ static void test_depthwise_fusion_per_plan(void **state)
     (void)state;
     if (!kc_dnnl_ready())
         skip();
+    setenv("KC_IRB", "0", 1);
     kc_model *m = NULL;
     assert_int_equal(kc_model_load(KC_TEST_DATA "/../apps/mobilenet_v2/model.keras", NULL, &m),
                      KC_OK);
@@ -372,10 +375,71 @@ static void test_depthwise_fusion_per_plan(void **state)
     run_pair(fused, plain, two, 16);
     run_pair(fused, plain, one, 0);
     run_pair(fused, plain, two, 16);
+    unsetenv("KC_IRB");
     kc_tensor_free(one);
     kc_tensor_free(two);
     kc_session_free(fused);
     kc_session_free(plain);
+    kc_model_free(m);
+}
+
+/* A session's outputs on `in` equal the unfused session's, with n_irb
+ * blocks run whole; and again on a second run (the kernels' states,
+ * built in the first, kept). */
+static void run_blocks(kc_session *a, kc_session *b, const kc_tensor *in, int n_irb)
+{
+    assert_close_runs(a, b, in);
+    assert_int_equal(a->fused.n_irb_on, n_irb);
+    assert_int_equal(a->fused.n_dw_on, 0);
+    assert_int_equal(b->fused.n_irb_on, 0);
+    assert_close_runs(a, b, in);
+}
+
+/* MobileNetV2's 16 inverted-residual blocks (expansion, depthwise,
+ * projection, the 10 residual sums) run as one kernel each (kernels/
+ * irb.c) at any batch: one image cut into row parts (3 threads: the
+ * in-place blocks' parts read rows their neighbours overwrite), two in
+ * batch lanes (lane 0 builds the states in a first run of its own), three
+ * cut by images; the choice follows each new plan, and KC_FUSE_DW=0 turns
+ * it off. Its stem's depthwise layer follows a 3x3 convolution, not a
+ * 1x1: no block. Outputs equal the unfused session's every time. */
+static void test_block_fusion_per_plan(void **state)
+{
+    (void)state;
+    if (!__builtin_cpu_supports("avx512f"))
+        skip();
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(KC_TEST_DATA "/../apps/mobilenet_v2/model.keras", NULL, &m),
+                     KC_OK);
+    kc_tensor *two = NULL, *one = NULL, *three = NULL;
+    assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/../apps/mobilenet_v2/input_0.npy", &two),
+                     KC_OK);
+    int64_t dims[4] = {1, 64, 64, 3};
+    size_t image = 64 * 64 * 3;
+    assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &one), KC_OK);
+    dims[0] = 3;
+    assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &three), KC_OK);
+    memcpy(kc_tensor_data(one), kc_tensor_cdata(two), image * sizeof(float));
+    memcpy(kc_tensor_data(three), kc_tensor_cdata(two), 2 * image * sizeof(float));
+    memcpy(kc_tensor_data(three) + 2 * image, kc_tensor_cdata(two), image * sizeof(float));
+    static const int threads[] = {3, 2};
+    for (int t = 0; t < 2; t++) {
+        kc_session_options o = {.threads = threads[t]};
+        kc_session *fused = NULL, *plain = NULL;
+        assert_int_equal(kc_session_new(m, &o, &fused), KC_OK);
+        setenv("KC_FUSE_DW", "0", 1);
+        assert_int_equal(kc_session_new(m, &o, &plain), KC_OK);
+        unsetenv("KC_FUSE_DW");
+        run_blocks(fused, plain, one, 16);
+        run_blocks(fused, plain, two, 16);
+        run_blocks(fused, plain, three, 16);
+        run_blocks(fused, plain, one, 16);
+        kc_session_free(fused);
+        kc_session_free(plain);
+    }
+    kc_tensor_free(one);
+    kc_tensor_free(two);
+    kc_tensor_free(three);
     kc_model_free(m);
 }
 
@@ -1022,6 +1086,7 @@ int main(void)
         cmocka_unit_test(test_fusion_matches_unfused),
         cmocka_unit_test(test_residual_add_fusion),
         cmocka_unit_test(test_depthwise_fusion_per_plan),
+        cmocka_unit_test(test_block_fusion_per_plan),
         cmocka_unit_test(test_pooling_fusion_per_plan),
         cmocka_unit_test(test_scheduled_sessions_get_portable_rewrites),
         cmocka_unit_test(test_run_into_checks),

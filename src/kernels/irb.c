@@ -1,0 +1,751 @@
+/* MobileNet's inverted-residual block (1x1 expansion, 3x3 depthwise, 1x1
+ * projection, the residual sum) as one kernel, a band of rows at a time.
+ *
+ * Run as three layers, the block writes its expanded tensor (6x the
+ * block's channels: 4.8 MB for MobileNetV2's 112x112 block at batch 1),
+ * reads it back for the depthwise convolution, writes that and reads it
+ * again for the projection, and each of the ~50 layers pays its own fork
+ * and join. Here each thread owns a run of output rows, cut into bands:
+ * for a band it expands only the input rows the band's depthwise rows
+ * read (keeping the last ones for the next band), runs the depthwise rows
+ * from them and projects the band straight into the output, the residual
+ * added in the same pass; the band's rows stay in the core's L2. On the
+ * 2-core AMD EPYC of bench/results, MobileNetV2 at batch 1, 2 threads,
+ * the 16 blocks against the three layers each: 112x112 -> 56x56 0.24
+ * against 0.37 ms, 56x56 0.25 against 0.34, 28x28 0.09 against 0.11-0.12,
+ * 14x14 and 7x7 level; the model 2.6 against 3.0-3.2 ms (batch 8: 2.44
+ * against 2.45-2.51 ms per image, peak RSS 58 against 66 MB).
+ *
+ * Where the block's weights outweigh its image (the 7x7 blocks: 1.2 MB
+ * of weights), threads own expanded channels instead of rows: each reads
+ * its share of the weights only, projects its channels into a partial
+ * sum of every output, and a second pass adds the partials.
+ *
+ * The 1x1 products are a small AVX-512 kernel (6 pixels x 48 channels of
+ * accumulators) on weights packed once at build, 48 output channels at a
+ * time; the depthwise rows 16 channels at a time. Plain float32 sums in
+ * another order than oneDNN's: the same rounding class as any direct
+ * convolution, so `exact` keeps it.
+ *
+ * In place: a block with a residual writes its output over its input
+ * (the sum's slot, runtime/fuse.c). A thread's rows then overwrite input
+ * rows a neighbouring thread's depthwise rows still read, so with rows
+ * cut between threads each thread first expands those border rows (a
+ * first parallel pass), then runs its rows (a second). */
+#include "kernels/irb.h"
+
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mem.h"
+#include "base/threads.h"
+#include "kernels/dnnl_common.h"
+
+#define KC_IRB_MAX_PARTS 16
+#define KC_IRB_MR 6                 /* pixels per block of the 1x1 kernel */
+#define KC_IRB_NR 48                /* channels per block: 3 vectors */
+
+typedef struct kc_irb_geom {
+    int64_t n, h, w, cin, cm, cout; /* images, input rows and columns, channels */
+    int64_t ho, wo, s, pt, pl;      /* output rows and columns, stride, padding before */
+    int act_e, act_d, act_p;        /* 0 linear, 1 relu, 2 relu6 */
+} kc_irb_geom;
+
+/* ------------------------------------------------------------ eligibility */
+
+static int kc_irb_act(const char *act)
+{
+    if (!act || !strcmp(act, "linear"))
+        return 0;
+    if (!strcmp(act, "relu"))
+        return 1;
+    return !strcmp(act, "relu6") ? 2 : -1;
+}
+
+/* A 2-D convolution of `kind` with a (k, k) kernel, equal strides, no
+ * dilation, one group, no pooling fused into it (nor, but for the
+ * expansion, which carries them, other layers). */
+static int kc_irb_conv_is(const kc_conv_attrs *a, kc_conv_kind kind, int64_t k, int carrier)
+{
+    if (a->kind != kind || a->spatial != 2 || a->groups != 1 ||
+        (!carrier && (a->post_dw || a->post_pw)) || a->pre_pool || a->padding == 2 ||
+        kc_irb_act(a->activation) < 0)
+        return 0;
+    for (int i = 0; i < 2; i++)
+        if (a->kernel[i] != k || a->dilation[i] != 1 || a->strides[i] != a->strides[0])
+            return 0;
+    return 1;
+}
+
+/* The depthwise layer's output length and padding before, along an axis
+ * of `len` data values (a folded ZeroPadding adds before / after). */
+static int kc_irb_axis(const kc_conv_attrs *d, int axis, int64_t len, int64_t *out,
+                       int64_t *pad)
+{
+    int64_t s = d->strides[axis];
+    int64_t padded = len + d->pad_before[axis] + d->pad_after[axis];
+    *pad = d->pad_before[axis];
+    if (d->padding == 1) {
+        *out = (padded + s - 1) / s;
+        int64_t total = (*out - 1) * s + 3 - padded;
+        *pad += total > 0 ? total / 2 : 0;
+    } else
+        *out = padded >= 3 ? (padded - 3) / s + 1 : 0;
+    return *out > 0;
+}
+
+static int kc_irb_geometry(const kc_conv_attrs *ex, const kc_layer *dw, const kc_layer *pw,
+                           const kc_shape *in, kc_irb_geom *g)
+{
+    const kc_conv_attrs *d = dw->attrs, *p = pw->attrs;
+    if (!kc_irb_conv_is(ex, KC_CONV_PLAIN, 1, 1) || ex->accumulate || ex->strides[0] != 1 ||
+        !kc_irb_conv_is(d, KC_CONV_DEPTHWISE, 3, 0) || d->accumulate ||
+        d->depth_multiplier != 1 || (d->strides[0] != 1 && d->strides[0] != 2) ||
+        !kc_irb_conv_is(p, KC_CONV_PLAIN, 1, 0) || p->strides[0] != 1 || in->rank != 4)
+        return 0;
+    for (int i = 0; i < 2; i++)
+        if (ex->pad_before[i] || ex->pad_after[i] || p->pad_before[i] || p->pad_after[i])
+            return 0;
+    memset(g, 0, sizeof *g);
+    g->n = in->dims[0];
+    g->h = in->dims[1];
+    g->w = in->dims[2];
+    g->cin = in->dims[3];
+    g->cm = ex->filters;
+    g->cout = p->filters;
+    g->s = d->strides[0];
+    if (g->n < 1 || g->cin < 1 || g->cm < 1 || g->cout < 1 ||
+        !kc_irb_axis(d, 0, g->h, &g->ho, &g->pt) || !kc_irb_axis(d, 1, g->w, &g->wo, &g->pl))
+        return 0;
+    if (!dw->weights || !pw->weights || !dw->weights[0].data || !pw->weights[0].data ||
+        kc_count(&dw->weights[0].shape) != 9 * g->cm ||
+        kc_count(&pw->weights[0].shape) != g->cm * g->cout ||
+        (d->use_bias && (dw->n_weights < 2 || !dw->weights[1].data)) ||
+        (p->use_bias && (pw->n_weights < 2 || !pw->weights[1].data)))
+        return 0;
+    g->act_e = kc_irb_act(ex->activation);
+    g->act_d = kc_irb_act(d->activation);
+    g->act_p = kc_irb_act(p->activation);
+    return 1;
+}
+
+int kc_irb_fusable(const kc_conv_attrs *ex, const kc_layer *dw, const kc_layer *pw,
+                   const kc_shape *in)
+{
+    const char *env = getenv("KC_IRB");
+    kc_irb_geom g;
+    return !(env && !strcmp(env, "0")) && __builtin_cpu_supports("avx512f") &&
+           kc_irb_geometry(ex, dw, pw, in, &g);
+}
+
+/* ------------------------------------------------------------ 1x1 kernel */
+
+static __mmask16 kc_irb_lanes(int64_t k, int64_t n)
+{
+    return n - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - k)) - 1);
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline __m512
+kc_irb_apply(__m512 v, int act)
+{
+    if (act)
+        v = _mm512_max_ps(v, _mm512_setzero_ps());
+    return act == 2 ? _mm512_min_ps(v, _mm512_set1_ps(6.0f)) : v;
+}
+
+/* What a block of the 1x1 products reads and writes. The weights are
+ * packed (kc_irb_pack): for each block of KC_IRB_NR output channels, its
+ * k rows one after another, each padded to whole vectors, so a block's
+ * weights are one contiguous stream. Read in Keras's (in, out) layout
+ * instead, a block walked k rows a whole row apart and the 7x7 blocks'
+ * 1x1 products ran at half speed, waiting on memory. */
+typedef struct kc_irb_mm {
+    int64_t k;             /* the reduction: input channels */
+    const float *a;        /* pixels x k, row stride lda */
+    int64_t lda;
+    const float *b;        /* packed k_all x n: rows k0 .. k0 + k - 1 are read */
+    const float *bias;     /* n, padded to whole vectors with zeros; or NULL */
+    float *c;              /* pixels x n, row stride ldc */
+    int64_t ldc;
+    const float *r;        /* a residual added before act (may be c), or NULL */
+    int act;
+    int64_t k_all, k0;     /* 0, 0: k and 0 */
+} kc_irb_mm;
+
+/* mr pixels (<= KC_IRB_MR) x nv vectors of channels (<= 3) from column
+ * n0, its packed weights at bk (nv vectors a row); the last vector's
+ * stores masked by `last`. Inlined with mr and nv constants, the
+ * accumulators stay in registers. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+kc_irb_block(const kc_irb_mm *m, const float *bk, int64_t p0, int64_t n0, int mr, int nv,
+             __mmask16 last)
+{
+    __m512 acc[KC_IRB_MR][3];
+    #pragma GCC unroll 3
+    for (int j = 0; j < nv; j++) {
+        __m512 b = m->bias ? _mm512_loadu_ps(m->bias + n0 + 16 * j) : _mm512_setzero_ps();
+        #pragma GCC unroll 6
+        for (int i = 0; i < mr; i++)
+            acc[i][j] = b;
+    }
+    const float *a = m->a + p0 * m->lda;
+    for (int64_t k = 0; k < m->k; k++, bk += 16 * nv) {
+        __m512 b[3];
+        #pragma GCC unroll 3
+        for (int j = 0; j < nv; j++)
+            b[j] = _mm512_loadu_ps(bk + 16 * j);
+        #pragma GCC unroll 6
+        for (int i = 0; i < mr; i++) {
+            __m512 x = _mm512_set1_ps(a[i * m->lda + k]);
+            #pragma GCC unroll 3
+            for (int j = 0; j < nv; j++)
+                acc[i][j] = _mm512_fmadd_ps(x, b[j], acc[i][j]);
+        }
+    }
+    #pragma GCC unroll 6
+    for (int i = 0; i < mr; i++)
+        #pragma GCC unroll 3
+        for (int j = 0; j < nv; j++) {
+            __mmask16 mask = j == nv - 1 ? last : (__mmask16)0xFFFF;
+            __m512 v = acc[i][j];
+            if (m->r)
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(
+                                         mask, m->r + (p0 + i) * m->ldc + n0 + 16 * j));
+            _mm512_mask_storeu_ps(m->c + (p0 + i) * m->ldc + n0 + 16 * j, mask,
+                                  kc_irb_apply(v, m->act));
+        }
+}
+
+#define KC_IRB_NV(mr_)                                                                             \
+    do {                                                                                           \
+        if (nv == 3)                                                                               \
+            kc_irb_block(m, bk, p0, n0, mr_, 3, last);                                             \
+        else if (nv == 2)                                                                          \
+            kc_irb_block(m, bk, p0, n0, mr_, 2, last);                                             \
+        else                                                                                       \
+            kc_irb_block(m, bk, p0, n0, mr_, 1, last);                                             \
+    } while (0)
+
+/* c = act(a · b + bias (+ r)) over `pixels` rows and n columns. Column
+ * blocks outside, pixels inside: a block's weights (k x 48) stay in L1/L2
+ * across the pixels. */
+__attribute__((target("avx512f"))) static void kc_irb_gemm(const kc_irb_mm *m, int64_t pixels,
+                                                          int64_t n)
+{
+    for (int64_t n0 = 0; n0 < n; n0 += KC_IRB_NR) {
+        int64_t nn = n - n0 < KC_IRB_NR ? n - n0 : KC_IRB_NR;
+        int nv = (int)((nn + 15) / 16);
+        __mmask16 last = kc_irb_lanes(16 * (nv - 1), nn);
+        /* the blocks before are KC_IRB_NR wide; a block's rows 16 * nv */
+        int64_t k_all = m->k_all ? m->k_all : m->k;
+        const float *bk = m->b + k_all * n0 + m->k0 * 16 * nv;
+        int64_t p0 = 0;
+        for (; p0 + KC_IRB_MR <= pixels; p0 += KC_IRB_MR)
+            KC_IRB_NV(6);
+        switch (pixels - p0) {
+        case 5: KC_IRB_NV(5); break;
+        case 4: KC_IRB_NV(4); break;
+        case 3: KC_IRB_NV(3); break;
+        case 2: KC_IRB_NV(2); break;
+        case 1: KC_IRB_NV(1); break;
+        default: break;
+        }
+    }
+}
+
+/* Floats kc_irb_pack writes for a k x n kernel. */
+static int64_t kc_irb_packed_floats(int64_t k, int64_t n) { return k * ((n + 15) / 16 * 16); }
+
+/* Keras's 1x1 kernel w (k x n, row-major) into packed (see kc_irb_mm). */
+static void kc_irb_pack(const float *w, int64_t k, int64_t n, float *packed)
+{
+    for (int64_t n0 = 0; n0 < n; n0 += KC_IRB_NR) {
+        int64_t nn = n - n0 < KC_IRB_NR ? n - n0 : KC_IRB_NR;
+        int64_t width = (nn + 15) / 16 * 16;
+        float *panel = packed + k * n0;
+        for (int64_t r = 0; r < k; r++) {
+            memcpy(panel + r * width, w + r * n + n0, (size_t)nn * sizeof *w);
+            memset(panel + r * width + nn, 0, (size_t)(width - nn) * sizeof *w);
+        }
+    }
+}
+
+/* ------------------------------------------------------------ the block */
+
+/* The block's weights, copied into the kernel's state from the fused
+ * layers (session copies with any BatchNormalization folded in): the 1x1
+ * kernels packed (kc_irb_pack), the biases padded to whole vectors (zeros
+ * for a layer without one), the depthwise kernel as it is. */
+typedef struct kc_irb_w {
+    const float *we, *be, *wd, *bd, *wp, *bp;
+} kc_irb_w;
+
+typedef struct kc_irb_state {
+    kc_kernel_state base;
+    kc_shape in_shape;
+    const kc_layer *dw, *pw;  /* the layers it was built for */
+    float *packed;            /* we, wp, be, bp, wd, bd: one allocation */
+    kc_irb_w w;
+} kc_irb_state;
+
+static void kc_irb_free(kc_kernel_state *s)
+{
+    kc_irb_state *st = (kc_irb_state *)s;
+    free(st->packed);
+    free(st);
+}
+
+/* Copy n values of v (zeros where v is NULL) and pad to whole vectors. */
+static float *kc_irb_put_bias(float *at, const float *v, int64_t n)
+{
+    int64_t width = (n + 15) / 16 * 16;
+    memset(at, 0, (size_t)width * sizeof *at);
+    if (v)
+        memcpy(at, v, (size_t)n * sizeof *at);
+    return at + width;
+}
+
+/* The state for ctx's block of geometry g: its 1x1 kernels packed. */
+static kc_status kc_irb_build(const kc_exec_ctx *ctx, const kc_irb_geom *g, kc_irb_state **out)
+{
+    const kc_conv_attrs *ex = ctx->layer->attrs;
+    const kc_layer *dw = ex->post_dw, *pw = ex->post_pw;
+    const kc_conv_attrs *d = dw->attrs, *p = pw->attrs;
+    const float *we = kc_w(ctx, 0);
+    if (!we)
+        return kc_fail(KC_ERR_UNSUPPORTED, "the block's expansion weights are gone");
+    int64_t ne = kc_irb_packed_floats(g->cin, g->cm), np = kc_irb_packed_floats(g->cm, g->cout);
+    int64_t cm16 = (g->cm + 15) / 16 * 16;
+    int64_t total = ne + np + cm16 + (g->cout + 15) / 16 * 16 + 9 * g->cm + cm16;
+    kc_irb_state *st = kc_calloc(1, sizeof *st);
+    if (!st || !(st->packed = kc_calloc((size_t)total, sizeof(float)))) {
+        free(st);
+        return KC_ERR_NOMEM;
+    }
+    st->base.free = kc_irb_free;
+    st->in_shape = ctx->in_shape[0];
+    st->dw = dw;
+    st->pw = pw;
+    float *at = st->packed;
+    kc_irb_pack(we, g->cin, g->cm, at);
+    kc_irb_pack(pw->weights[0].data, g->cm, g->cout, at + ne);
+    st->w.we = at;
+    st->w.wp = at + ne;
+    st->w.be = at + ne + np;
+    st->w.bp = kc_irb_put_bias(at + ne + np, ex->use_bias ? kc_w(ctx, 1) : NULL, g->cm);
+    float *wd = kc_irb_put_bias((float *)st->w.bp, p->use_bias ? pw->weights[1].data : NULL,
+                                g->cout);
+    /* copies, as of the 1x1 kernels: a new plan fuses the layers again,
+     * into new session copies, and may free these (kc_session_refuse) */
+    memcpy(wd, dw->weights[0].data, (size_t)(9 * g->cm) * sizeof *wd);
+    st->w.wd = wd;
+    st->w.bd = wd + 9 * g->cm;
+    kc_irb_put_bias((float *)st->w.bd, d->use_bias ? dw->weights[1].data : NULL, g->cm);
+    st->base.weights_cached = 1; /* the expansion's kernel is read packed now */
+    *out = st;
+    return KC_OK;
+}
+
+/* The expanded rows of a band of output rows: within this much of the
+ * core's L2 (1 MB here), beside the band's depthwise outputs and a block
+ * of weights. Bands, not single rows: each 1x1 product then reads its
+ * weights once per band; row by row, the 7x7 blocks (7 pixels a row)
+ * read their 1.2 MB of weights 16 times per image and ran at a third of
+ * the speed of the three layers. */
+#define KC_IRB_BAND_BYTES ((int64_t)384 << 10)
+
+/* One output row of the depthwise convolution, its channels [c0, c0 +
+ * nc), from the three expanded input rows it reads (NULL: padding; a
+ * pixel every ld floats, from channel c0) into out (the same strides),
+ * with its bias and activation; a block of 16 channels at a time, its
+ * nine weights in registers across the row, the columns clear of the
+ * edges without bounds checks (with both, the depthwise rows took a
+ * quarter of the block's time instead of half). */
+__attribute__((target("avx512f"))) static void
+kc_irb_dw_cols(const kc_irb_geom *g, const kc_irb_w *w, const float *const rows[3], int64_t ld,
+               int64_t c0, int64_t nc, float *out)
+{
+    int64_t s = g->s;
+    /* columns x whose three taps ix0 .. ix0 + 2 all lie inside the row */
+    int64_t last = g->w - 3 + g->pl; /* the last x * s with all three inside */
+    int64_t x_lo = (g->pl + s - 1) / s, x_hi = last >= 0 ? last / s + 1 : 0;
+    x_hi = x_hi > g->wo ? g->wo : x_hi;
+    x_lo = x_lo > x_hi ? x_hi : x_lo;
+    for (int64_t c = 0; c < nc; c += 16) {
+        __mmask16 mask = kc_irb_lanes(c, nc);
+        __m512 wt[9];
+        for (int t = 0; t < 9; t++)
+            wt[t] = _mm512_maskz_loadu_ps(mask, w->wd + t * g->cm + c0 + c);
+        __m512 bias = _mm512_maskz_loadu_ps(mask, w->bd + c0 + c);
+        for (int64_t x = 0; x < g->wo; x++) {
+            int64_t ix0 = x * s - g->pl;
+            __m512 acc = bias;
+            if (x >= x_lo && x < x_hi) {
+                #pragma GCC unroll 3
+                for (int i = 0; i < 3; i++) {
+                    if (!rows[i])
+                        continue;
+                    const float *p = rows[i] + ix0 * ld + c;
+                    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, p), wt[3 * i], acc);
+                    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, p + ld), wt[3 * i + 1],
+                                          acc);
+                    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, p + 2 * ld),
+                                          wt[3 * i + 2], acc);
+                }
+            } else
+                for (int i = 0; i < 3; i++)
+                    for (int j = 0; rows[i] && j < 3; j++)
+                        if (ix0 + j >= 0 && ix0 + j < g->w)
+                            acc = _mm512_fmadd_ps(
+                                _mm512_maskz_loadu_ps(mask, rows[i] + (ix0 + j) * ld + c),
+                                wt[3 * i + j], acc);
+            _mm512_mask_storeu_ps(out + x * ld + c, mask, kc_irb_apply(acc, g->act_d));
+        }
+    }
+}
+
+
+/* A whole output row of the depthwise convolution. */
+static void kc_irb_dw_row(const kc_irb_geom *g, const kc_irb_w *w, const float *const rows[3],
+                          float *out)
+{
+    kc_irb_dw_cols(g, w, rows, g->cm, 0, g->cm, out);
+}
+
+/* Expand input rows [iy, iy + rows) of image img (contiguous, NHWC)
+ * into dst, rows x w x cm. */
+static void kc_irb_expand(const kc_irb_geom *g, const kc_irb_w *w, const float *in, int64_t img,
+                          int64_t iy, int64_t rows, float *dst)
+{
+    kc_irb_mm m = {g->cin, in + ((img * g->h + iy) * g->w) * g->cin, g->cin, w->we, w->be,
+                   dst, g->cm, NULL, g->act_e};
+    kc_irb_gemm(&m, rows * g->w, g->cm);
+}
+
+/* A part: output rows [y0, y1) of images [i0, i1); border rows expanded
+ * beforehand (in place, rows cut between threads) in halo, their input
+ * row numbers in halo_row (-1: none). */
+typedef struct kc_irb_part {
+    int64_t i0, i1, y0, y1;
+    int64_t halo_row[2];
+    float *halo;
+    int64_t c0, c1;        /* cut by channels: its expanded channels */
+    int64_t p0, p1;        /* and its output pixels in the sum */
+} kc_irb_part;
+
+typedef struct kc_irb_run {
+    const kc_irb_geom *g;
+    kc_irb_w w;
+    const float *in;
+    float *out;
+    int residual;          /* the projection adds to what out holds */
+    int64_t band;          /* output rows per band */
+    float *halo;           /* in place, cut by rows: two border rows a part */
+    float *partial;        /* cut by channels: each part's projection */
+    int n_parts;
+    kc_irb_part part[KC_IRB_MAX_PARTS];
+    int failed[KC_IRB_MAX_PARTS];
+} kc_irb_run;
+
+static int64_t kc_irb_row_floats(const kc_irb_geom *g) { return g->w * g->cm; }
+
+/* Expanded rows a band reads at most. */
+static int64_t kc_irb_band_rows(const kc_irb_run *run) { return run->band * run->g->s + 2; }
+
+/* The thread's buffers: a band's expanded rows; a band's depthwise
+ * outputs in *dw_band. */
+static float *kc_irb_buffers(const kc_irb_run *run, float **dw_band)
+{
+    const kc_irb_geom *g = run->g;
+    size_t rows = (size_t)kc_irb_band_rows(run);
+    float *ex = kc_dnnl_workspace(KC_DNNL_SLOT_SRC,
+                                  rows * (size_t)kc_irb_row_floats(g) * sizeof(float));
+    *dw_band = kc_dnnl_workspace(KC_DNNL_SLOT_DST,
+                                 (size_t)(run->band * g->wo * g->cm) * sizeof(float));
+    return ex && *dw_band ? ex : NULL;
+}
+
+/* Border row iy of part pt, expanded beforehand, or NULL. */
+static const float *kc_irb_halo(const kc_irb_run *run, const kc_irb_part *pt, int64_t iy)
+{
+    for (int k = 0; pt->halo && k < 2; k++)
+        if (pt->halo_row[k] == iy)
+            return pt->halo + k * kc_irb_row_floats(run->g);
+    return NULL;
+}
+
+/* Expanded rows [*lo, *hi) of image img held at ex's top: extend them to
+ * [lo, hi), keeping those the band still reads (moved to the top), taking
+ * border rows from the halo and expanding the rest at once. */
+static void kc_irb_fill(const kc_irb_run *run, const kc_irb_part *pt, float *ex, int64_t img,
+                        int64_t lo, int64_t hi, int64_t *have_lo, int64_t *have_hi)
+{
+    int64_t row = kc_irb_row_floats(run->g);
+    int64_t keep = lo > *have_lo ? lo : *have_lo;
+    if (keep < *have_hi) {
+        memmove(ex, ex + (keep - *have_lo) * row, (size_t)((*have_hi - keep) * row) * sizeof *ex);
+        *have_lo = keep;
+    } else
+        *have_lo = *have_hi = lo;
+    for (int64_t next = *have_hi; next < hi;) {
+        float *dst = ex + (next - *have_lo) * row;
+        const float *border = kc_irb_halo(run, pt, next);
+        if (border) {
+            memcpy(dst, border, (size_t)row * sizeof *dst);
+            next++;
+            continue;
+        }
+        int64_t end = next + 1;
+        while (end < hi && !kc_irb_halo(run, pt, end))
+            end++;
+        kc_irb_expand(run->g, &run->w, run->in, img, next, end - next, dst);
+        next = end;
+    }
+    *have_hi = hi;
+}
+
+/* Part pt's output rows of image img, band after band: the band's
+ * expanded rows, its depthwise rows, its projection (one product each). */
+static void kc_irb_rows(const kc_irb_run *run, const kc_irb_part *pt, float *ex, float *dw_band,
+                        int64_t img)
+{
+    const kc_irb_geom *g = run->g;
+    int64_t row = kc_irb_row_floats(g), have_lo = 0, have_hi = 0;
+    for (int64_t yb = pt->y0; yb < pt->y1; yb += run->band) {
+        int64_t ye = yb + run->band < pt->y1 ? yb + run->band : pt->y1;
+        int64_t lo = yb * g->s - g->pt, hi = (ye - 1) * g->s - g->pt + 3;
+        lo = lo < 0 ? 0 : lo;
+        hi = hi > g->h ? g->h : hi;
+        kc_irb_fill(run, pt, ex, img, lo, hi, &have_lo, &have_hi);
+        for (int64_t y = yb; y < ye; y++) {
+            const float *rows[3];
+            for (int i = 0; i < 3; i++) {
+                int64_t iy = y * g->s - g->pt + i;
+                rows[i] = iy >= lo && iy < hi ? ex + (iy - have_lo) * row : NULL;
+            }
+            kc_irb_dw_row(g, &run->w, rows, dw_band + (y - yb) * g->wo * g->cm);
+        }
+        float *dst = run->out + ((img * g->ho + yb) * g->wo) * g->cout;
+        kc_irb_mm m = {g->cm, dw_band, g->cm, run->w.wp, run->w.bp,
+                       dst, g->cout, run->residual ? dst : NULL, g->act_p};
+        kc_irb_gemm(&m, (ye - yb) * g->wo, g->cout);
+    }
+}
+
+static void kc_irb_job(void *arg, int k)
+{
+    kc_irb_run *run = arg;
+    kc_irb_part *pt = &run->part[k];
+    float *dw_band, *ex = kc_irb_buffers(run, &dw_band);
+    if (!ex) {
+        run->failed[k] = 1;
+        return;
+    }
+    for (int64_t img = pt->i0; img < pt->i1; img++)
+        kc_irb_rows(run, pt, ex, dw_band, img);
+}
+
+/* First pass of an in-place block cut by rows: part k expands the input
+ * rows its depthwise rows read but other parts overwrite, into its two
+ * border rows (run->halo, set by the caller: the parts may share a
+ * thread, and so its buffers). */
+static void kc_irb_halo_job(void *arg, int k)
+{
+    kc_irb_run *run = arg;
+    kc_irb_part *pt = &run->part[k];
+    const kc_irb_geom *g = run->g;
+    pt->halo = run->halo + 2 * k * kc_irb_row_floats(g);
+    for (int i = 0; i < 2; i++)
+        if (pt->halo_row[i] >= 0)
+            kc_irb_expand(g, &run->w, run->in, 0, pt->halo_row[i], 1,
+                          pt->halo + i * kc_irb_row_floats(g));
+}
+
+/* Cut by channels, first pass: part k expands the image into its share
+ * of the expanded channels (whole blocks of the packed kernel), runs
+ * their depthwise rows and projects them, a partial sum over its
+ * channels of every output. Each thread reads only its share of the
+ * weights, and every expanded row once. */
+static void kc_irb_chan_job(void *arg, int k)
+{
+    kc_irb_run *run = arg;
+    const kc_irb_part *pt = &run->part[k];
+    const kc_irb_geom *g = run->g;
+    int64_t nc = pt->c1 - pt->c0, pixels = g->ho * g->wo;
+    float *ex = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, (size_t)(g->h * g->w * nc) * sizeof(float));
+    float *dw = kc_dnnl_workspace(KC_DNNL_SLOT_DST, (size_t)(pixels * nc) * sizeof(float));
+    if (!ex || !dw) {
+        run->failed[k] = 1;
+        return;
+    }
+    kc_irb_mm e = {g->cin, run->in, g->cin, run->w.we + g->cin * pt->c0, run->w.be + pt->c0,
+                   ex, nc, NULL, g->act_e, 0, 0};
+    kc_irb_gemm(&e, g->h * g->w, nc);
+    for (int64_t y = 0; y < g->ho; y++) {
+        const float *rows[3];
+        for (int i = 0; i < 3; i++) {
+            int64_t iy = y * g->s - g->pt + i;
+            rows[i] = iy >= 0 && iy < g->h ? ex + iy * g->w * nc : NULL;
+        }
+        kc_irb_dw_cols(g, &run->w, rows, nc, pt->c0, nc, dw + y * g->wo * nc);
+    }
+    kc_irb_mm p = {nc, dw, nc, run->w.wp, NULL, run->partial + k * pixels * g->cout, g->cout,
+                   NULL, 0, g->cm, pt->c0};
+    kc_irb_gemm(&p, pixels, g->cout);
+}
+
+/* Second pass: part k sums the partials of its output pixels, with the
+ * bias, the residual and the activation. */
+__attribute__((target("avx512f"))) static void kc_irb_sum_job(void *arg, int k)
+{
+    kc_irb_run *run = arg;
+    const kc_irb_part *pt = &run->part[k];
+    const kc_irb_geom *g = run->g;
+    int64_t pixels = g->ho * g->wo;
+    for (int64_t px = pt->p0; px < pt->p1; px++)
+        for (int64_t c = 0; c < g->cout; c += 16) {
+            __mmask16 mask = kc_irb_lanes(c, g->cout);
+            float *dst = run->out + px * g->cout + c;
+            __m512 v = _mm512_loadu_ps(run->w.bp + c);
+            if (run->residual)
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, dst));
+            for (int t = 0; t < run->n_parts; t++)
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(
+                                         mask, run->partial + (t * pixels + px) * g->cout + c));
+            _mm512_mask_storeu_ps(dst, mask, kc_irb_apply(v, g->act_p));
+        }
+}
+
+/* Cut by channels (one image, 2+ threads) where the block's 1x1 weights
+ * outweigh its expanded image KC_IRB_CHANNEL_RATIO times. Cut by rows,
+ * each thread reads all of the weights and expands the rows beside its
+ * own again: MobileNetV2's 7x7 blocks (1.2 MB of weights, 6.5 times the
+ * expanded image) took 0.156-0.215 ms by channels against 0.178-0.235 by
+ * rows; its 14x14 ones (about 1 time) 0.20-0.21 against 0.20. */
+#define KC_IRB_CHANNEL_RATIO 4
+
+static int kc_irb_by_channel(const kc_irb_geom *g, int parts)
+{
+    int64_t blocks = (g->cm + KC_IRB_NR - 1) / KC_IRB_NR;
+    int64_t weights = g->cm * (g->cin + g->cout);
+    return g->n == 1 && parts > 1 && blocks >= parts &&
+           weights >= KC_IRB_CHANNEL_RATIO * g->h * g->w * g->cm;
+}
+
+static void kc_irb_cut_channels(kc_irb_run *run, int parts)
+{
+    const kc_irb_geom *g = run->g;
+    int64_t blocks = (g->cm + KC_IRB_NR - 1) / KC_IRB_NR, pixels = g->ho * g->wo;
+    run->n_parts = parts;
+    for (int k = 0; k < parts; k++) {
+        kc_irb_part *pt = &run->part[k];
+        *pt = (kc_irb_part){0, 1, 0, g->ho, {-1, -1}, NULL, 0, 0, 0, 0};
+        pt->c0 = blocks * k / parts * KC_IRB_NR;
+        pt->c1 = blocks * (k + 1) / parts * KC_IRB_NR;
+        pt->c1 = pt->c1 > g->cm ? g->cm : pt->c1;
+        pt->p0 = pixels * k / parts;
+        pt->p1 = pixels * (k + 1) / parts;
+    }
+}
+
+/* Cut the run: one image at a time by rows (in place: with the border
+ * rows each part reads outside its own), else by images; and each part's
+ * rows into bands. */
+static void kc_irb_cut(kc_irb_run *run, int threads, int in_place)
+{
+    const kc_irb_geom *g = run->g;
+    int64_t n = g->n == 1 ? g->ho : g->n;
+    int parts = threads < 1 ? 1 : threads > KC_IRB_MAX_PARTS ? KC_IRB_MAX_PARTS : threads;
+    if (kc_irb_by_channel(g, parts)) {
+        kc_irb_cut_channels(run, parts);
+        return;
+    }
+    if (parts > n)
+        parts = (int)n;
+    run->n_parts = parts;
+    int64_t fit = KC_IRB_BAND_BYTES / (kc_irb_row_floats(g) * (int64_t)sizeof(float));
+    run->band = fit > 2 + g->s ? (fit - 2) / g->s : 1;
+    for (int k = 0; k < parts; k++) {
+        kc_irb_part *pt = &run->part[k];
+        int64_t lo = n * k / parts, hi = n * (k + 1) / parts;
+        *pt = (kc_irb_part){0, g->n, 0, g->ho, {-1, -1}, NULL, 0, 0, 0, 0};
+        if (g->n != 1) {
+            pt->i0 = lo;
+            pt->i1 = hi;
+            continue;
+        }
+        pt->y0 = lo;
+        pt->y1 = hi;
+        if (!in_place || parts == 1)
+            continue;
+        /* in place: stride 1, output row y over input row y */
+        int h = 0;
+        for (int64_t iy = lo - g->pt; iy < hi - g->pt + 2 && h < 2; iy++)
+            if (iy >= 0 && iy < g->h && (iy < lo || iy >= hi))
+                pt->halo_row[h++] = iy;
+    }
+    if (run->band > g->ho)
+        run->band = g->ho;
+}
+
+static kc_status kc_irb_check(const kc_irb_run *run)
+{
+    for (int k = 0; k < run->n_parts; k++)
+        if (run->failed[k])
+            return kc_fail(KC_ERR_NOMEM, "out of memory for a fused block's rows");
+    return KC_OK;
+}
+
+kc_status kc_irb_conv(const kc_exec_ctx *ctx)
+{
+    const kc_conv_attrs *ex = ctx->layer->attrs;
+    const kc_layer *dw = ex->post_dw, *pw = ex->post_pw;
+    kc_irb_geom g;
+    if (!dw || !pw || !kc_irb_geometry(ex, dw, pw, &ctx->in_shape[0], &g))
+        return kc_fail(KC_ERR_UNSUPPORTED,
+                       "the fused depthwise and projection layers after this one do not fit "
+                       "the block kernel");
+    kc_irb_state *st = ctx->state ? (kc_irb_state *)*ctx->state : NULL;
+    if (st && (st->base.free != kc_irb_free || st->dw != dw || st->pw != pw ||
+               !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])))
+        st = kc_kernel_state_drop(ctx);
+    if (!st) {
+        KC_TRY(kc_irb_build(ctx, &g, &st));
+        if (ctx->state)
+            *ctx->state = &st->base;
+    }
+    kc_irb_run run = {.g = &g, .w = st->w, .in = ctx->in[0], .out = ctx->out[0],
+                      .residual = ((const kc_conv_attrs *)pw->attrs)->accumulate};
+    int in_place = (const float *)run.out == run.in;
+    if (in_place && (g.s != 1 || g.ho != g.h || g.wo != g.w || g.cin != g.cout || !run.residual))
+        return kc_fail(KC_ERR_SHAPE, "a block written over its input must keep its shape");
+    kc_irb_cut(&run, kc_parallel_width(), in_place);
+    if (run.part[0].c1) { /* cut by channels */
+        run.partial = kc_dnnl_workspace(KC_DNNL_SLOT_SCRATCHPAD,
+                                        (size_t)(run.n_parts * g.ho * g.wo * g.cout) *
+                                            sizeof(float));
+        if (!run.partial)
+            return kc_fail(KC_ERR_NOMEM, "out of memory for a fused block's rows");
+        kc_parallel(run.n_parts, kc_irb_chan_job, &run);
+        kc_status status = kc_irb_check(&run);
+        if (status == KC_OK)
+            kc_parallel(run.n_parts, kc_irb_sum_job, &run);
+        if (!ctx->state)
+            kc_irb_free(&st->base);
+        return status;
+    }
+    if (in_place && run.n_parts > 1 && g.n == 1) {
+        run.halo = kc_dnnl_workspace(KC_DNNL_SLOT_SCRATCHPAD,
+                                     (size_t)(2 * run.n_parts * kc_irb_row_floats(&g)) *
+                                         sizeof(float));
+        if (!run.halo)
+            return kc_fail(KC_ERR_NOMEM, "out of memory for a fused block's rows");
+        kc_parallel(run.n_parts, kc_irb_halo_job, &run);
+    }
+    kc_parallel(run.n_parts, kc_irb_job, &run);
+    kc_status status = kc_irb_check(&run);
+    if (!ctx->state)
+        kc_irb_free(&st->base);
+    return status;
+}

@@ -1,0 +1,25 @@
+/* A MobileNet inverted-residual block as one kernel: 1x1 expansion, 3x3
+ * depthwise convolution, 1x1 projection (and the block's residual sum),
+ * a few rows at a time, the wide expanded rows never leaving the core's
+ * cache (irb.c). The expansion layer's node runs it when the plan fused
+ * the three (kc_conv_attrs.post_dw and post_pw, runtime/fuse.c). */
+#ifndef KC_IRB_H
+#define KC_IRB_H
+
+#include "kernels/kernel.h"
+#include "ops/conv.h"
+
+/* Whether the block kernel can run expansion `ex` (attrs of a plain
+ * convolution reading `in`, NHWC), depthwise layer `dw` after it and
+ * projection layer `pw` after that: the geometry and activations it
+ * knows, on a CPU with AVX-512 (KC_IRB=0: never). */
+int kc_irb_fusable(const kc_conv_attrs *ex, const kc_layer *dw, const kc_layer *pw,
+                   const kc_shape *in);
+
+/* Run the fused block: ctx is the expansion node's (its layer's attrs
+ * carry post_dw and post_pw); ctx->out[0] receives the projection's
+ * output, and holds the residual beforehand when the projection
+ * accumulates (it may be ctx->in[0] itself). */
+kc_status kc_irb_conv(const kc_exec_ctx *ctx);
+
+#endif
