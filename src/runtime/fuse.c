@@ -490,22 +490,23 @@ static int kc_fuse_pw_of(const kc_fused *f, const kc_graph *g, int i)
 }
 
 /* Where the block's output goes: the projection's residual (the slot it
- * accumulates into) when it has one, else the expansion's output slot,
- * which must then hold it. -1 when neither works: the residual is made
+ * accumulates into) when it has one, else the output's own slot (sized
+ * for it, not for the 6x wider expansion; the plan places it when the
+ * block's first node runs). -1 when neither works: the residual is made
  * after the block starts or read by another node before its end, or the
  * projection widens the depthwise output (every view of the one slot
  * must hold at least the output). */
 static int kc_fuse_irb_target(const kc_fused *f, const kc_graph *g, const kc_shape *shape,
                               int i, int p)
 {
-    int e = g->nodes[i].outputs[0], o = g->nodes[p].outputs[0];
+    int o = g->nodes[p].outputs[0];
     int d = g->nodes[f->dw_of[i]].outputs[0];
     int t = kc_resolve(f, o);
     /* the slot's smallest view must be what it holds (kc_head_lists) */
     if (kc_shape_count(&shape[o]) > kc_shape_count(&shape[d]))
         return -1;
     if (t == o)
-        return kc_shape_count(&shape[o]) <= kc_shape_count(&shape[e]) ? e : -1;
+        return o; /* the slot is the output's size, placed when the block starts */
     int made = kc_producer(g, t);
     if (made >= i || kc_is_output(g, t))
         return -1;
@@ -533,11 +534,8 @@ static kc_status kc_fuse_irb_set(kc_fused *f, const kc_graph *g, int i, int targ
         for (int k = 0; k < 3; k++)
             v[k] = f->alias[vals[k]];
         int e = vals[0];
-        if (target != e)
-            f->alias[e] = target;
+        f->alias[e] = target; /* the residual's root, or the output itself */
         f->alias[vals[1]] = e;
-        if (target == e)
-            f->alias[vals[2]] = e;
     } else
         for (int k = 0; k < 3; k++)
             f->alias[vals[k]] = v[k];

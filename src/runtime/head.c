@@ -86,8 +86,9 @@ static int kc_head_choose(const kc_session *s, int64_t lane_batch)
 }
 
 /* Which model inputs the tail reads too (the others never go to the lane
- * arenas), and the values the head makes that the tail reads or the
- * caller gets, with their floats per image. A slot is
+ * arenas), and the values the head makes (writes first: a fused block's
+ * output slot) that the tail reads or the caller gets, with their floats
+ * per image. A slot is
  * copied once, by its root value (an alias shares its root's slot in both
  * plans), and what it holds per image is the smallest of its values:
  * the others are views that fusion never stores -- a ZeroPadding's padded
@@ -98,12 +99,14 @@ static kc_status kc_head_lists(kc_session *s)
     const kc_graph *g = s->graph;
     unsigned char *later = kc_calloc((size_t)g->n_values + 1, 1);
     int64_t *smallest = kc_calloc((size_t)g->n_values + 1, sizeof *smallest);
+    int *made = kc_calloc((size_t)g->n_values + 1, sizeof *made);
     s->head_input_later = kc_calloc((size_t)g->n_inputs + 1, 1);
     s->head_out = kc_calloc((size_t)g->n_values + 1, sizeof *s->head_out);
     s->head_size = kc_calloc((size_t)g->n_values + 1, sizeof *s->head_size);
-    if (!later || !smallest || !s->head_input_later || !s->head_out || !s->head_size) {
+    if (!later || !smallest || !made || !s->head_input_later || !s->head_out || !s->head_size) {
         free(later);
         free(smallest);
+        free(made);
         return KC_ERR_NOMEM;
     }
     for (int i = s->head_nodes; i < g->n_nodes; i++)
@@ -121,16 +124,17 @@ static kc_status kc_head_lists(kc_session *s)
         if (floats < smallest[r])
             smallest[r] = floats;
     }
+    kc_plan_first_writers(g, s->fused.alias, made);
     for (int v = 0; v < g->n_values; v++) {
-        int producer = g->values[v].producer;
-        if (producer < 0 || producer >= s->head_nodes ||
-            kc_plan_root(s->fused.alias, v) != v || !later[v])
+        if (made[v] < 0 || made[v] >= s->head_nodes || kc_plan_root(s->fused.alias, v) != v ||
+            !later[v])
             continue;
         s->head_size[s->n_head_out] = smallest[v] / s->plan.shape[v].dims[0];
         s->head_out[s->n_head_out++] = v;
     }
     free(later);
     free(smallest);
+    free(made);
     return KC_OK;
 }
 

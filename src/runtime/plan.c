@@ -110,6 +110,15 @@ static size_t kc_alloc_block(kc_allocator *a, int value, size_t size)
     return at;
 }
 
+/* Whether value's slot is live now. */
+static int kc_plan_placed(const kc_allocator *a, int value)
+{
+    for (int i = 0; i < a->n; i++)
+        if (a->live[i].value == value)
+            return 1;
+    return 0;
+}
+
 static void kc_free_block(kc_allocator *a, int value)
 {
     for (int i = 0; i < a->n; i++)
@@ -158,20 +167,30 @@ int kc_plan_root(const int *alias, int v)
 
 /* Where the boundary of a split plan lies (kc_plan_build_split): values
  * made before node `head` and read from it on (or model outputs) cross. */
-static int kc_crosses(const kc_graph *g, const int *last_use, int v, int head)
+static int kc_crosses(const int *made, const int *last_use, int v, int head)
 {
-    int producer = g->values[v].producer;
-    return producer >= 0 && producer < head && last_use[v] >= head;
+    return made[v] >= 0 && made[v] < head && last_use[v] >= head;
+}
+
+void kc_plan_first_writers(const kc_graph *g, const int *alias, int *made)
+{
+    for (int v = 0; v < g->n_values; v++)
+        made[v] = g->values[v].producer;
+    for (int v = 0; v < g->n_values; v++) {
+        int r = kc_plan_root(alias, v), at = g->values[v].producer;
+        if (r != v && at >= 0 && (made[r] < 0 || at < made[r]) && g->values[r].producer >= 0)
+            made[r] = at;
+    }
 }
 
 /* The head's boundary values (allocated before any node, in value order)
  * stay in the tail's arena from the start: the head writes them image by
  * image before the tail's first node. */
-static void kc_plan_tail_start(const kc_graph *g, const int *alias, const int *last_use,
-                               int head, kc_allocator *a, kc_plan *p)
+static void kc_plan_tail_start(const kc_graph *g, const int *alias, const int *made,
+                               const int *last_use, int head, kc_allocator *a, kc_plan *p)
 {
     for (int v = 0; v < g->n_values; v++)
-        if (kc_plan_root(alias, v) == v && kc_crosses(g, last_use, v, head))
+        if (kc_plan_root(alias, v) == v && kc_crosses(made, last_use, v, head))
             p->offset[v] = kc_alloc_block(a, v, kc_plan_size(&p->shape[v]));
     for (int v = 0; v < g->n_values; v++) {
         int producer = g->values[v].producer;
@@ -184,16 +203,19 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, int head, k
                                 kc_plan *p)
 {
     int *last_use = kc_calloc((size_t)g->n_values + 1, sizeof *last_use);
+    int *made = kc_calloc((size_t)g->n_values + 1, sizeof *made);
     kc_allocator a = {.live = kc_calloc((size_t)g->n_values + 1, sizeof(kc_block))};
     size_t *live_end = kc_calloc((size_t)g->n_nodes + 1, sizeof *live_end);
     p->spare_offset = kc_calloc((size_t)g->n_nodes + 1, sizeof *p->spare_offset);
     p->spare_floats = kc_calloc((size_t)g->n_nodes + 1, sizeof *p->spare_floats);
-    if (!last_use || !a.live || !live_end || !p->spare_offset || !p->spare_floats) {
+    if (!last_use || !made || !a.live || !live_end || !p->spare_offset || !p->spare_floats) {
         free(last_use);
+        free(made);
         free(a.live);
         free(live_end);
         return KC_ERR_NOMEM;
     }
+    kc_plan_first_writers(g, alias, made);
     for (int v = 0; v < g->n_values; v++)
         last_use[v] = -1;
     for (int i = 0; i < g->n_nodes; i++)
@@ -211,7 +233,7 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, int head, k
     if (part == KC_PLAN_HEAD) { /* what crosses stays to the end of the head */
         end = head;
         for (int v = 0; v < g->n_values; v++)
-            if (kc_crosses(g, last_use, v, head))
+            if (kc_crosses(made, last_use, v, head))
                 last_use[v] = head;
     }
     for (int i = 0; i < g->n_inputs; i++) {
@@ -222,19 +244,20 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, int head, k
     }
     if (part == KC_PLAN_TAIL) {
         first = head;
-        kc_plan_tail_start(g, alias, last_use, head, &a, p);
+        kc_plan_tail_start(g, alias, made, last_use, head, &a, p);
     }
     for (int i = first; i < end; i++) {
         const kc_node *node = &g->nodes[i];
         for (int j = 0; j < node->n_outputs; j++) {
             int v = node->outputs[j], r = kc_plan_root(alias, v);
-            if (r != v) {
-                p->offset[v] = p->offset[r];
-                continue;
+            /* a root made later (a fused block's output, which its first
+             * node writes) gets its slot with the first of its values */
+            if (!kc_plan_placed(&a, r)) {
+                p->offset[r] = kc_alloc_block(&a, r, kc_plan_size(&p->shape[r]));
+                if (last_use[r] < i) /* computed but never read: free at once */
+                    last_use[r] = i;
             }
-            p->offset[v] = kc_alloc_block(&a, v, kc_plan_size(&p->shape[v]));
-            if (last_use[v] < 0) /* computed but never read: free at once */
-                last_use[v] = i;
+            p->offset[v] = p->offset[r];
         }
         kc_plan_spare_gap(&a, i, p, &live_end[i]);
         /* Inputs and dead outputs whose last reader is this node. */
@@ -252,6 +275,7 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, int head, k
     p->arena_floats = a.peak ? a.peak : KC_ALIGN_FLOATS;
     kc_plan_spare_tail(p, first, end, live_end);
     free(last_use);
+    free(made);
     free(a.live);
     free(live_end);
     return KC_OK;

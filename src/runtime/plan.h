@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "base/tensor.h"
+#include "graph/graph.h"
 #include "kerasc.h"
 
 #define KC_MAX_NODE_IO 1024
@@ -32,6 +33,11 @@ kc_status kc_plan_build(const struct kc_model *model, const int *alias, const kc
                         int n_in, kc_plan *out);
 /* The value whose slot v shares (following alias, which may be NULL). */
 int kc_plan_root(const int *alias, int v);
+/* Per value (made: n_values ints), the node that writes it first: for a
+ * root, the first producer among the values sharing its slot (a fused
+ * block's output slot is written by the block's first node, before the
+ * output's own producer), -1 for a model input; else its producer. */
+void kc_plan_first_writers(const kc_graph *g, const int *alias, int *made);
 
 /* A plan split at node `head` (lanes.c runs nodes [0, head) image by
  * image): KC_PLAN_HEAD lays out only those nodes' values, for the shapes
