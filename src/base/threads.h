@@ -34,8 +34,11 @@ int kc_threads_max(void);
  * threads running side by side have different numbers. */
 int kc_thread_index(void);
 
-/* The batch lane the calling thread is running (runtime/lanes.c): 1..
- * inside one, 0 outside. Lanes run the same kernel states side by side,
+/* The batch lane the calling thread is running (runtime/lanes.c), 0 for
+ * lane 0 and outside any lane: lane 0 uses the default buffers, streams
+ * and argument memories, the others their own (kc_parallel_width, not
+ * this, says whether the caller is inside a lane's team). Lanes run the
+ * same kernel states side by side,
  * so what a kernel binds per run (oneDNN's argument memories, streams,
  * a thread's share of the spare arena) is chosen by it. */
 int kc_batch_lane(void);
