@@ -255,15 +255,18 @@ __attribute__((target("avx512f"))) static void kc_irb_gemm(const kc_irb_mm *m, i
     }
 }
 
+/* n channels padded to whole 16-float vectors. */
+static int64_t kc_irb_vectors(int64_t n) { return (n + 15) / 16 * 16; }
+
 /* Floats kc_irb_pack writes for a k x n kernel. */
-static int64_t kc_irb_packed_floats(int64_t k, int64_t n) { return k * ((n + 15) / 16 * 16); }
+static int64_t kc_irb_packed_floats(int64_t k, int64_t n) { return k * kc_irb_vectors(n); }
 
 /* Keras's 1x1 kernel w (k x n, row-major) into packed (see kc_irb_mm). */
 static void kc_irb_pack(const float *w, int64_t k, int64_t n, float *packed)
 {
     for (int64_t n0 = 0; n0 < n; n0 += KC_IRB_NR) {
         int64_t nn = n - n0 < KC_IRB_NR ? n - n0 : KC_IRB_NR;
-        int64_t width = (nn + 15) / 16 * 16;
+        int64_t width = kc_irb_vectors(nn);
         float *panel = packed + k * n0;
         for (int64_t r = 0; r < k; r++) {
             memcpy(panel + r * width, w + r * n + n0, (size_t)nn * sizeof *w);
@@ -282,10 +285,12 @@ typedef struct kc_irb_w {
     const float *we, *be, *wd, *bd, *wp, *bp;
 } kc_irb_w;
 
+/* Built for one input shape; what it holds is the layers' values (copies:
+ * the layers a new plan fuses again are new copies of the same values). */
 typedef struct kc_irb_state {
     kc_kernel_state base;
     kc_shape in_shape;
-    const kc_layer *dw, *pw;  /* the layers it was built for */
+    kc_irb_geom g;
     float *packed;            /* we, wp, be, bp, wd, bd: one allocation */
     kc_irb_w w;
 } kc_irb_state;
@@ -300,14 +305,14 @@ static void kc_irb_free(kc_kernel_state *s)
 /* Copy n values of v (zeros where v is NULL) and pad to whole vectors. */
 static float *kc_irb_put_bias(float *at, const float *v, int64_t n)
 {
-    int64_t width = (n + 15) / 16 * 16;
+    int64_t width = kc_irb_vectors(n);
     memset(at, 0, (size_t)width * sizeof *at);
     if (v)
         memcpy(at, v, (size_t)n * sizeof *at);
     return at + width;
 }
 
-/* The state for ctx's block of geometry g: its 1x1 kernels packed. */
+/* The state for ctx's block, of geometry *g: its 1x1 kernels packed. */
 static kc_status kc_irb_build(const kc_exec_ctx *ctx, const kc_irb_geom *g, kc_irb_state **out)
 {
     const kc_conv_attrs *ex = ctx->layer->attrs;
@@ -317,8 +322,8 @@ static kc_status kc_irb_build(const kc_exec_ctx *ctx, const kc_irb_geom *g, kc_i
     if (!we)
         return kc_fail(KC_ERR_UNSUPPORTED, "the block's expansion weights are gone");
     int64_t ne = kc_irb_packed_floats(g->cin, g->cm), np = kc_irb_packed_floats(g->cm, g->cout);
-    int64_t cm16 = (g->cm + 15) / 16 * 16;
-    int64_t total = ne + np + cm16 + (g->cout + 15) / 16 * 16 + 9 * g->cm + cm16;
+    int64_t biases = 2 * kc_irb_vectors(g->cm) + kc_irb_vectors(g->cout);
+    int64_t total = ne + np + biases + 9 * g->cm;
     kc_irb_state *st = kc_calloc(1, sizeof *st);
     if (!st || !(st->packed = kc_calloc((size_t)total, sizeof(float)))) {
         free(st);
@@ -326,8 +331,7 @@ static kc_status kc_irb_build(const kc_exec_ctx *ctx, const kc_irb_geom *g, kc_i
     }
     st->base.free = kc_irb_free;
     st->in_shape = ctx->in_shape[0];
-    st->dw = dw;
-    st->pw = pw;
+    st->g = *g;
     float *at = st->packed;
     kc_irb_pack(we, g->cin, g->cm, at);
     kc_irb_pack(pw->weights[0].data, g->cm, g->cout, at + ne);
@@ -438,12 +442,22 @@ kc_irb_dw_cols(const kc_irb_geom *g, const kc_irb_w *w, const float *const rows[
     }
 }
 
-
 /* A whole output row of the depthwise convolution. */
 static void kc_irb_dw_row(const kc_irb_geom *g, const kc_irb_w *w, const float *const rows[3],
                           float *out)
 {
     kc_irb_dw_cols(g, w, rows, g->cm, 0, g->cm, out);
+}
+
+/* The three expanded input rows output row y reads: input row iy at
+ * first + (iy - first_row) * stride, NULL outside the image (padding). */
+static void kc_irb_taps(const kc_irb_geom *g, int64_t y, const float *first, int64_t first_row,
+                        int64_t stride, const float *rows[3])
+{
+    for (int i = 0; i < 3; i++) {
+        int64_t iy = y * g->s - g->pt + i;
+        rows[i] = iy >= 0 && iy < g->h ? first + (iy - first_row) * stride : NULL;
+    }
 }
 
 /* Expand input rows [iy, iy + rows) of image img (contiguous, NHWC)
@@ -475,6 +489,7 @@ typedef struct kc_irb_run {
     int residual;          /* the projection adds to what out holds */
     int64_t band;          /* output rows per band */
     int64_t images;        /* small images: how many run whole together */
+    int by_channel;        /* parts own expanded channels (kc_irb_cut_channels) */
     float *halo;           /* in place, cut by rows: two border rows a part */
     float *partial;        /* cut by channels: each part's projection */
     int n_parts;
@@ -558,10 +573,7 @@ static void kc_irb_rows(const kc_irb_run *run, const kc_irb_part *pt, float *ex,
         kc_irb_fill(run, pt, ex, img, lo, hi, &have_lo, &have_hi);
         for (int64_t y = yb; y < ye; y++) {
             const float *rows[3];
-            for (int i = 0; i < 3; i++) {
-                int64_t iy = y * g->s - g->pt + i;
-                rows[i] = iy >= lo && iy < hi ? ex + (iy - have_lo) * row : NULL;
-            }
+            kc_irb_taps(g, y, ex, have_lo, row, rows); /* all in [lo, hi) */
             kc_irb_dw_row(g, &run->w, rows, dw_band + (y - yb) * g->wo * g->cm);
         }
         float *dst = run->out + ((img * g->ho + yb) * g->wo) * g->cout;
@@ -581,11 +593,8 @@ static void kc_irb_images(const kc_irb_run *run, float *ex, float *dw, int64_t i
     for (int64_t j = 0; j < n; j++)
         for (int64_t y = 0; y < g->ho; y++) {
             const float *rows[3];
-            for (int i = 0; i < 3; i++) {
-                int64_t iy = y * g->s - g->pt + i;
-                rows[i] = iy >= 0 && iy < g->h ? ex + (j * g->h + iy) * kc_irb_row_floats(g)
-                                               : NULL;
-            }
+            kc_irb_taps(g, y, ex + j * g->h * kc_irb_row_floats(g), 0, kc_irb_row_floats(g),
+                        rows);
             kc_irb_dw_row(g, &run->w, rows, dw + (j * g->ho + y) * g->wo * g->cm);
         }
     float *dst = run->out + img * g->ho * g->wo * g->cout;
@@ -651,10 +660,7 @@ static void kc_irb_chan_job(void *arg, int k)
     kc_irb_gemm(&e, g->h * g->w, nc);
     for (int64_t y = 0; y < g->ho; y++) {
         const float *rows[3];
-        for (int i = 0; i < 3; i++) {
-            int64_t iy = y * g->s - g->pt + i;
-            rows[i] = iy >= 0 && iy < g->h ? ex + iy * g->w * nc : NULL;
-        }
+        kc_irb_taps(g, y, ex, 0, g->w * nc, rows);
         kc_irb_dw_cols(g, &run->w, rows, nc, pt->c0, nc, dw + y * g->wo * nc);
     }
     kc_irb_mm p = {nc, dw, nc, run->w.wp, NULL, run->partial + k * pixels * g->cout, g->cout,
@@ -705,6 +711,7 @@ static void kc_irb_cut_channels(kc_irb_run *run, int parts)
     const kc_irb_geom *g = run->g;
     int64_t blocks = (g->cm + KC_IRB_NR - 1) / KC_IRB_NR, pixels = g->ho * g->wo;
     run->n_parts = parts;
+    run->by_channel = 1;
     for (int k = 0; k < parts; k++) {
         kc_irb_part *pt = &run->part[k];
         *pt = (kc_irb_part){0, 1, 0, g->ho, {-1, -1}, NULL, 0, 0, 0, 0};
@@ -768,54 +775,59 @@ static kc_status kc_irb_check(const kc_irb_run *run)
     return KC_OK;
 }
 
-kc_status kc_irb_conv(const kc_exec_ctx *ctx)
+/* One run of the block with state st (built for this input shape). */
+static kc_status kc_irb_execute(const kc_exec_ctx *ctx, const kc_irb_state *st)
 {
-    const kc_conv_attrs *ex = ctx->layer->attrs;
-    const kc_layer *dw = ex->post_dw, *pw = ex->post_pw;
-    kc_irb_geom g;
-    if (!dw || !pw || !kc_irb_geometry(ex, dw, pw, &ctx->in_shape[0], &g))
-        return kc_fail(KC_ERR_UNSUPPORTED,
-                       "the fused depthwise and projection layers after this one do not fit "
-                       "the block kernel");
-    kc_irb_state *st = ctx->state ? (kc_irb_state *)*ctx->state : NULL;
-    if (st && (st->base.free != kc_irb_free || st->dw != dw || st->pw != pw ||
-               !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])))
-        st = kc_kernel_state_drop(ctx);
-    if (!st) {
-        KC_TRY(kc_irb_build(ctx, &g, &st));
-        if (ctx->state)
-            *ctx->state = &st->base;
-    }
-    kc_irb_run run = {.g = &g, .w = st->w, .in = ctx->in[0], .out = ctx->out[0],
-                      .residual = ((const kc_conv_attrs *)pw->attrs)->accumulate};
+    const kc_irb_geom *g = &st->g;
+    const kc_conv_attrs *p = ((const kc_conv_attrs *)ctx->layer->attrs)->post_pw->attrs;
+    kc_irb_run run = {.g = g, .w = st->w, .in = ctx->in[0], .out = ctx->out[0],
+                      .residual = p->accumulate};
     int in_place = (const float *)run.out == run.in;
-    if (in_place && (g.s != 1 || g.ho != g.h || g.wo != g.w || g.cin != g.cout || !run.residual))
+    if (in_place && (g->s != 1 || g->ho != g->h || g->wo != g->w || g->cin != g->cout ||
+                     !run.residual))
         return kc_fail(KC_ERR_SHAPE, "a block written over its input must keep its shape");
     kc_irb_cut(&run, kc_parallel_width(), in_place);
-    if (run.part[0].c1) { /* cut by channels */
+    if (run.by_channel) {
         run.partial = kc_dnnl_workspace(KC_DNNL_SLOT_SCRATCHPAD,
-                                        (size_t)(run.n_parts * g.ho * g.wo * g.cout) *
+                                        (size_t)(run.n_parts * g->ho * g->wo * g->cout) *
                                             sizeof(float));
         if (!run.partial)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a fused block's rows");
         kc_parallel(run.n_parts, kc_irb_chan_job, &run);
-        kc_status status = kc_irb_check(&run);
-        if (status == KC_OK)
-            kc_parallel(run.n_parts, kc_irb_sum_job, &run);
-        if (!ctx->state)
-            kc_irb_free(&st->base);
-        return status;
+        KC_TRY(kc_irb_check(&run));
+        kc_parallel(run.n_parts, kc_irb_sum_job, &run);
+        return KC_OK;
     }
-    if (in_place && run.n_parts > 1 && g.n == 1) {
+    if (in_place && run.n_parts > 1 && g->n == 1) {
         run.halo = kc_dnnl_workspace(KC_DNNL_SLOT_SCRATCHPAD,
-                                     (size_t)(2 * run.n_parts * kc_irb_row_floats(&g)) *
+                                     (size_t)(2 * run.n_parts * kc_irb_row_floats(g)) *
                                          sizeof(float));
         if (!run.halo)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a fused block's rows");
         kc_parallel(run.n_parts, kc_irb_halo_job, &run);
     }
     kc_parallel(run.n_parts, kc_irb_job, &run);
-    kc_status status = kc_irb_check(&run);
+    return kc_irb_check(&run);
+}
+
+kc_status kc_irb_conv(const kc_exec_ctx *ctx)
+{
+    const kc_conv_attrs *ex = ctx->layer->attrs;
+    kc_irb_state *st = ctx->state ? (kc_irb_state *)*ctx->state : NULL;
+    if (st && (st->base.free != kc_irb_free || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])))
+        st = kc_kernel_state_drop(ctx);
+    if (!st) {
+        kc_irb_geom g;
+        if (!ex->post_dw || !ex->post_pw ||
+            !kc_irb_geometry(ex, ex->post_dw, ex->post_pw, &ctx->in_shape[0], &g))
+            return kc_fail(KC_ERR_UNSUPPORTED,
+                           "the fused depthwise and projection layers after this one do not "
+                           "fit the block kernel");
+        KC_TRY(kc_irb_build(ctx, &g, &st));
+        if (ctx->state)
+            *ctx->state = &st->base;
+    }
+    kc_status status = kc_irb_execute(ctx, st);
     if (!ctx->state)
         kc_irb_free(&st->base);
     return status;

@@ -178,7 +178,7 @@ void kc_plan_first_writers(const kc_graph *g, const int *alias, int *made)
         made[v] = g->values[v].producer;
     for (int v = 0; v < g->n_values; v++) {
         int r = kc_plan_root(alias, v), at = g->values[v].producer;
-        if (r != v && at >= 0 && (made[r] < 0 || at < made[r]) && g->values[r].producer >= 0)
+        if (r != v && at >= 0 && made[r] >= 0 && at < made[r]) /* a model input stays -1 */
             made[r] = at;
     }
 }
