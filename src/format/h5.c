@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/fdio.h"
 #include "base/mem.h"
 #include "base/sandbox.h"
 #include "base/spill.h"
@@ -641,17 +642,6 @@ static void kc_h5_drop_image(kc_h5 *h5, uint64_t from, uint64_t to)
         kc_h5_mark(h5->image_dropped, first, end);
 }
 
-static kc_status kc_h5_pread(int fd, void *dst, size_t bytes, uint64_t from)
-{
-    for (size_t done = 0; done < bytes;) {
-        ssize_t n = pread(fd, (char *)dst + done, bytes - done, (off_t)(from + done));
-        if (n <= 0)
-            return KC_ERR_IO;
-        done += (size_t)n;
-    }
-    return KC_OK;
-}
-
 /* A float32 dataset the child left in the source: copied from the image
  * (its pages then dropped) or read from the file. */
 static kc_status kc_h5_read_source(kc_h5 *h5, const char *path, float *dst, size_t bytes,
@@ -666,7 +656,7 @@ static kc_status kc_h5_read_source(kc_h5 *h5, const char *path, float *dst, size
             kc_h5_drop_image(h5, from, from + bytes);
         return KC_OK;
     }
-    if (h5->source_fd < 0 || kc_h5_pread(h5->source_fd, dst, bytes, from) != KC_OK)
+    if (h5->source_fd < 0 || kc_pread_full(h5->source_fd, dst, bytes, from, h5->label) != KC_OK)
         return kc_fail(KC_ERR_IO, "%s: cannot read HDF5 dataset %s from the file", h5->label,
                        path);
     return KC_OK;
@@ -690,7 +680,7 @@ kc_status kc_h5_read_f32(kc_h5 *h5, const char *path, float *dst, int64_t count)
                        h5->label, path);
     /* pread, not the mapping: the snapshot's pages never enter this
      * process's resident set next to the array they are copied into. */
-    if (kc_h5_pread(h5->fd, dst, bytes, from) != KC_OK)
+    if (kc_pread_full(h5->fd, dst, bytes, from, h5->label) != KC_OK)
         return kc_fail(KC_ERR_IO, "%s: cannot read HDF5 dataset %s from the snapshot",
                        h5->label, path);
     if (h5->release)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/fdio.h"
 #include "base/mem.h"
 #include "format/h5_raw.h"
 #include "format/h5_snapshot.h"
@@ -24,19 +25,6 @@ typedef struct kc_dump {
     cJSON *objects;
     int n_objects;
 } kc_dump;
-
-static kc_status kc_dump_write(int fd, const void *data, size_t len)
-{
-    const char *p = data;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n <= 0)
-            return kc_fail(KC_ERR_IO, "snapshot write failed");
-        p += n;
-        len -= (size_t)n;
-    }
-    return KC_OK;
-}
 
 static cJSON *kc_dump_strings(char **items, int n)
 {
@@ -105,7 +93,7 @@ static kc_status kc_dump_dataset(kc_dump *d, const char *path, cJSON *obj)
     if (st == KC_OK)
         st = kc_h5raw_read_f32(d->h5, path, data, count);
     if (st == KC_OK)
-        st = kc_dump_write(d->fd, data, (size_t)count * sizeof *data);
+        st = kc_write_full(d->fd, data, (size_t)count * sizeof *data, "HDF5 snapshot");
     free(data);
     if (st == KC_ERR_IO || st == KC_ERR_NOMEM)
         return st;
@@ -199,7 +187,7 @@ kc_status kc_h5_dump(const char *path, const void *buf, size_t len, const char *
     if (!d.objects)
         st = kc_fail(KC_ERR_NOMEM, "out of memory");
     if (st == KC_OK)
-        st = kc_dump_write(fd, header, sizeof header);
+        st = kc_write_full(fd, header, sizeof header, "HDF5 snapshot");
     if (st == KC_OK)
         st = kc_dump_object(&d, "/", 0);
     kc_h5raw_close(d.h5);
@@ -214,7 +202,7 @@ kc_status kc_h5_dump(const char *path, const void *buf, size_t len, const char *
         kc_dump_le64(header + 16, blob_bytes);
         kc_dump_le64(header + 24, KC_H5_SNAP_HEADER + blob_bytes);
         kc_dump_le64(header + 32, strlen(json));
-        st = kc_dump_write(fd, json, strlen(json));
+        st = kc_write_full(fd, json, strlen(json), "HDF5 snapshot");
         if (st == KC_OK && pwrite(fd, header, sizeof header, 0) != (ssize_t)sizeof header)
             st = kc_fail(KC_ERR_IO, "snapshot header write failed");
     }
