@@ -22,6 +22,8 @@ kc_status kc_wino_conv(const kc_exec_ctx *ctx, int *handled, int *act_done);
  * how many axes it spans (1 or 2); 0 when state is none. */
 int kc_wino_tile(const kc_kernel_state *state);
 int kc_wino_dims(const kc_kernel_state *state);
+/* ... and how many blocks of tiles its largest part runs in turn. */
+int kc_wino_blocks(const kc_kernel_state *state);
 
 /* The transforms of F(m, r) (alpha = m + r - 1 <= KC_WINO_MAX_ALPHA):
  * at (m x alpha), g (alpha x r), bt (alpha x alpha), row-major, such that

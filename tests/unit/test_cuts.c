@@ -765,6 +765,53 @@ static void test_wino2d_layers(void **state)
     }
 }
 
+/* A transformed kernel larger than the L2-sized block (128 -> 128: 2.4
+ * MB) sets the block size instead: ResNet50's 28x28 layers run each
+ * part's tiles in one block, reading that kernel once rather than once
+ * per block; a narrow layer keeps L2-sized blocks. Outputs as the plain
+ * path's either way. */
+static void test_wino2d_blocks(void **state)
+{
+    (void)state;
+    static const conv_case cases[] = {
+        {"3x3 128 -> 128 same on 28x28", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 128, 128, 3, 1,
+         1, 1, 0, 0, "relu", 1},
+        {"3x3 32 -> 64 same on 64x64", "Conv2D", KC_CONV_PLAIN, 2, 1, 64, 64, 32, 64, 3, 1, 1,
+         1, 0, 0, "relu", 1},
+    };
+    /* 1 and 2 threads: 49 and 25 tiles a part (128 channels); 256 and
+     * 128 (32 -> 64, 36 x 96 floats a tile: 53 a block) */
+    static const int want_blocks[2][2] = {{1, 1}, {5, 3}};
+    if (!kc_dnnl_ready() || !__builtin_cpu_supports("avx512f"))
+        skip();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        conv_run r;
+        setup(&cases[i], &r);
+        const float *ins[1] = {r.x};
+        float *want = malloc((size_t)r.out_count * sizeof *want);
+        float *got = malloc((size_t)r.out_count * sizeof *got);
+        setenv("KC_DNNL", "0", 1);
+        kc_threads_enter(1);
+        exec_kernel(&r.layer, ins, &r.in_shape, 1, want, &r.out_shape, 1, 0, NULL);
+        unsetenv("KC_DNNL");
+        float peak = peak_of(want, r.out_count);
+        for (int t = 1; t <= 2; t++) {
+            kc_threads_enter(t);
+            int blocks = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
+                                     kc_wino_blocks);
+            if (blocks != want_blocks[i][t - 1])
+                fail_msg("%s, %d threads: %d blocks, expected %d", cases[i].what, t, blocks,
+                         want_blocks[i][t - 1]);
+            expect_close(got, want, r.out_count, 1e-4f * peak, "%s, %d threads", cases[i].what,
+                         t);
+        }
+        kc_threads_enter(0);
+        free(want);
+        free(got);
+        teardown(&r);
+    }
+}
+
 /* Pooling, cut the same way: "same" average pooling divides by the real
  * cells of each window, so a part's edge must not count as padding. */
 typedef struct pool_case {
@@ -1775,6 +1822,7 @@ int main(void)
         cmocka_unit_test(test_wino_transforms),
         cmocka_unit_test(test_wino1d_layers),
         cmocka_unit_test(test_wino2d_layers),
+        cmocka_unit_test(test_wino2d_blocks),
         cmocka_unit_test(test_wino_state_handover),
         cmocka_unit_test(test_pool_cuts),
         cmocka_unit_test(test_maxpool_hand),
