@@ -22,11 +22,11 @@
  * not fit beside the activations). Here a block of tiles' buffers stay
  * under KC_WINO_BLOCK_BYTES. That layer at batch 1: 3.3 ms direct, 1.8
  * ms here; InceptionV3's 96 -> 96 layers on 35x35: 0.49-0.62 ms with
- * oneDNN's F(4x4), 0.29-0.31 here. oneDNN's F(4x4) stays faster on 64 ->
- * 64 (ResNet50's 56x56 layers: 0.35-0.38 against 0.40-0.45 ms), whose
- * transforms cost more against their products: hence 160 channels in and
- * out together where oneDNN would take the layer. Below 64 channels it
- * runs direct there, and this kernel wins from 32: InceptionV3's stem
+ * oneDNN's F(4x4), 0.29-0.31 here; ResNet50's 64 -> 64 layers on 56x56
+ * (with the transforms unrolled) 0.30-0.41 with oneDNN's F(4x4),
+ * 0.24-0.28 here (batch 1, 2 threads, alternating runs; 1 thread 0.63-0.71
+ * against 0.50-0.66), and without oneDNN's 7 MB scratchpad per thread.
+ * Below 64 channels oneDNN runs direct, and this kernel wins from 32: InceptionV3's stem
  * layers on 147x147 at batch 1, 32 -> 32 1.01 -> 0.86 ms, 32 -> 64 2.0 ->
  * 1.3 ms (oneDNN's own Winograd was 1.4-2x slower than direct on them).
  *
@@ -61,7 +61,6 @@
 #define KC_WINO1D_ALPHA_MAX 10
 #define KC_WINO1D_MIN_PIXELS 100
 #define KC_WINO2D_MIN_CHANNELS 32
-#define KC_WINO2D_MIN_CHANNEL_SUM 160
 /* The transformed kernel is 4x the 3x3 one: on few outputs per image
  * it costs more memory than it saves time (the 2-D rule of dnnl_conv.c).
  * ResNet50's 128 -> 128 layers on 28x28 (784 outputs): 0.44-0.50 ms with
@@ -309,12 +308,7 @@ static int kc_w2_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_
     st->w_in = in->dims[2];
     st->h_out = out->dims[1];
     st->w_out = out->dims[2];
-    /* against oneDNN's F(4x4) (64+ channels both sides, dnnl_conv.c) only
-     * from KC_WINO2D_MIN_CHANNEL_SUM on; against its direct kernel (fewer
-     * channels) always */
-    int dnnl_wino = a->kernel[0] == 3 && st->c >= 64 && st->f >= 64;
     if (st->c < KC_WINO2D_MIN_CHANNELS || st->f < KC_WINO2D_MIN_CHANNELS ||
-        (dnnl_wino && st->c + st->f < KC_WINO2D_MIN_CHANNEL_SUM) ||
         st->h_out * st->w_out < KC_WINO2D_MIN_PIXELS)
         return 0;
     int r = (int)a->kernel[0];

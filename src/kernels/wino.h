@@ -11,8 +11,8 @@
  * ungrouped convolution whose kernel is 3 to 7 long on one axis and 1 on
  * the others, 32 channels or more in and out, 100 outputs or more per
  * image (KC_WINO1D=0: never). 2-D: a 3x3 or 5x5 stride-1 Conv2D, 32
- * channels or more in and out (and, 3x3, 160 or more together when both
- * have 64 or more), 512 outputs or more per image (KC_WINO2D=0: never). Neither with --exact, streamed weights, a fused
+ * channels or more in and out, 512 outputs or more per image
+ * (KC_WINO2D=0: never). Neither with --exact, streamed weights, a fused
  * residual, depthwise convolution or pooling, a folded ZeroPadding, or
  * KC_WINOGRAD=0. *act_done: the activation ran too (linear, relu,
  * relu6). */
