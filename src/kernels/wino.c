@@ -345,6 +345,11 @@ static void kc_w1_free(kc_kernel_state *s)
 }
 
 /* The transforms in float. */
+static int kc_w2_bt_nz(int xi, int j);
+static int kc_w2_at_nz(int q, int m, int eta);
+
+/* The transforms in float; 1 when they cannot be made, or (2-D) when
+ * their zeros are not where the 2-D transforms skip them. */
 static int kc_w1_set_transforms(kc_w1_state *st, double *g)
 {
     double at[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA], bt[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA];
@@ -354,6 +359,10 @@ static int kc_w1_set_transforms(kc_w1_state *st, double *g)
         st->at[i] = (float)at[i];
     for (int i = 0; i < st->alpha * st->alpha; i++)
         st->bt[i] = (float)bt[i];
+    for (int i = 0; st->dims == 2 && i < 36; i++)
+        if ((st->bt[i] != 0.0f) != kc_w2_bt_nz(i / 6, i % 6) ||
+            (i < st->m * 6 && (st->at[i] != 0.0f) != kc_w2_at_nz(i / 6, st->m, i % 6)))
+            return 1;
     return 0;
 }
 
@@ -619,9 +628,37 @@ static int kc_w1_dests(const kc_w1_state *st, float *out, int64_t t, float **y)
     return valid;
 }
 
-/* 2-D, F(4x4, 3x3): one tile's input transform, bt · d · bt' over its
- * 6x6 inputs (d row-major, NULL where padding), into the 36 rows
- * v[(xi * 6 + eta) * ldv + c]; rows first, then columns. */
+/* The 2-D transforms' zeros (points 0, 1, -1, 2, -2 and infinity):
+ * bt's first row reads inputs 0, 2 and 4, its last 1, 3 and 5, the others
+ * 1 to 4; at's first row reads products 0 to 4, its last (row m - 1) 1 to
+ * 5, the others 1 to 4. Constants where the transforms are inlined, so the
+ * unrolled loops skip the zero terms: 22 of bt's 36 and 18 of at's 24
+ * (m = 4) multiply-adds remain, the same sums in the same order
+ * (kc_w1_set_transforms checks the zeros are there). */
+static inline int kc_w2_bt_nz(int xi, int j)
+{
+    return xi == 0 ? j % 2 == 0 && j < 6 : xi == 5 ? j % 2 == 1 : j >= 1 && j <= 4;
+}
+
+static inline int kc_w2_at_nz(int q, int m, int eta)
+{
+    return q == 0 ? eta <= 4 : q == m - 1 ? eta >= 1 : eta >= 1 && eta <= 4;
+}
+
+/* acc + coef * x where bt or at has a coefficient, acc unchanged where it
+ * has none; a first term starts the sum. */
+#define KC_W2_TERM(nz, first, acc, coef, x)                                                       \
+    do {                                                                                           \
+        if (nz) {                                                                                  \
+            acc = (first) ? _mm512_mul_ps(_mm512_set1_ps(coef), x)                                 \
+                          : _mm512_fmadd_ps(_mm512_set1_ps(coef), x, acc);                         \
+            first = 0;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+/* 2-D, F(4x4, 3x3) and F(2x2, 5x5): one tile's input transform, bt · d ·
+ * bt' over its 6x6 inputs (d row-major, NULL where padding), into the 36
+ * rows v[(xi * 6 + eta) * ldv + c]; rows first, then columns. */
 __attribute__((target("avx512f"))) static void
 kc_w2_in_tile(const float *bt, int64_t c_all, const float *const *d, float *v, int64_t ldv)
 {
@@ -637,10 +674,11 @@ kc_w2_in_tile(const float *bt, int64_t c_all, const float *const *d, float *v, i
                                     : _mm512_setzero_ps();
             #pragma GCC unroll 6
             for (int eta = 0; eta < 6; eta++) {
-                __m512 acc = _mm512_mul_ps(_mm512_set1_ps(bt[eta * 6]), x[0]);
+                __m512 acc = _mm512_setzero_ps();
+                int first = 1;
                 #pragma GCC unroll 6
-                for (int j = 1; j < 6; j++)
-                    acc = _mm512_fmadd_ps(_mm512_set1_ps(bt[eta * 6 + j]), x[j], acc);
+                for (int j = 0; j < 6; j++)
+                    KC_W2_TERM(kc_w2_bt_nz(eta, j), first, acc, bt[eta * 6 + j], x[j]);
                 t[i][eta] = acc;
             }
         }
@@ -648,10 +686,11 @@ kc_w2_in_tile(const float *bt, int64_t c_all, const float *const *d, float *v, i
         for (int xi = 0; xi < 6; xi++)
             #pragma GCC unroll 6
             for (int eta = 0; eta < 6; eta++) {
-                __m512 acc = _mm512_mul_ps(_mm512_set1_ps(bt[xi * 6]), t[0][eta]);
+                __m512 acc = _mm512_setzero_ps();
+                int first = 1;
                 #pragma GCC unroll 6
-                for (int i = 1; i < 6; i++)
-                    acc = _mm512_fmadd_ps(_mm512_set1_ps(bt[xi * 6 + i]), t[i][eta], acc);
+                for (int i = 0; i < 6; i++)
+                    KC_W2_TERM(kc_w2_bt_nz(xi, i), first, acc, bt[xi * 6 + i], t[i][eta]);
                 _mm512_mask_storeu_ps(v + (xi * 6 + eta) * ldv + c, mask, acc);
             }
     }
@@ -676,10 +715,11 @@ kc_w2_out_m(const float *at, int64_t f_all, const float *mt, int64_t ldm, const 
                 x[eta] = _mm512_maskz_loadu_ps(mask, mt + (xi * 6 + eta) * ldm + f);
 #pragma GCC unroll 4
             for (int q = 0; q < m; q++) {
-                __m512 acc = _mm512_mul_ps(_mm512_set1_ps(at[q * 6]), x[0]);
+                __m512 acc = _mm512_setzero_ps();
+                int first = 1;
 #pragma GCC unroll 6
-                for (int eta = 1; eta < 6; eta++)
-                    acc = _mm512_fmadd_ps(_mm512_set1_ps(at[q * 6 + eta]), x[eta], acc);
+                for (int eta = 0; eta < 6; eta++)
+                    KC_W2_TERM(kc_w2_at_nz(q, m, eta), first, acc, at[q * 6 + eta], x[eta]);
                 s[xi][q] = acc;
             }
         }
@@ -691,9 +731,10 @@ kc_w2_out_m(const float *at, int64_t f_all, const float *mt, int64_t ldm, const 
                 if (p >= valid_h || q >= valid_w)
                     continue;
                 __m512 acc = b;
+                int first = 0; /* after the bias */
 #pragma GCC unroll 6
                 for (int xi = 0; xi < 6; xi++)
-                    acc = _mm512_fmadd_ps(_mm512_set1_ps(at[p * 6 + xi]), s[xi][q], acc);
+                    KC_W2_TERM(kc_w2_at_nz(p, m, xi), first, acc, at[p * 6 + xi], s[xi][q]);
                 if (act == 1 || act == 2)
                     acc = _mm512_max_ps(acc, zero);
                 if (act == 2)
