@@ -17,6 +17,8 @@ is the median over rounds of each round's ratio: kerasc and ORT run back to
 back within a round, so the machine's drift (10-30% within minutes here)
 mostly cancels in the pair, where a ratio of two medians taken at different
 rounds can land anywhere in that drift; the table also shows the range.
+kerasc and ORT time PAIR_ITERS times a row's iterations (the slower peers'
+runs are long already).
 
 Full mode writes OUT/latest.md (the tables, also printed), OUT/latest.json
 (every number), OUT/latest.png (gnuplot: ms/image per runner, grouped bars)
@@ -86,6 +88,11 @@ ROWS = [
          keras="resnet50.keras", tfjs="resnet50_tfjs", arch="resnet50",
          iters={1: (10, 2), 8: (3, 1)}),
 ]
+# kerasc and ORT, whose ratio is the target, take this many times a row's
+# iterations: their runs are short (InceptionV3 at batch 8: 3 batches, 0.6
+# s), and a burst of the shared machine's noise moved a round's ratio by
+# 0.1; four times as many samples per run, 2-3 s, for both alike.
+PAIR_ITERS = 4
 QUICK_ROW = "mobilenet_v2"
 NUM_KEYS = ("load_ms", "first_run_ms", "median_ms", "median_ms_per_image", "min_ms", "max_ms", "peak_rss_kb",
             "arena_bytes", "weight_f32_bytes")
@@ -258,7 +265,8 @@ def bench(a, rows, batches, runners, raw_dir, kerasc):
                 for r in rr:
                     if errors.get((row["key"], b, r)):
                         continue  # a runner that failed once is not retried on that row
-                    cmd = command(r, row, b, it, wu, a.threads, kerasc)
+                    n_it = it * PAIR_ITERS if r in ("kerasc", "ort") else it
+                    cmd = command(r, row, b, n_it, wu, a.threads, kerasc)
                     raw = os.path.join(raw_dir, f"{row['key']}_b{b}_{r}_r{k + 1}.txt")
                     out, err = run_one(cmd, env, a.timeout, raw)
                     if err:
