@@ -915,23 +915,6 @@ static kc_status kc_dnnl_conv_build_one(void *arg, int k, const kc_dnnl_window *
     return s;
 }
 
-/* A 1x1, stride-1, unpadded 2-D convolution of one image computes each
- * pixel alone: seen as one column of H*W pixels, its row parts split the
- * pixels evenly, where H rows split unevenly (InceptionV3's 17x17 layers
- * on 2 threads: 8 and 9 rows, the second part 12% longer than the first,
- * against 144 and 145 pixels). The same products, in the same order. */
-static void kc_dnnl_window_flatten(const kc_conv_attrs *a, kc_dnnl_window *g)
-{
-    if (g->sp != 2 || g->src[0] != 1 || a->post_dw)
-        return;
-    for (int i = 0; i < 2; i++)
-        if (a->kernel[i] != 1 || g->strides[i] != 1 || g->dilates[i] || g->pad_l[i] ||
-            g->pad_r[i] || g->src[2 + i] != g->dst[2 + i])
-            return;
-    g->src[2] = g->dst[2] = g->src[2] * g->src[3];
-    g->src[3] = g->dst[3] = 1;
-}
-
 /* Cut when kc_dnnl_plan_cuts says so; should oneDNN refuse a part, the
  * layer runs whole instead (a cut is only ever a speed choice). */
 static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
@@ -940,10 +923,8 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
     kc_dnnl_window whole;
     if (a->pre_pool) /* cut by the pooling's window, which reaches past its rows */
         kc_dnnl_pool_window_of(ctx, a->pre_pool->attrs, &whole);
-    else {
+    else
         kc_dnnl_window_whole(ctx, a, &whole);
-        kc_dnnl_window_flatten(a, &whole);
-    }
     kc_dnnl_cut cuts[KC_DNNL_MAX_CUTS];
     int64_t act = (int64_t)(kc_count(&ctx->in_shape[0]) + kc_count(&ctx->out_shape[0])) * 4;
     const kc_shape *in = &ctx->in_shape[0];
