@@ -26,8 +26,8 @@
  * (with the transforms unrolled) 0.30-0.41 with oneDNN's F(4x4),
  * 0.24-0.28 here (batch 1, 2 threads, alternating runs; 1 thread 0.63-0.71
  * against 0.50-0.66), and without oneDNN's 7 MB scratchpad per thread.
- * Below 64 channels oneDNN runs direct, and this kernel wins from 32: InceptionV3's stem
- * layers on 147x147 at batch 1, 32 -> 32 1.01 -> 0.86 ms, 32 -> 64 2.0 ->
+ * Below 64 channels oneDNN runs direct, and this kernel wins from 32:
+ * InceptionV3's stem layers on 147x147 at batch 1, 32 -> 32 1.01 -> 0.86 ms, 32 -> 64 2.0 ->
  * 1.3 ms (oneDNN's own Winograd was 1.4-2x slower than direct on them).
  *
  * Rounding: 1-D, the points 0, 1, -1, 2, -2, 1/2, -1/2, 3, -1/3 (and
@@ -344,9 +344,22 @@ static void kc_w1_free(kc_kernel_state *s)
     free(st);
 }
 
-/* The transforms in float. */
-static int kc_w2_bt_nz(int xi, int j);
-static int kc_w2_at_nz(int q, int m, int eta);
+/* The 2-D transforms' zeros (points 0, 1, -1, 2, -2 and infinity):
+ * bt's first row reads inputs 0, 2 and 4, its last 1, 3 and 5, the others
+ * 1 to 4; at's first row reads products 0 to 4, its last (row m - 1) 1 to
+ * 5, the others 1 to 4. Constants where the transforms are inlined, so the
+ * unrolled loops skip the zero terms: 22 of bt's 36 and 18 of at's 24
+ * (m = 4) multiply-adds remain, the same sums in the same order
+ * (kc_w1_set_transforms checks the zeros are there). */
+static inline int kc_w2_bt_nz(int xi, int j)
+{
+    return xi == 0 ? j % 2 == 0 && j < 6 : xi == 5 ? j % 2 == 1 : j >= 1 && j <= 4;
+}
+
+static inline int kc_w2_at_nz(int q, int m, int eta)
+{
+    return q == 0 ? eta <= 4 : q == m - 1 ? eta >= 1 : eta >= 1 && eta <= 4;
+}
 
 /* The transforms in float; 1 when they cannot be made, or (2-D) when
  * their zeros are not where the 2-D transforms skip them. */
@@ -626,23 +639,6 @@ static int kc_w1_dests(const kc_w1_state *st, float *out, int64_t t, float **y)
     for (; valid < st->m && j * st->m + valid < st->len_out; valid++)
         y[valid] = out + ((o * st->len_out + j * st->m + valid) * st->inner + i) * st->f;
     return valid;
-}
-
-/* The 2-D transforms' zeros (points 0, 1, -1, 2, -2 and infinity):
- * bt's first row reads inputs 0, 2 and 4, its last 1, 3 and 5, the others
- * 1 to 4; at's first row reads products 0 to 4, its last (row m - 1) 1 to
- * 5, the others 1 to 4. Constants where the transforms are inlined, so the
- * unrolled loops skip the zero terms: 22 of bt's 36 and 18 of at's 24
- * (m = 4) multiply-adds remain, the same sums in the same order
- * (kc_w1_set_transforms checks the zeros are there). */
-static inline int kc_w2_bt_nz(int xi, int j)
-{
-    return xi == 0 ? j % 2 == 0 && j < 6 : xi == 5 ? j % 2 == 1 : j >= 1 && j <= 4;
-}
-
-static inline int kc_w2_at_nz(int q, int m, int eta)
-{
-    return q == 0 ? eta <= 4 : q == m - 1 ? eta >= 1 : eta >= 1 && eta <= 4;
 }
 
 /* acc + coef * x where bt or at has a coefficient, acc unchanged where it
