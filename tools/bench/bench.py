@@ -250,7 +250,7 @@ def fmt(x, nd=1):
     return f"{x:.{nd}f}" if x >= 10 else f"{x:.{max(nd, 2)}f}"
 
 
-def bench(a, rows, batches, runners, raw_dir, kerasc):
+def bench(a, rows, batches, runners, raw_dir, kerasc, pair_iters=PAIR_ITERS):
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     results = {}  # (row key, batch) -> runner -> list of parsed outputs
     errors = {}
@@ -265,7 +265,7 @@ def bench(a, rows, batches, runners, raw_dir, kerasc):
                 for r in rr:
                     if errors.get((row["key"], b, r)):
                         continue  # a runner that failed once is not retried on that row
-                    n_it = it * PAIR_ITERS if r in ("kerasc", "ort") else it
+                    n_it = it * pair_iters if r in ("kerasc", "ort") else it
                     cmd = command(r, row, b, n_it, wu, a.threads, kerasc)
                     raw = os.path.join(raw_dir, f"{row['key']}_b{b}_{r}_r{k + 1}.txt")
                     out, err = run_one(cmd, env, a.timeout, raw)
@@ -484,7 +484,8 @@ def quick(a, kerasc, raw_dir):
     row = next(r for r in ROWS if r["key"] == QUICK_ROW)
     row = dict(row, iters={1: (a.quick_iters, 3)})
     a.rounds = a.quick_rounds
-    results, errors = bench(a, [row], [1], ["kerasc", "ort"], raw_dir, kerasc)
+    # --quick-iters is the count itself (the baseline was measured so)
+    results, errors = bench(a, [row], [1], ["kerasc", "ort"], raw_dir, kerasc, pair_iters=1)
     res = results[(row["key"], 1)]
     if errors or not res["kerasc"] or not res["ort"]:
         print(f"bench --quick: FAILED: {errors}", file=sys.stderr)
