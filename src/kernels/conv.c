@@ -247,6 +247,8 @@ static kc_status kc_conv(const kc_exec_ctx *ctx)
         return kc_irb_conv(ctx);
     KC_TRY(kc_wino_conv(ctx, &handled, &act_done));
     if (!handled)
+        KC_TRY(kc_wino_fly_conv(ctx, &handled, &act_done));
+    if (!handled)
         KC_TRY(kc_dnnl_conv(ctx, &handled, &act_done));
     if (handled && act_done)
         return KC_OK;

@@ -45,6 +45,7 @@
  * they took half the 2-D layers' time); without it the layer runs on
  * oneDNN's kernels. */
 #include "kernels/wino.h"
+#include "kernels/wino_tx.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -379,6 +380,30 @@ static int kc_w1_set_transforms(kc_w1_state *st, double *g)
     return 0;
 }
 
+int kc_wino2d_f43(float *at, float *bt, float *g)
+{
+    double at_d[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA], bt_d[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA],
+        g_d[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA];
+    if (kc_wino_transforms(4, 3, at_d, g_d, bt_d))
+        return 1;
+    for (int i = 0; i < 36; i++) {
+        bt[i] = (float)bt_d[i];
+        if ((bt[i] != 0.0f) != kc_w2_bt_nz(i / 6, i % 6))
+            return 1;
+    }
+    for (int i = 0; i < 24; i++) {
+        at[i] = (float)at_d[i];
+        if ((at[i] != 0.0f) != kc_w2_at_nz(i / 6, 4, i % 6))
+            return 1;
+    }
+    for (int i = 0; i < 18; i++) {
+        g[i] = (float)g_d[i];
+        if ((g[i] != 0.0f) != kc_wino2d_g_nz(i / 3, i % 3))
+            return 1;
+    }
+    return 0;
+}
+
 /* The batched product for blocks of st->block tiles: [alpha, block, C] x
  * [alpha, C, F] -> [alpha, block, F], on the calling thread alone; its
  * weights layout into *w_md. */
@@ -655,8 +680,8 @@ static int kc_w1_dests(const kc_w1_state *st, float *out, int64_t t, float **y)
 /* 2-D, F(4x4, 3x3) and F(2x2, 5x5): one tile's input transform, bt · d ·
  * bt' over its 6x6 inputs (d row-major, NULL where padding), into the 36
  * rows v[(xi * 6 + eta) * ldv + c]; rows first, then columns. */
-__attribute__((target("avx512f"))) static void
-kc_w2_in_tile(const float *bt, int64_t c_all, const float *const *d, float *v, int64_t ldv)
+__attribute__((target("avx512f"))) void
+kc_wino2d_in_tile(const float *bt, int64_t c_all, const float *const *d, float *v, int64_t ldv)
 {
     for (int64_t c = 0; c < c_all; c += 16) {
         __mmask16 mask = kc_w1_lanes(c, c_all);
@@ -740,6 +765,13 @@ kc_w2_out_m(const float *at, int64_t f_all, const float *mt, int64_t ldm, const 
     }
 }
 
+__attribute__((target("avx512f"))) void
+kc_wino2d_out_tile4(const float *at, int64_t f_all, const float *mt, int64_t ldm,
+                    const float *bias, int act, float *const *y, int valid_h, int valid_w)
+{
+    kc_w2_out_m(at, f_all, mt, ldm, bias, act, y, valid_h, valid_w, 4);
+}
+
 __attribute__((target("avx512f"))) static void
 kc_w2_out_tile(const kc_w1_state *st, const float *mt, int64_t ldm, const float *bias,
                float *const *y, int valid_h, int valid_w)
@@ -794,7 +826,7 @@ static void kc_w_inputs(const kc_w1_state *st, const float *in, int64_t lo, int6
         const float *d[36];
         if (st->dims == 2) {
             kc_w2_cells(st, in, lo + b, d);
-            kc_w2_in_tile(st->bt, st->c, d, v + b * st->c, ldv);
+            kc_wino2d_in_tile(st->bt, st->c, d, v + b * st->c, ldv);
         } else {
             kc_w1_cells(st, in, lo + b, d);
             kc_w1_in_tile(st, d, v + b * st->c, ldv);

@@ -769,6 +769,21 @@ static void test_wino2d_layers(void **state)
     }
 }
 
+/* r's layer on `threads` threads into got: what count_of reads from its
+ * state (`counted`, e.g. "parts") must be `expected`, the outputs within
+ * the fidelity tolerance of want's. */
+static void expect_count_close(conv_run *r, const float *want, float *got, float peak,
+                               int threads, int (*count_of)(const kc_kernel_state *),
+                               int expected, const char *counted, const char *what)
+{
+    const float *ins[1] = {r->x};
+    kc_threads_enter(threads);
+    int count = exec_kernel(&r->layer, ins, &r->in_shape, 1, got, &r->out_shape, 0, 0, count_of);
+    if (count != expected)
+        fail_msg("%s, %d threads: %d %s, expected %d", what, threads, count, counted, expected);
+    expect_close(got, want, r->out_count, 1e-4f * peak, "%s, %d threads", what, threads);
+}
+
 /* A transformed kernel larger than the L2-sized block (128 -> 128: 2.4
  * MB) sets the block size instead: ResNet50's 28x28 layers run each
  * part's tiles in one block, reading that kernel once rather than once
@@ -791,19 +806,88 @@ static void test_wino2d_blocks(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         conv_run r;
         setup(&cases[i], &r);
+        float *want = plain_output(&r);
+        float *got = malloc((size_t)r.out_count * sizeof *got);
+        float peak = peak_of(want, r.out_count);
+        for (int t = 1; t <= 2; t++)
+            expect_count_close(&r, want, got, peak, t, kc_wino_blocks, want_blocks[i][t - 1],
+                               "blocks", cases[i].what);
+        kc_threads_enter(0);
+        free(want);
+        free(got);
+        teardown(&r);
+    }
+}
+
+/* F(4x4, 3x3) with the kernel transformed as the layer runs
+ * (wino_fly.c): the small images kerasc's kept-kernel Winograd leaves
+ * (under 512 outputs), from 16 tiles over the batch; output channels
+ * that are not whole vectors, input channels that are not whole pieces
+ * of 64, partial tiles at the edges, "valid", relu6 and elu (the caller's
+ * activation), 1 to 3 threads (parts of at least two vectors), against
+ * the plain path. 4 tiles, 48 channels, stride 2, --exact, KC_WINOFLY=0
+ * and KC_WINO2D=0 keep it out; 576 outputs go to the kept kernel. The
+ * state reads its own copy of the kernel: a second run with the layer's
+ * array spoiled gives the same outputs. */
+static void test_wino_fly_layers(void **state)
+{
+    (void)state;
+    static const conv_case cases[] = {
+        {"3x3 256 -> 256 same on 14x14", "Conv2D", KC_CONV_PLAIN, 2, 1, 14, 14, 256, 256, 3, 1,
+         1, 1, 0, 0, "relu", 1},
+        {"3x3 96 -> 72 same on four 7x7, relu6", "Conv2D", KC_CONV_PLAIN, 2, 4, 7, 7, 96, 72, 3,
+         1, 1, 1, 0, 0, "relu6", 1},
+        {"3x3 80 -> 64 valid on two 11x13, elu", "Conv2D", KC_CONV_PLAIN, 2, 2, 11, 13, 80, 64,
+         3, 1, 1, 0, 0, 0, "elu", 1},
+        {"3x3 128 -> 128 same on one 7x7: 4 tiles", "Conv2D", KC_CONV_PLAIN, 2, 1, 7, 7, 128,
+         128, 3, 1, 1, 1, 0, 0, "relu", 1},
+        {"3x3 48 -> 64 same on 14x14: 48 channels", "Conv2D", KC_CONV_PLAIN, 2, 1, 14, 14, 48,
+         64, 3, 1, 1, 1, 0, 0, "relu", 1},
+        {"3x3 64 -> 64 same on 24x24: 576 outputs", "Conv2D", KC_CONV_PLAIN, 2, 1, 24, 24, 64,
+         64, 3, 1, 1, 1, 0, 0, "relu", 1},
+        {"3x3 256 -> 256 same stride 2 on 28x28", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 256,
+         256, 3, 2, 1, 1, 0, 0, "relu", 1},
+    };
+    static const int want_parts[][3] = {{1, 2, 3}, {1, 2, 2}, {1, 2, 2}, {0, 0, 0},
+                                        {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
+    if (!kc_dnnl_ready() || !__builtin_cpu_supports("avx512f"))
+        skip();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const conv_case *c = &cases[i];
+        conv_run r;
+        setup(c, &r);
         const float *ins[1] = {r.x};
         float *want = plain_output(&r);
         float *got = malloc((size_t)r.out_count * sizeof *got);
         float peak = peak_of(want, r.out_count);
-        for (int t = 1; t <= 2; t++) {
-            kc_threads_enter(t);
-            int blocks = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
-                                     kc_wino_blocks);
-            if (blocks != want_blocks[i][t - 1])
-                fail_msg("%s, %d threads: %d blocks, expected %d", cases[i].what, t, blocks,
-                         want_blocks[i][t - 1]);
-            expect_close(got, want, r.out_count, 1e-4f * peak, "%s, %d threads", cases[i].what,
-                         t);
+        for (int t = 1; t <= 3; t++)
+            expect_count_close(&r, want, got, peak, t, kc_wino_fly_parts, want_parts[i][t - 1],
+                               "parts", c->what);
+        kc_threads_enter(2);
+        if (exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 1, 0,
+                        kc_wino_fly_parts))
+            fail_msg("%s: Winograd although exact", c->what);
+        static const char *const off[2] = {"KC_WINOFLY", "KC_WINO2D"};
+        for (int k = 0; k < 2; k++) {
+            setenv(off[k], "0", 1);
+            int parts = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
+                                    kc_wino_fly_parts);
+            unsetenv(off[k]);
+            if (parts)
+                fail_msg("%s: the kernel transformed as it runs although %s=0", c->what,
+                         off[k]);
+            expect_close(got, want, r.out_count, 1e-4f * peak, "%s, %s=0", c->what, off[k]);
+        }
+        if (want_parts[i][1]) {
+            kc_kernel_state *slot = NULL;
+            exec_in_slot(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0, &slot);
+            int64_t wn = 9 * c->c * c->f;
+            for (int64_t k = 0; k < wn; k++)
+                r.weights[0].data[k] = NAN;
+            memset(got, 0, (size_t)r.out_count * sizeof *got);
+            exec_in_slot(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0, &slot);
+            expect_close(got, want, r.out_count, 1e-4f * peak, "%s, its own copy", c->what);
+            slot->free(slot);
         }
         kc_threads_enter(0);
         free(want);
@@ -1822,6 +1906,7 @@ int main(void)
         cmocka_unit_test(test_wino_transforms),
         cmocka_unit_test(test_wino1d_layers),
         cmocka_unit_test(test_wino2d_layers),
+        cmocka_unit_test(test_wino_fly_layers),
         cmocka_unit_test(test_wino2d_blocks),
         cmocka_unit_test(test_wino_state_handover),
         cmocka_unit_test(test_pool_cuts),

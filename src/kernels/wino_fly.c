@@ -1,0 +1,521 @@
+/* F(4x4, 3x3) Winograd with the kernel transformed as the layer runs.
+ *
+ * Why: wino.c and oneDNN keep each layer's transformed kernel, 4x the
+ * 3x3 kernel's bytes for F(4x4) (1.8x for oneDNN's F(2x2)). On small
+ * images that copy costs more memory than it saves time: ResNet50's
+ * 512 -> 512 layers on 7x7 ran direct (their F(2x2) copies cost 7.3 MB
+ * each and no time; dnnl_conv.c), its 256 -> 256 layers on 14x14 on
+ * oneDNN's F(2x2), whose copies added 11 MB over the Keras kernels.
+ * Transforming the kernel takes 126 multiply-adds per input channel and
+ * 16 output channels (g · w · g', g 6x3 with 6 zeros), the products 36
+ * per tile: from 16 tiles on (one 14x14 image, four 7x7 ones) that is a
+ * fifth of the products' work or less, and F(4x4) multiplies 36 times per
+ * 16 outputs where direct convolution multiplies 144 times. The state
+ * keeps only the 3x3 kernel (repacked: the same bytes as Keras's).
+ *
+ * How: the tiles (at most 4 MB of transformed inputs at once) are
+ * transformed first (bt · d · bt'), shared by the threads. Then each
+ * thread takes a run of 16-channel output vectors, up to three at a time
+ * (48 channels: 8 tiles x 3 vectors of accumulators in registers), and
+ * for each piece of 64 input channels and each row of the 6x6 products
+ * transforms that row's kernel into its buffer (6 x 64 x 48 floats, 74
+ * KB, in L2) and adds the row's 6 products [tiles x 64] · [64 x 48] into
+ * its products buffer; then the output transform (at · M · at'), the bias
+ * and the activation write its channels of the output.
+ *
+ * Measured on the 2-core AMD EPYC of bench/results, ResNet50 (alternating
+ * runs, medians): four images on one thread (a lane of batch 8), its
+ * six 14x14 layers 17.1 -> 13.9 ms, its three 7x7 layers 15.5 -> 8.4 ms,
+ * the run 145.5 -> 135 ms; batch 8 on two lanes 18.5 -> 16.3 ms an image;
+ * batch 1 on two threads level (the 14x14 layers 2.9 -> 2.7 ms, within
+ * the noise) with 12 MB less peak RSS (164.8 -> 152.4 MB; batch 8 178.7
+ * -> 168.1 MB). InceptionV3's 448 -> 384 layers on 8x8 at four images
+ * on one thread: 3.8-4.1 -> 2.0-2.5 ms. What got it there: the buffers'
+ * rows one cache line more than their length apart (16 tiles x 256
+ * channels is 16 KB, and the 36 rows written at once fell in one cache
+ * set), a row of the kernel's products at a time (all 36 at once, 442
+ * KB, were evicted by the transformed inputs streaming past), 8 tiles a
+ * block rather than 6 (16 tiles: two blocks, not 6 + 6 + 4), and the
+ * repacked kernel on small pages (on kc_alloc_array's 2 MiB ones other
+ * layers of InceptionV3 ran up to 6x slower).
+ *
+ * Rounding: the same transforms as wino.c's F(4x4, 3x3), the kernel's
+ * made in float rather than double: against wino.c's outputs differ by
+ * 2e-6 of their scale, against direct convolution by 1.2-1.5e-5 (random
+ * data, 256 and 512 channels), within the fidelity tolerance of 1e-4. */
+#include "kernels/wino.h"
+
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mem.h"
+#include "base/threads.h"
+#include "kernels/dnnl_common.h"
+#include "kernels/wino_tx.h"
+#include "ops/conv.h"
+
+#define KC_WF_MIN_CHANNELS 64
+/* Images this large or larger: wino.c's kept kernel pays (wino.h). */
+#define KC_WF_MAX_PIXELS 512
+/* Fewer tiles: the kernel's transform outweighs what the products save
+ * (a 7x7 image at batch 1 has 4). */
+#define KC_WF_MIN_TILES 16
+#define KC_WF_MAX_PARTS 8
+/* Transformed inputs of a block of tiles: read by every thread's
+ * channels, from the shared cache. */
+#define KC_WF_TILES_BYTES ((int64_t)4 << 20)
+/* Input channels per piece of transformed kernel: a row of it is
+ * 6 x 64 x 48 floats, 74 KB, within a core's L2. */
+#define KC_WF_KERNEL_CHANNELS 64
+/* A block of products: 8 tiles x 3 vectors (24 accumulators, 3 kernel
+ * vectors and a broadcast input in the 32 registers). */
+#define KC_WF_MR 8
+#define KC_WF_NV 3
+
+typedef struct kc_wf_state {
+    kc_kernel_state base;
+    kc_shape in_shape;
+    int64_t n, h_in, w_in, h_out, w_out, pad_t, pad_l, tiles_h, tiles_w, tiles;
+    int64_t c, f, vecs;              /* channels in, out; output vectors of 16 */
+    int64_t block;                   /* tiles at once */
+    int act;                         /* 0 linear, 1 relu, 2 relu6, 3 the caller's */
+    float at[24], bt[36], g[18];
+    float *w;                        /* [vecs][c][9 taps][16], zero past f */
+    int n_parts;
+    int64_t vec_lo[KC_WF_MAX_PARTS + 1];
+} kc_wf_state;
+
+/* The distance between two of the 36 products' rows in a buffer of
+ * `floats` a product: one cache line more, so that the 36 rows a
+ * transform writes or reads at once do not all fall in one cache set
+ * (16 tiles x 256 channels is 16 KB: with the plain distance the kernel
+ * transform took twice the products' time). */
+static int64_t kc_wf_ld(int64_t floats) { return floats + 16; }
+
+/* ------------------------------------------------------------ eligibility */
+
+static int kc_wf_act(const char *act)
+{
+    if (!act || !strcmp(act, "linear"))
+        return 0;
+    if (!strcmp(act, "relu"))
+        return 1;
+    return !strcmp(act, "relu6") ? 2 : 3;
+}
+
+/* KC_WINOFLY=0: not this kernel; KC_WINO2D=0: none of kerasc's own 2-D
+ * Winograd kernels; KC_WINOGRAD=0: no Winograd at all. */
+static int kc_wf_off(void)
+{
+    static const char *const names[3] = {"KC_WINOFLY", "KC_WINO2D", "KC_WINOGRAD"};
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(names[i]);
+        if (v && !strcmp(v, "0"))
+            return 1;
+    }
+    return 0;
+}
+
+/* A plain 3x3 stride-1 Conv2D, "same" or "valid", nothing fused, 64
+ * channels or more in and out, under KC_WF_MAX_PIXELS outputs an image and
+ * KC_WF_MIN_TILES tiles or more in all; its geometry into st, else 0. */
+static int kc_wf_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_wf_state *st)
+{
+    const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
+    if (a->kind != KC_CONV_PLAIN || a->groups != 1 || a->accumulate || a->post_dw ||
+        a->pre_pool || a->spatial != 2 || in->rank != 4 || out->rank != 4 || a->padding == 2)
+        return 0;
+    for (int i = 0; i < 2; i++)
+        if (a->kernel[i] != 3 || a->strides[i] != 1 || a->dilation[i] != 1 ||
+            a->pad_before[i] || a->pad_after[i])
+            return 0;
+    st->n = in->dims[0];
+    st->h_in = in->dims[1];
+    st->w_in = in->dims[2];
+    st->c = in->dims[3];
+    st->h_out = out->dims[1];
+    st->w_out = out->dims[2];
+    st->f = out->dims[3];
+    int64_t shrink = a->padding == 0 ? 2 : 0;
+    if (st->h_out != st->h_in - shrink || st->w_out != st->w_in - shrink || st->h_out < 1 ||
+        st->w_out < 1)
+        return 0;
+    if (st->c < KC_WF_MIN_CHANNELS || st->f < KC_WF_MIN_CHANNELS ||
+        st->h_out * st->w_out >= KC_WF_MAX_PIXELS)
+        return 0;
+    st->pad_t = st->pad_l = a->padding == 1 ? 1 : 0;
+    st->tiles_h = (st->h_out + 3) / 4;
+    st->tiles_w = (st->w_out + 3) / 4;
+    st->tiles = st->n * st->tiles_h * st->tiles_w;
+    if (st->tiles < KC_WF_MIN_TILES)
+        return 0;
+    st->vecs = (st->f + 15) / 16;
+    st->act = kc_wf_act(a->activation);
+    return 1;
+}
+
+/* ------------------------------------------------------------ build */
+
+static void kc_wf_free(kc_kernel_state *s)
+{
+    kc_wf_state *st = (kc_wf_state *)s;
+    free(st->w);
+    free(st);
+}
+
+/* Keras's kernel (3, 3, c, f) into st->w: per output vector and input
+ * channel, the 9 taps' 16 channels in a row, so that one piece of kernel
+ * transform reads one stream. */
+static kc_status kc_wf_repack(const kc_exec_ctx *ctx, kc_wf_state *st)
+{
+    const float *w = kc_w(ctx, 0);
+    int64_t cf = st->c * st->f;
+    /* small pages, as kc_dnnl_pack's: on 2 MiB ones (kc_alloc_array's)
+     * InceptionV3 at 4 images on one thread ran 10% slower in all, its
+     * stem and last layer 1.6-6x (alternating runs) */
+    st->w = kc_calloc((size_t)(st->vecs * st->c * 9 * 16), sizeof *st->w);
+    if (!st->w)
+        return KC_ERR_NOMEM;
+    for (int64_t v = 0; v < st->vecs; v++)
+        for (int64_t ci = 0; ci < st->c; ci++)
+            for (int tap = 0; tap < 9; tap++) {
+                float *dst = st->w + ((v * st->c + ci) * 9 + tap) * 16;
+                for (int l = 0; l < 16; l++) {
+                    int64_t fo = v * 16 + l;
+                    dst[l] = fo < st->f ? w[tap * cf + ci * st->f + fo] : 0.0f;
+                }
+            }
+    return KC_OK;
+}
+
+/* Parts: runs of output vectors, one per thread, at least two vectors
+ * each; the block of tiles. */
+static void kc_wf_plan(kc_wf_state *st)
+{
+    int64_t parts = kc_parallel_width();
+    if (parts > st->vecs / 2)
+        parts = st->vecs / 2;
+    if (parts > KC_WF_MAX_PARTS)
+        parts = KC_WF_MAX_PARTS;
+    if (parts < 1)
+        parts = 1;
+    st->n_parts = (int)parts;
+    for (int k = 0; k <= st->n_parts; k++)
+        st->vec_lo[k] = st->vecs * k / st->n_parts;
+    int64_t tile_bytes = 36 * st->c * (int64_t)sizeof(float);
+    int64_t most = KC_WF_TILES_BYTES / tile_bytes;
+    if (most < KC_WF_MIN_TILES)
+        most = KC_WF_MIN_TILES;
+    int64_t blocks = (st->tiles + most - 1) / most;
+    st->block = (st->tiles + blocks - 1) / blocks;
+}
+
+/* ------------------------------------------------------------ kernel */
+
+/* Row i of the transformed kernel of input channel ci for output vector
+ * v: u[j * ldu] = sum over taps of g[i][ky] g[j][kx] w[ky][kx], j < 6,
+ * first along the kernel's rows, then its columns. Inlined with i a
+ * constant, the taps g's zeros skip are neither loaded nor multiplied
+ * (the six rows take 126 multiply-adds in all). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+kc_wf_kernel_row(const kc_wf_state *st, const float *g, int64_t v, int64_t ci, int i, float *u,
+                 int64_t ldu)
+{
+    const float *src = st->w + (v * st->c + ci) * 9 * 16;
+    __m512 t[3]; /* t[kx] = sum_ky g[i][ky] w[ky][kx] */
+    #pragma GCC unroll 3
+    for (int kx = 0; kx < 3; kx++) {
+        __m512 acc = _mm512_setzero_ps();
+        #pragma GCC unroll 3
+        for (int ky = 0; ky < 3; ky++)
+            if (kc_wino2d_g_nz(i, ky))
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(g[i * 3 + ky]),
+                                      _mm512_loadu_ps(src + (ky * 3 + kx) * 16), acc);
+        t[kx] = acc;
+    }
+    #pragma GCC unroll 6
+    for (int j = 0; j < 6; j++) {
+        __m512 acc = _mm512_setzero_ps();
+        #pragma GCC unroll 3
+        for (int kx = 0; kx < 3; kx++)
+            if (kc_wino2d_g_nz(j, kx))
+                acc = _mm512_fmadd_ps(_mm512_set1_ps(g[j * 3 + kx]), t[kx], acc);
+        _mm512_storeu_ps(u + j * ldu, acc);
+    }
+}
+
+/* Row i of the transformed kernel of input channels c0 .. c0+cn-1 and
+ * output vectors v0 .. v0+nv-1 into u: [6][cn][nv * 16], rows ldu apart.
+ * A row at a time keeps the buffer within L2 beside the transformed
+ * inputs streaming past: all 36 products of 64 channels at once (442 KB)
+ * were evicted by them on 512 -> 512 layers, and the transform took two
+ * thirds of the products' time. */
+__attribute__((target("avx512f"))) static void
+kc_wf_kernel(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t cn, int i, float *u)
+{
+    int64_t width = 16 * nv, ldu = kc_wf_ld(cn * width);
+    /* a copy the stores into u cannot alias: its broadcasts then stay in
+     * registers across the loop instead of being loaded after every store */
+    float g[18];
+    memcpy(g, st->g, sizeof g);
+    for (int64_t k = 0; k < cn; k++)
+        for (int j = 0; j < nv; j++) {
+            float *dst = u + k * width + 16 * j;
+            switch (i) {
+            case 0: kc_wf_kernel_row(st, g, v0 + j, c0 + k, 0, dst, ldu); break;
+            case 1: kc_wf_kernel_row(st, g, v0 + j, c0 + k, 1, dst, ldu); break;
+            case 2: kc_wf_kernel_row(st, g, v0 + j, c0 + k, 2, dst, ldu); break;
+            case 3: kc_wf_kernel_row(st, g, v0 + j, c0 + k, 3, dst, ldu); break;
+            case 4: kc_wf_kernel_row(st, g, v0 + j, c0 + k, 4, dst, ldu); break;
+            default: kc_wf_kernel_row(st, g, v0 + j, c0 + k, 5, dst, ldu); break;
+            }
+        }
+}
+
+/* ------------------------------------------------------------ products */
+
+/* c[i][..] (+)= a[i][0..k) · b[0..k)[..] for mr rows of tiles and nv
+ * vectors of channels; c's rows nv * 16 wide (the products buffer), a's
+ * rows lda apart (the transformed inputs), b's rows nv * 16 wide. Inlined
+ * with mr and nv constants, the accumulators stay in registers. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+kc_wf_tile_block(const float *a, int64_t lda, const float *b, int64_t k, float *c, int mr,
+                 int nv, int first)
+{
+    __m512 acc[KC_WF_MR][KC_WF_NV];
+    int64_t width = 16 * nv;
+    #pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+        #pragma GCC unroll 3
+        for (int j = 0; j < nv; j++)
+            acc[i][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + i * width + 16 * j);
+    for (int64_t kk = 0; kk < k; kk++, b += width) {
+        __m512 bv[KC_WF_NV];
+        #pragma GCC unroll 3
+        for (int j = 0; j < nv; j++)
+            bv[j] = _mm512_loadu_ps(b + 16 * j);
+        #pragma GCC unroll 8
+        for (int i = 0; i < mr; i++) {
+            __m512 x = _mm512_set1_ps(a[i * lda + kk]);
+            #pragma GCC unroll 3
+            for (int j = 0; j < nv; j++)
+                acc[i][j] = _mm512_fmadd_ps(x, bv[j], acc[i][j]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+        #pragma GCC unroll 3
+        for (int j = 0; j < nv; j++)
+            _mm512_storeu_ps(c + i * width + 16 * j, acc[i][j]);
+}
+
+#define KC_WF_NVS(mr_)                                                                            \
+    do {                                                                                           \
+        if (nv == 3)                                                                               \
+            kc_wf_tile_block(a, lda, b, k, c, mr_, 3, first);                                     \
+        else if (nv == 2)                                                                          \
+            kc_wf_tile_block(a, lda, b, k, c, mr_, 2, first);                                     \
+        else                                                                                       \
+            kc_wf_tile_block(a, lda, b, k, c, mr_, 1, first);                                     \
+    } while (0)
+
+/* One product's [tiles x k] · [k x nv * 16] into (or onto) c. */
+__attribute__((target("avx512f"))) static void
+kc_wf_product(const float *a, int64_t lda, const float *b, int64_t k, float *c, int64_t tiles,
+              int nv, int first)
+{
+    int64_t width = 16 * nv, t = 0;
+    for (; t + KC_WF_MR <= tiles; t += KC_WF_MR, a += KC_WF_MR * lda, c += KC_WF_MR * width)
+        KC_WF_NVS(8);
+    switch (tiles - t) {
+    case 7: KC_WF_NVS(7); break;
+    case 6: KC_WF_NVS(6); break;
+    case 5: KC_WF_NVS(5); break;
+    case 4: KC_WF_NVS(4); break;
+    case 3: KC_WF_NVS(3); break;
+    case 2: KC_WF_NVS(2); break;
+    case 1: KC_WF_NVS(1); break;
+    default: break;
+    }
+}
+
+/* ------------------------------------------------------------ run */
+
+typedef struct kc_wf_io {
+    const kc_wf_state *st;
+    const float *in, *bias;
+    float *out;
+    float *v;                        /* [36][n][c]: tiles t0 .. t0+n-1 */
+    int64_t t0, n;
+    kc_status status[KC_WF_MAX_PARTS];
+} kc_wf_io;
+
+/* Tile t's image and top-left output. */
+static void kc_wf_tile_at(const kc_wf_state *st, int64_t t, int64_t *img, int64_t *oy,
+                          int64_t *ox)
+{
+    *ox = (t % st->tiles_w) * 4;
+    int64_t rest = t / st->tiles_w;
+    *oy = (rest % st->tiles_h) * 4;
+    *img = rest / st->tiles_h;
+}
+
+/* Part k's share of the block's tiles, transformed into io->v. */
+static void kc_wf_inputs_job(void *arg, int k)
+{
+    kc_wf_io *io = arg;
+    const kc_wf_state *st = io->st;
+    int64_t lo = io->n * k / st->n_parts, hi = io->n * (k + 1) / st->n_parts;
+    for (int64_t b = lo; b < hi; b++) {
+        int64_t img, oy, ox;
+        kc_wf_tile_at(st, io->t0 + b, &img, &oy, &ox);
+        const float *d[36];
+        for (int i = 0; i < 6; i++)
+            for (int j = 0; j < 6; j++) {
+                int64_t y = oy - st->pad_t + i, x = ox - st->pad_l + j;
+                d[i * 6 + j] = y >= 0 && y < st->h_in && x >= 0 && x < st->w_in
+                                   ? io->in + ((img * st->h_in + y) * st->w_in + x) * st->c
+                                   : NULL;
+            }
+        kc_wino2d_in_tile(st->bt, st->c, d, io->v + b * st->c, kc_wf_ld(io->n * st->c));
+    }
+}
+
+/* The block's products for output vectors v0 .. v0+nv-1 back into the
+ * output's channels from 16 * v0. */
+static void kc_wf_outputs(const kc_wf_state *st, const kc_wf_io *io, int64_t v0, int nv,
+                          const float *mt)
+{
+    int64_t width = 16 * nv, f0 = 16 * v0;
+    int64_t f_all = st->f - f0 < width ? st->f - f0 : width;
+    for (int64_t b = 0; b < io->n; b++) {
+        int64_t img, oy, ox;
+        kc_wf_tile_at(st, io->t0 + b, &img, &oy, &ox);
+        int vh = st->h_out - oy < 4 ? (int)(st->h_out - oy) : 4;
+        int vw = st->w_out - ox < 4 ? (int)(st->w_out - ox) : 4;
+        float *y[16];
+        for (int p = 0; p < vh; p++)
+            for (int q = 0; q < vw; q++)
+                y[p * 4 + q] =
+                    io->out + ((img * st->h_out + oy + p) * st->w_out + ox + q) * st->f + f0;
+        kc_wino2d_out_tile4(st->at, f_all, mt + b * width, kc_wf_ld(io->n * width),
+                            io->bias ? io->bias + f0 : NULL, st->act, y, vh, vw);
+    }
+}
+
+/* Output vectors v0 .. v0+nv-1 over the block's tiles, u and mt the
+ * thread's kernel and products buffers. */
+static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0, int nv,
+                          float *u, float *mt)
+{
+    int64_t width = 16 * nv;
+    for (int64_t c0 = 0; c0 < st->c; c0 += KC_WF_KERNEL_CHANNELS) {
+        int64_t cn = st->c - c0 < KC_WF_KERNEL_CHANNELS ? st->c - c0 : KC_WF_KERNEL_CHANNELS;
+        for (int i = 0; i < 6; i++) {
+            kc_wf_kernel(st, v0, nv, c0, cn, i, u);
+            for (int j = 0; j < 6; j++) {
+                int p = i * 6 + j;
+                kc_wf_product(io->v + p * kc_wf_ld(io->n * st->c) + c0, st->c,
+                              u + j * kc_wf_ld(cn * width), cn,
+                              mt + p * kc_wf_ld(io->n * width), io->n, nv, c0 == 0);
+            }
+        }
+    }
+    kc_wf_outputs(st, io, v0, nv, mt);
+}
+
+/* Part k's output vectors, three at a time (the last pieces evened out:
+ * 8 vectors run as 3, 3, 2). */
+static kc_status kc_wf_part(const kc_wf_state *st, const kc_wf_io *io, int k)
+{
+    int64_t lo = st->vec_lo[k], hi = st->vec_lo[k + 1];
+    size_t u_floats = (size_t)(6 * kc_wf_ld(KC_WF_KERNEL_CHANNELS * 16 * KC_WF_NV));
+    size_t m_floats = (size_t)(36 * kc_wf_ld(io->n * 16 * KC_WF_NV));
+    float *u = kc_dnnl_workspace(KC_DNNL_SLOT_DST, (u_floats + m_floats) * sizeof(float));
+    if (!u)
+        return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
+    float *mt = u + u_floats;
+    int64_t pieces = (hi - lo + KC_WF_NV - 1) / KC_WF_NV;
+    for (int64_t i = 0; i < pieces; i++) {
+        int64_t a = lo + (hi - lo) * i / pieces, b = lo + (hi - lo) * (i + 1) / pieces;
+        kc_wf_vectors(st, io, a, (int)(b - a), u, mt);
+    }
+    return KC_OK;
+}
+
+static void kc_wf_vectors_job(void *arg, int k)
+{
+    kc_wf_io *io = arg;
+    io->status[k] = kc_wf_part(io->st, io, k);
+}
+
+static kc_status kc_wf_execute(const kc_wf_state *st, const kc_exec_ctx *ctx)
+{
+    const kc_conv_attrs *a = ctx->layer->attrs;
+    kc_wf_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], NULL, 0, 0,
+                   {KC_OK}};
+    io.v = kc_dnnl_workspace(KC_DNNL_SLOT_SRC,
+                             (size_t)(36 * kc_wf_ld(st->block * st->c)) * sizeof(float));
+    if (!io.v)
+        return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
+    for (io.t0 = 0; io.t0 < st->tiles; io.t0 += st->block) {
+        io.n = st->tiles - io.t0 < st->block ? st->tiles - io.t0 : st->block;
+        kc_parallel(st->n_parts, kc_wf_inputs_job, &io);
+        kc_parallel(st->n_parts, kc_wf_vectors_job, &io);
+        for (int k = 0; k < st->n_parts; k++)
+            if (io.status[k] != KC_OK)
+                return kc_fail(io.status[k], "part %d of a Winograd convolution failed", k);
+    }
+    return KC_OK;
+}
+
+kc_status kc_wino_fly_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
+{
+    const kc_conv_attrs *a = ctx->layer->attrs;
+    *handled = 0;
+    *act_done = 0;
+    if (!ctx->state)
+        return KC_OK;
+    kc_wf_state *st = (kc_wf_state *)*ctx->state;
+    if (st && st->base.free != kc_wf_free)
+        return KC_OK; /* another kernel's state: the layer was built another way */
+    if (ctx->exact || ctx->w_ext || kc_wf_off() || !kc_dnnl_ready() ||
+        !__builtin_cpu_supports("avx512f")) {
+        if (st)
+            kc_kernel_state_drop(ctx);
+        return KC_OK;
+    }
+    if (st && !kc_shape_equal(&st->in_shape, &ctx->in_shape[0]))
+        st = kc_kernel_state_drop(ctx);
+    if (!st) {
+        kc_wf_state probe;
+        memset(&probe, 0, sizeof probe);
+        if (!kc_wf_geometry(ctx, a, &probe) || kc_wino2d_f43(probe.at, probe.bt, probe.g))
+            return KC_OK;
+        st = kc_calloc(1, sizeof *st);
+        if (!st)
+            return KC_ERR_NOMEM;
+        *st = probe;
+        st->base.free = kc_wf_free;
+        st->in_shape = ctx->in_shape[0];
+        kc_wf_plan(st);
+        if (kc_wf_repack(ctx, st) != KC_OK) {
+            kc_wf_free(&st->base);
+            return KC_ERR_NOMEM;
+        }
+        st->base.weights_cached = 1; /* the repacked kernel is the one read now */
+        *ctx->state = &st->base;
+    }
+    KC_TRY(kc_wf_execute(st, ctx));
+    *handled = 1;
+    *act_done = st->act != 3;
+    return KC_OK;
+}
+
+int kc_wino_fly_parts(const kc_kernel_state *state)
+{
+    if (!state || state->free != kc_wf_free)
+        return 0;
+    return ((const kc_wf_state *)state)->n_parts;
+}
