@@ -1,6 +1,7 @@
 /* kerasc's own Winograd convolutions (see wino.c): F(m, r) along one
  * axis for (1, r) and (r, 1) kernels and Conv1D, F(4x4, 3x3) and
- * F(2x2, 5x5). */
+ * F(2x2, 5x5), their transformed kernels kept; and (wino_fly.c) F(4x4,
+ * 3x3) with the kernel transformed as the layer runs, for small images. */
 #ifndef KC_WINO_H
 #define KC_WINO_H
 
