@@ -33,11 +33,12 @@
  * on one thread: 3.8-4.1 -> 2.0-2.5 ms. What got it there: the buffers'
  * rows one cache line more than their length apart (16 tiles x 256
  * channels is 16 KB, and the 36 rows written at once fell in one cache
- * set), a row of the kernel's products at a time (all 36 at once, 442
- * KB, were evicted by the transformed inputs streaming past), 8 tiles a
- * block rather than 6 (16 tiles: two blocks, not 6 + 6 + 4), and the
- * repacked kernel on small pages (on kc_alloc_array's 2 MiB ones other
- * layers of InceptionV3 ran up to 6x slower).
+ * set: 7x7 layers at four images 5.2 -> 3.0 ms), 8 tiles a block rather
+ * than 6 (16 tiles: two blocks, not 6 + 6 + 4), and the repacked kernel
+ * on small pages (on kc_alloc_array's 2 MiB ones other layers of
+ * InceptionV3 ran up to 6x slower). A row of the transformed kernel at a
+ * time rather than all 36 keeps a thread's buffer at 74 KB rather than
+ * 442 KB; its speed was the same within the noise.
  *
  * Rounding: the same transforms as wino.c's F(4x4, 3x3), the kernel's
  * made in float rather than double: against wino.c's outputs differ by
@@ -247,10 +248,11 @@ kc_wf_kernel_row(const kc_wf_state *st, const float *g, int64_t v, int64_t ci, i
 
 /* Row i of the transformed kernel of input channels c0 .. c0+cn-1 and
  * output vectors v0 .. v0+nv-1 into u: [6][cn][nv * 16], rows ldu apart.
- * A row at a time keeps the buffer within L2 beside the transformed
- * inputs streaming past: all 36 products of 64 channels at once (442 KB)
- * were evicted by them on 512 -> 512 layers, and the transform took two
- * thirds of the products' time. */
+ * A row at a time: the buffer is 74 KB where all 36 products of 64
+ * channels were 442 KB, at the same speed. The transform's time against
+ * the products' (rdtsc, standalone): two thirds at four 7x7 images of
+ * 512 -> 512 (its loads of the 9.4 MB 3x3 kernel are the hot spots), a
+ * fifth at four 14x14 images of 256 -> 256, half at one. */
 __attribute__((target("avx512f"))) static void
 kc_wf_kernel(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t cn, int i, float *u)
 {
