@@ -86,8 +86,7 @@ typedef struct kc_w1_state {
     int m, r, alpha;
     int prods;                      /* products per tile: alpha, or alpha^2 */
     int64_t c, f;                   /* input and output channels */
-    /* 2-D: images, input and output sizes, leading pads, tiles per axis */
-    int64_t n, h_in, w_in, h_out, w_out, pad_t, pad_l, tiles_h, tiles_w;
+    kc_wino2d_grid grid;            /* 2-D: images, sizes, pad, tiles */
     int64_t outer, inner;           /* lines: outer x inner, each along the axis */
     int64_t len_in, len_out, pad;   /* along the axis */
     int64_t tiles_per_line, tiles, block;
@@ -200,23 +199,20 @@ static int kc_w1_pick_tile(int r, int64_t len)
 
 /* ------------------------------------------------------------ eligibility */
 
-/* Whether environment variable `name` is "0". */
-static int kc_w_env_off(const char *name)
+int kc_wino_env_off(const char *name)
 {
     const char *v = getenv(name);
     return v && !strcmp(v, "0");
 }
 
-/* What both kinds ask of a layer first: a plain, ungrouped convolution
- * with nothing fused into it, on NHWC data of its spatial rank. */
-static int kc_w_plain(const kc_exec_ctx *ctx, const kc_conv_attrs *a)
+int kc_wino_plain(const kc_exec_ctx *ctx, const kc_conv_attrs *a)
 {
     int rank = a->spatial + 2;
     return a->kind == KC_CONV_PLAIN && a->groups == 1 && !a->accumulate && !a->post_dw &&
            !a->pre_pool && ctx->in_shape[0].rank == rank && ctx->out_shape[0].rank == rank;
 }
 
-static int kc_w1_act(const char *act)
+int kc_wino_act(const char *act)
 {
     if (!act || !strcmp(act, "linear"))
         return 0;
@@ -231,7 +227,7 @@ static int kc_w1_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_
 {
     const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
     int sp = a->spatial;
-    if (kc_w_env_off("KC_WINO1D") || !kc_w_plain(ctx, a) || (sp != 1 && sp != 2))
+    if (kc_wino_env_off("KC_WINO1D") || !kc_wino_plain(ctx, a) || (sp != 1 && sp != 2))
         return 0;
     int axis = -1; /* the spatial axis the kernel spans */
     for (int i = 0; i < sp; i++) {
@@ -284,7 +280,7 @@ static int kc_w1_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_
     st->prods = st->alpha;
     st->tiles_per_line = (st->len_out + st->m - 1) / st->m;
     st->tiles = st->outer * st->inner * st->tiles_per_line;
-    st->act = kc_w1_act(a->activation);
+    st->act = kc_wino_act(a->activation);
     return 1;
 }
 
@@ -296,7 +292,7 @@ static int kc_w1_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_
 static int kc_w2_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_state *st)
 {
     const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
-    if (kc_w_env_off("KC_WINO2D") || !kc_w_plain(ctx, a) || a->spatial != 2 || a->padding == 2)
+    if (kc_wino_env_off("KC_WINO2D") || !kc_wino_plain(ctx, a) || a->spatial != 2 || a->padding == 2)
         return 0;
     for (int i = 0; i < 2; i++)
         if (a->kernel[i] != a->kernel[0] || a->strides[i] != 1 || a->dilation[i] != 1 ||
@@ -304,31 +300,38 @@ static int kc_w2_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_
             return 0;
     st->c = in->dims[3];
     st->f = out->dims[3];
-    st->n = in->dims[0];
-    st->h_in = in->dims[1];
-    st->w_in = in->dims[2];
-    st->h_out = out->dims[1];
-    st->w_out = out->dims[2];
-    if (st->c < KC_WINO2D_MIN_CHANNELS || st->f < KC_WINO2D_MIN_CHANNELS ||
-        st->h_out * st->w_out < KC_WINO2D_MIN_PIXELS)
-        return 0;
     int r = (int)a->kernel[0];
-    if (r != 3 && r != 5)
+    if (st->c < KC_WINO2D_MIN_CHANNELS || st->f < KC_WINO2D_MIN_CHANNELS ||
+        out->dims[1] * out->dims[2] < KC_WINO2D_MIN_PIXELS || (r != 3 && r != 5))
         return 0;
-    int64_t shrink = a->padding == 0 ? r - 1 : 0;
-    if (st->h_out != st->h_in - shrink || st->w_out != st->w_in - shrink)
+    st->m = r == 3 ? 4 : 2; /* alpha 6 either way: F(4x4, 3x3), F(2x2, 5x5) */
+    if (!kc_wino2d_grid_init(&st->grid, in, out, r, a->padding, st->m))
         return 0;
-    st->pad_t = a->padding == 1 ? (r - 1) / 2 : 0; /* "same", odd r, stride 1: even */
-    st->pad_l = st->pad_t;
     st->dims = 2;
     st->r = r;
-    st->m = r == 3 ? 4 : 2; /* alpha 6 either way: F(4x4, 3x3), F(2x2, 5x5) */
     st->alpha = 6;
     st->prods = 36;
-    st->tiles_h = (st->h_out + st->m - 1) / st->m;
-    st->tiles_w = (st->w_out + st->m - 1) / st->m;
-    st->tiles = st->n * st->tiles_h * st->tiles_w;
-    st->act = kc_w1_act(a->activation);
+    st->tiles = st->grid.tiles;
+    st->act = kc_wino_act(a->activation);
+    return 1;
+}
+
+int kc_wino2d_grid_init(kc_wino2d_grid *g, const kc_shape *in, const kc_shape *out, int r,
+                        int padding, int m)
+{
+    g->n = in->dims[0];
+    g->h_in = in->dims[1];
+    g->w_in = in->dims[2];
+    g->h_out = out->dims[1];
+    g->w_out = out->dims[2];
+    int64_t shrink = padding == 0 ? r - 1 : 0;
+    if (padding == 2 || g->h_out != g->h_in - shrink || g->w_out != g->w_in - shrink ||
+        g->h_out < 1 || g->w_out < 1)
+        return 0;
+    g->pad = padding == 1 ? (r - 1) / 2 : 0; /* "same", odd r, stride 1: even */
+    g->tiles_h = (g->h_out + m - 1) / m;
+    g->tiles_w = (g->w_out + m - 1) / m;
+    g->tiles = g->n * g->tiles_h * g->tiles_w;
     return 1;
 }
 
@@ -351,7 +354,7 @@ static void kc_w1_free(kc_kernel_state *s)
  * 5, the others 1 to 4. Constants where the transforms are inlined, so the
  * unrolled loops skip the zero terms: 22 of bt's 36 and 18 of at's 24
  * (m = 4) multiply-adds remain, the same sums in the same order
- * (kc_w1_set_transforms checks the zeros are there). */
+ * (kc_w2_zeros_ok checks the zeros are there). */
 static inline int kc_w2_bt_nz(int xi, int j)
 {
     return xi == 0 ? j % 2 == 0 && j < 6 : xi == 5 ? j % 2 == 1 : j >= 1 && j <= 4;
@@ -360,6 +363,17 @@ static inline int kc_w2_bt_nz(int xi, int j)
 static inline int kc_w2_at_nz(int q, int m, int eta)
 {
     return q == 0 ? eta <= 4 : q == m - 1 ? eta >= 1 : eta >= 1 && eta <= 4;
+}
+
+/* Whether the 2-D transforms' zeros (at: m x 6, bt: 6 x 6) are where
+ * the unrolled loops skip them. */
+static int kc_w2_zeros_ok(const float *at, const float *bt, int m)
+{
+    for (int i = 0; i < 36; i++)
+        if ((bt[i] != 0.0f) != kc_w2_bt_nz(i / 6, i % 6) ||
+            (i < m * 6 && (at[i] != 0.0f) != kc_w2_at_nz(i / 6, m, i % 6)))
+            return 0;
+    return 1;
 }
 
 /* The transforms in float; 1 when they cannot be made, or (2-D) when
@@ -373,11 +387,7 @@ static int kc_w1_set_transforms(kc_w1_state *st, double *g)
         st->at[i] = (float)at[i];
     for (int i = 0; i < st->alpha * st->alpha; i++)
         st->bt[i] = (float)bt[i];
-    for (int i = 0; st->dims == 2 && i < 36; i++)
-        if ((st->bt[i] != 0.0f) != kc_w2_bt_nz(i / 6, i % 6) ||
-            (i < st->m * 6 && (st->at[i] != 0.0f) != kc_w2_at_nz(i / 6, st->m, i % 6)))
-            return 1;
-    return 0;
+    return st->dims == 2 && !kc_w2_zeros_ok(st->at, st->bt, st->m);
 }
 
 int kc_wino2d_f43(float *at, float *bt, float *g)
@@ -386,22 +396,16 @@ int kc_wino2d_f43(float *at, float *bt, float *g)
         g_d[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA];
     if (kc_wino_transforms(4, 3, at_d, g_d, bt_d))
         return 1;
-    for (int i = 0; i < 36; i++) {
+    for (int i = 0; i < 36; i++)
         bt[i] = (float)bt_d[i];
-        if ((bt[i] != 0.0f) != kc_w2_bt_nz(i / 6, i % 6))
-            return 1;
-    }
-    for (int i = 0; i < 24; i++) {
+    for (int i = 0; i < 24; i++)
         at[i] = (float)at_d[i];
-        if ((at[i] != 0.0f) != kc_w2_at_nz(i / 6, 4, i % 6))
-            return 1;
-    }
     for (int i = 0; i < 18; i++) {
         g[i] = (float)g_d[i];
         if ((g[i] != 0.0f) != kc_wino2d_g_nz(i / 3, i % 3))
             return 1;
     }
-    return 0;
+    return !kc_w2_zeros_ok(at, bt, 4);
 }
 
 /* The batched product for blocks of st->block tiles: [alpha, block, C] x
@@ -783,39 +787,39 @@ kc_w2_out_tile(const kc_w1_state *st, const float *mt, int64_t ldm, const float 
 }
 
 /* 2-D tile t's image and top-left output. */
-static void kc_w2_tile_at(const kc_w1_state *st, int64_t t, int64_t *img, int64_t *oy, int64_t *ox)
+static void kc_w2_tile_at(const kc_wino2d_grid *g, int m, int64_t t, int64_t *img, int64_t *oy,
+                          int64_t *ox)
 {
-    *ox = (t % st->tiles_w) * st->m;
-    int64_t rest = t / st->tiles_w;
-    *oy = (rest % st->tiles_h) * st->m;
-    *img = rest / st->tiles_h;
+    *ox = (t % g->tiles_w) * m;
+    int64_t rest = t / g->tiles_w;
+    *oy = (rest % g->tiles_h) * m;
+    *img = rest / g->tiles_h;
 }
 
-/* Tile t's 6x6 input cells d[i * 6 + j], NULL where it reads padding. */
-static void kc_w2_cells(const kc_w1_state *st, const float *in, int64_t t, const float **d)
+void kc_wino2d_cells(const kc_wino2d_grid *g, int m, int64_t c, const float *in, int64_t t,
+                     const float **d)
 {
     int64_t img, oy, ox;
-    kc_w2_tile_at(st, t, &img, &oy, &ox);
+    kc_w2_tile_at(g, m, t, &img, &oy, &ox);
     for (int i = 0; i < 6; i++)
         for (int j = 0; j < 6; j++) {
-            int64_t y = oy - st->pad_t + i, x = ox - st->pad_l + j;
-            d[i * 6 + j] = y >= 0 && y < st->h_in && x >= 0 && x < st->w_in
-                               ? in + ((img * st->h_in + y) * st->w_in + x) * st->c
+            int64_t y = oy - g->pad + i, x = ox - g->pad + j;
+            d[i * 6 + j] = y >= 0 && y < g->h_in && x >= 0 && x < g->w_in
+                               ? in + ((img * g->h_in + y) * g->w_in + x) * c
                                : NULL;
         }
 }
 
-/* Tile t's output cells y[p * 4 + q], p < *vh, q < *vw (edge tiles may
- * have fewer than m rows or columns). */
-static void kc_w2_dests(const kc_w1_state *st, float *out, int64_t t, float **y, int *vh, int *vw)
+void kc_wino2d_dests(const kc_wino2d_grid *g, int m, int64_t f, float *out, int64_t t, float **y,
+                     int *vh, int *vw)
 {
     int64_t img, oy, ox;
-    kc_w2_tile_at(st, t, &img, &oy, &ox);
-    *vh = st->h_out - oy < st->m ? (int)(st->h_out - oy) : st->m;
-    *vw = st->w_out - ox < st->m ? (int)(st->w_out - ox) : st->m;
+    kc_w2_tile_at(g, m, t, &img, &oy, &ox);
+    *vh = g->h_out - oy < m ? (int)(g->h_out - oy) : m;
+    *vw = g->w_out - ox < m ? (int)(g->w_out - ox) : m;
     for (int p = 0; p < *vh; p++)
         for (int q = 0; q < *vw; q++)
-            y[p * 4 + q] = out + ((img * st->h_out + oy + p) * st->w_out + ox + q) * st->f;
+            y[p * 4 + q] = out + ((img * g->h_out + oy + p) * g->w_out + ox + q) * f;
 }
 
 /* Tiles lo .. lo+n-1 transformed into the block's rows of v. */
@@ -825,7 +829,7 @@ static void kc_w_inputs(const kc_w1_state *st, const float *in, int64_t lo, int6
     for (int64_t b = 0; b < n; b++) {
         const float *d[36];
         if (st->dims == 2) {
-            kc_w2_cells(st, in, lo + b, d);
+            kc_wino2d_cells(&st->grid, st->m, st->c, in, lo + b, d);
             kc_wino2d_in_tile(st->bt, st->c, d, v + b * st->c, ldv);
         } else {
             kc_w1_cells(st, in, lo + b, d);
@@ -846,7 +850,7 @@ static void kc_w_outputs(const kc_w1_state *st, const float *mt, int64_t lo, int
         float *y[16];
         if (st->dims == 2) {
             int vh, vw;
-            kc_w2_dests(st, out, lo + b, y, &vh, &vw);
+            kc_wino2d_dests(&st->grid, st->m, st->f, out, lo + b, y, &vh, &vw);
             kc_w2_out_tile(st, mt + b * st->f, ldm, bias, y, vh, vw);
         } else {
             int valid = kc_w1_dests(st, out, lo + b, y);
@@ -909,7 +913,7 @@ kc_status kc_wino_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     kc_w1_state *st = (kc_w1_state *)*ctx->state;
     if (st && st->base.free != kc_w1_free)
         return KC_OK; /* another kernel's state: the layer was built another way */
-    if (ctx->exact || ctx->w_ext || kc_w_env_off("KC_WINOGRAD") || !kc_dnnl_ready() ||
+    if (ctx->exact || ctx->w_ext || kc_wino_env_off("KC_WINOGRAD") || !kc_dnnl_ready() ||
         !__builtin_cpu_supports("avx512f")) {
         if (st) /* the kernel that runs the layer now keeps a state of its own there */
             kc_kernel_state_drop(ctx);

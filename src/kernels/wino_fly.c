@@ -77,7 +77,7 @@
 typedef struct kc_wf_state {
     kc_kernel_state base;
     kc_shape in_shape;
-    int64_t n, h_in, w_in, h_out, w_out, pad_t, pad_l, tiles_h, tiles_w, tiles;
+    kc_wino2d_grid grid;             /* tiles of 4x4 outputs */
     int64_t c, f, vecs;              /* channels in, out; output vectors of 16 */
     int64_t block;                   /* tiles at once */
     int act;                         /* 0 linear, 1 relu, 2 relu6, 3 the caller's */
@@ -96,26 +96,12 @@ static int64_t kc_wf_ld(int64_t floats) { return floats + 16; }
 
 /* ------------------------------------------------------------ eligibility */
 
-static int kc_wf_act(const char *act)
-{
-    if (!act || !strcmp(act, "linear"))
-        return 0;
-    if (!strcmp(act, "relu"))
-        return 1;
-    return !strcmp(act, "relu6") ? 2 : 3;
-}
-
 /* KC_WINOFLY=0: not this kernel; KC_WINO2D=0: none of kerasc's own 2-D
  * Winograd kernels; KC_WINOGRAD=0: no Winograd at all. */
 static int kc_wf_off(void)
 {
-    static const char *const names[3] = {"KC_WINOFLY", "KC_WINO2D", "KC_WINOGRAD"};
-    for (int i = 0; i < 3; i++) {
-        const char *v = getenv(names[i]);
-        if (v && !strcmp(v, "0"))
-            return 1;
-    }
-    return 0;
+    return kc_wino_env_off("KC_WINOFLY") || kc_wino_env_off("KC_WINO2D") ||
+           kc_wino_env_off("KC_WINOGRAD");
 }
 
 /* A plain 3x3 stride-1 Conv2D, "same" or "valid", nothing fused, 64
@@ -124,35 +110,21 @@ static int kc_wf_off(void)
 static int kc_wf_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_wf_state *st)
 {
     const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
-    if (a->kind != KC_CONV_PLAIN || a->groups != 1 || a->accumulate || a->post_dw ||
-        a->pre_pool || a->spatial != 2 || in->rank != 4 || out->rank != 4 || a->padding == 2)
+    if (!kc_wino_plain(ctx, a) || a->spatial != 2)
         return 0;
     for (int i = 0; i < 2; i++)
         if (a->kernel[i] != 3 || a->strides[i] != 1 || a->dilation[i] != 1 ||
             a->pad_before[i] || a->pad_after[i])
             return 0;
-    st->n = in->dims[0];
-    st->h_in = in->dims[1];
-    st->w_in = in->dims[2];
     st->c = in->dims[3];
-    st->h_out = out->dims[1];
-    st->w_out = out->dims[2];
     st->f = out->dims[3];
-    int64_t shrink = a->padding == 0 ? 2 : 0;
-    if (st->h_out != st->h_in - shrink || st->w_out != st->w_in - shrink || st->h_out < 1 ||
-        st->w_out < 1)
-        return 0;
     if (st->c < KC_WF_MIN_CHANNELS || st->f < KC_WF_MIN_CHANNELS ||
-        st->h_out * st->w_out >= KC_WF_MAX_PIXELS)
-        return 0;
-    st->pad_t = st->pad_l = a->padding == 1 ? 1 : 0;
-    st->tiles_h = (st->h_out + 3) / 4;
-    st->tiles_w = (st->w_out + 3) / 4;
-    st->tiles = st->n * st->tiles_h * st->tiles_w;
-    if (st->tiles < KC_WF_MIN_TILES)
+        out->dims[1] * out->dims[2] >= KC_WF_MAX_PIXELS ||
+        !kc_wino2d_grid_init(&st->grid, in, out, 3, a->padding, 4) ||
+        st->grid.tiles < KC_WF_MIN_TILES)
         return 0;
     st->vecs = (st->f + 15) / 16;
-    st->act = kc_wf_act(a->activation);
+    st->act = kc_wino_act(a->activation);
     return 1;
 }
 
@@ -208,8 +180,8 @@ static void kc_wf_plan(kc_wf_state *st)
     int64_t most = KC_WF_TILES_BYTES / tile_bytes;
     if (most < KC_WF_MIN_TILES)
         most = KC_WF_MIN_TILES;
-    int64_t blocks = (st->tiles + most - 1) / most;
-    st->block = (st->tiles + blocks - 1) / blocks;
+    int64_t blocks = (st->grid.tiles + most - 1) / most;
+    st->block = (st->grid.tiles + blocks - 1) / blocks;
 }
 
 /* ------------------------------------------------------------ kernel */
@@ -353,16 +325,6 @@ typedef struct kc_wf_io {
     kc_status status[KC_WF_MAX_PARTS];
 } kc_wf_io;
 
-/* Tile t's image and top-left output. */
-static void kc_wf_tile_at(const kc_wf_state *st, int64_t t, int64_t *img, int64_t *oy,
-                          int64_t *ox)
-{
-    *ox = (t % st->tiles_w) * 4;
-    int64_t rest = t / st->tiles_w;
-    *oy = (rest % st->tiles_h) * 4;
-    *img = rest / st->tiles_h;
-}
-
 /* Part k's share of the block's tiles, transformed into io->v. */
 static void kc_wf_inputs_job(void *arg, int k)
 {
@@ -370,16 +332,8 @@ static void kc_wf_inputs_job(void *arg, int k)
     const kc_wf_state *st = io->st;
     int64_t lo = io->n * k / st->n_parts, hi = io->n * (k + 1) / st->n_parts;
     for (int64_t b = lo; b < hi; b++) {
-        int64_t img, oy, ox;
-        kc_wf_tile_at(st, io->t0 + b, &img, &oy, &ox);
         const float *d[36];
-        for (int i = 0; i < 6; i++)
-            for (int j = 0; j < 6; j++) {
-                int64_t y = oy - st->pad_t + i, x = ox - st->pad_l + j;
-                d[i * 6 + j] = y >= 0 && y < st->h_in && x >= 0 && x < st->w_in
-                                   ? io->in + ((img * st->h_in + y) * st->w_in + x) * st->c
-                                   : NULL;
-            }
+        kc_wino2d_cells(&st->grid, 4, st->c, io->in, io->t0 + b, d);
         kc_wino2d_in_tile(st->bt, st->c, d, io->v + b * st->c, kc_wf_ld(io->n * st->c));
     }
 }
@@ -392,15 +346,9 @@ static void kc_wf_outputs(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
     int64_t width = 16 * nv, f0 = 16 * v0;
     int64_t f_all = st->f - f0 < width ? st->f - f0 : width;
     for (int64_t b = 0; b < io->n; b++) {
-        int64_t img, oy, ox;
-        kc_wf_tile_at(st, io->t0 + b, &img, &oy, &ox);
-        int vh = st->h_out - oy < 4 ? (int)(st->h_out - oy) : 4;
-        int vw = st->w_out - ox < 4 ? (int)(st->w_out - ox) : 4;
         float *y[16];
-        for (int p = 0; p < vh; p++)
-            for (int q = 0; q < vw; q++)
-                y[p * 4 + q] =
-                    io->out + ((img * st->h_out + oy + p) * st->w_out + ox + q) * st->f + f0;
+        int vh, vw;
+        kc_wino2d_dests(&st->grid, 4, st->f, io->out + f0, io->t0 + b, y, &vh, &vw);
         kc_wino2d_out_tile4(st->at, f_all, mt + b * width, kc_wf_ld(io->n * width),
                             io->bias ? io->bias + f0 : NULL, st->act, y, vh, vw);
     }
@@ -461,8 +409,8 @@ static kc_status kc_wf_execute(const kc_wf_state *st, const kc_exec_ctx *ctx)
                              (size_t)(36 * kc_wf_ld(st->block * st->c)) * sizeof(float));
     if (!io.v)
         return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
-    for (io.t0 = 0; io.t0 < st->tiles; io.t0 += st->block) {
-        io.n = st->tiles - io.t0 < st->block ? st->tiles - io.t0 : st->block;
+    for (io.t0 = 0; io.t0 < st->grid.tiles; io.t0 += st->block) {
+        io.n = st->grid.tiles - io.t0 < st->block ? st->grid.tiles - io.t0 : st->block;
         kc_parallel(st->n_parts, kc_wf_inputs_job, &io);
         kc_parallel(st->n_parts, kc_wf_vectors_job, &io);
         for (int k = 0; k < st->n_parts; k++)

@@ -1,9 +1,45 @@
-/* The 2-D F(4x4, 3x3) transforms of wino.c, shared with the kernel that
- * transforms its weights as it runs (wino_fly.c). Internal to kernels/. */
+/* The pieces of wino.c's 2-D Winograd shared with the kernel that
+ * transforms its weights as it runs (wino_fly.c): the eligibility checks,
+ * the tile grid, the F(4x4, 3x3) transforms. Internal to kernels/. */
 #ifndef KC_WINO_TX_H
 #define KC_WINO_TX_H
 
 #include <stdint.h>
+
+#include "base/tensor.h"
+#include "kernels/kernel.h"
+#include "ops/conv.h"
+
+/* A 2-D layer's images cut into tiles of m x m outputs (m a kernel's
+ * own, passed alongside): images, input and output sizes, the leading
+ * pad on both axes, tiles per axis and in all. */
+typedef struct kc_wino2d_grid {
+    int64_t n, h_in, w_in, h_out, w_out, pad, tiles_h, tiles_w, tiles;
+} kc_wino2d_grid;
+
+/* The grid of an r x r stride-1 layer from NHWC in to out (padding: 0
+ * "valid", 1 "same"); 0 when the shapes are not such a layer's. */
+int kc_wino2d_grid_init(kc_wino2d_grid *g, const kc_shape *in, const kc_shape *out, int r,
+                        int padding, int m);
+/* Tile t's 6x6 input cells d[i * 6 + j] in `in` (c channels), NULL where
+ * it reads padding. */
+void kc_wino2d_cells(const kc_wino2d_grid *g, int m, int64_t c, const float *in, int64_t t,
+                     const float **d);
+/* Tile t's output cells y[p * 4 + q] in `out` (rows of f floats), p < *vh,
+ * q < *vw (edge tiles may have fewer than m rows or columns). */
+void kc_wino2d_dests(const kc_wino2d_grid *g, int m, int64_t f, float *out, int64_t t, float **y,
+                     int *vh, int *vw);
+
+/* Whether environment variable `name` is "0". */
+int kc_wino_env_off(const char *name);
+/* What every Winograd kind asks of a layer first: a plain, ungrouped
+ * convolution with nothing fused into it, on NHWC data of its spatial
+ * rank. */
+int kc_wino_plain(const kc_exec_ctx *ctx, const kc_conv_attrs *a);
+
+/* An activation the output transforms apply: 0 linear, 1 relu, 2 relu6;
+ * 3 for any other (the caller applies it). */
+int kc_wino_act(const char *act);
 
 /* F(4x4, 3x3)'s transforms in float, at (4 x 6), bt (6 x 6), g (6 x 3),
  * row-major; 1 when their zeros are not where the unrolled loops skip
