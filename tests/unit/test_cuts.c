@@ -437,15 +437,42 @@ static int direct_parts(const kc_kernel_state *state)
     return direct * 100 + n;
 }
 
+/* Case c's layer on `threads` threads, its output (the residual first,
+ * when it sums one) checked against the plain path's; returns count_of
+ * of its state. note: what the failure message adds to c->what. */
+static int run_sum_case(const conv_case *c, int threads, int (*count_of)(const kc_kernel_state *),
+                        const char *note)
+{
+    conv_run r;
+    setup(c, &r);
+    float *want = plain_output(&r);
+    float *got = malloc((size_t)r.out_count * sizeof *got);
+    kc_threads_enter(threads);
+    const float *ins[1] = {r.x};
+    if (r.residual)
+        memcpy(got, r.residual, (size_t)r.out_count * sizeof *got);
+    int n = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0, count_of);
+    expect_close(got, want, r.out_count, 1e-4f * peak_of(want, r.out_count), "%s%s", c->what,
+                 note);
+    free(want);
+    free(got);
+    teardown(&r);
+    kc_threads_enter(0);
+    return n;
+}
+
 /* A fused residual sum on a 1x1 convolution of at most 64 input channels
  * takes oneDNN's older direct kernel from 1 MB of output a part, not
  * brgconv's (whose sum costs more there): ResNet50's conv2_block*_3 one
  * image at a time (a lane's image-major head) and in half-image parts
  * (batch 1 on 2 threads); not with 128 input channels under 8 MB, small
- * outputs, or no sum. Every variant equals the plain path. */
+ * outputs, or no sum. Every variant equals the plain path. With the sum
+ * inside oneDNN, that is: KC_ADD_AFTER=0 (these images are large enough
+ * for the add after the convolution, test_residual_add_after). */
 static void test_wide_sum_kernel(void **state)
 {
     (void)state;
+    setenv("KC_ADD_AFTER", "0", 1);
     static const struct {
         conv_case c;
         int threads, want;
@@ -464,27 +491,72 @@ static void test_wide_sum_kernel(void **state)
     if (!kc_dnnl_ready())
         skip();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        conv_run r;
-        setup(&cases[i].c, &r);
-        float *want = plain_output(&r);
-        float *got = malloc((size_t)r.out_count * sizeof *got);
-        kc_threads_enter(cases[i].threads);
-        const float *ins[1] = {r.x};
-        if (r.residual)
-            memcpy(got, r.residual, (size_t)r.out_count * sizeof *got);
-        int parts = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
-                                direct_parts);
+        int parts = run_sum_case(&cases[i].c, cases[i].threads, direct_parts, "");
         if (parts != cases[i].want)
             fail_msg("%s, %d threads: %d direct-kernel parts of %d, expected %d of %d",
                      cases[i].c.what, cases[i].threads, parts / 100, parts % 100,
                      cases[i].want / 100, cases[i].want % 100);
-        expect_close(got, want, r.out_count, 1e-4f * peak_of(want, r.out_count), "%s",
-                     cases[i].c.what);
-        free(want);
-        free(got);
-        teardown(&r);
     }
+    unsetenv("KC_ADD_AFTER");
     kc_threads_enter(0);
+}
+
+/* A residual sum whose part writes 1 MB or more, 256 KB or more an image,
+ * runs after the convolution (kc_residual_add), one image at a time
+ * through a per-thread buffer: ResNet50's expansions into its residuals,
+ * whole, in
+ * half-image parts (batch 1 on 2 threads), several images a part (a lane
+ * of batch 8: a part once fell back to one primitive over its images
+ * while still adding a single image's buffer, and images 2..n came out
+ * wrong) and an image a part; relu, relu6 and linear; a 3x3 kernel too.
+ * Not under 1 MB a part (one 14x14 image of 1024 channels) or 256 KB an
+ * image (7x7 ones), with an activation the pass does not apply,
+ * without a sum, or with KC_ADD_AFTER=0. Every variant equals the plain
+ * path. */
+static void test_residual_add_after(void **state)
+{
+    (void)state;
+    static const struct {
+        conv_case c;
+        int threads, want;
+    } cases[] = {
+        {{"1x1 64 -> 256 + sum, one 56x56 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 56, 56, 64, 256,
+          1, 1, 1, 1, 0, 1, "relu"}, 1, 1},
+        {{"1x1 64 -> 256 + sum, one 56x56 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 56, 56, 64, 256,
+          1, 1, 1, 1, 0, 1, "relu"}, 2, 2},
+        {{"1x1 128 -> 512 + sum, four 28x28 images", "Conv2D", KC_CONV_PLAIN, 2, 4, 28, 28, 128,
+          512, 1, 1, 1, 1, 0, 1, "relu6"}, 1, 1},
+        {{"1x1 128 -> 512 + sum, four 28x28 images", "Conv2D", KC_CONV_PLAIN, 2, 4, 28, 28, 128,
+          512, 1, 1, 1, 1, 0, 1, "relu6"}, 2, 2},
+        {{"1x1 128 -> 512 + sum, three 28x28 images", "Conv2D", KC_CONV_PLAIN, 2, 3, 28, 28, 128,
+          512, 1, 1, 1, 1, 0, 1, "linear"}, 3, 3},
+        {{"3x3 64 -> 64 + sum, two 56x56 images", "Conv2D", KC_CONV_PLAIN, 2, 2, 56, 56, 64, 64, 3,
+          1, 1, 1, 0, 1, "relu"}, 1, 1},
+        {{"1x1 256 -> 1024 + sum, four 14x14 images", "Conv2D", KC_CONV_PLAIN, 2, 4, 14, 14, 256,
+          1024, 1, 1, 1, 1, 0, 1, "relu", 1}, 1, 1},
+        {{"1x1 256 -> 1024 + sum, one 14x14 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 14, 14, 256,
+          1024, 1, 1, 1, 1, 0, 1, "relu", 1}, 2, 0},
+        {{"1x1 256 -> 1024 + sum, eight 7x7 images", "Conv2D", KC_CONV_PLAIN, 2, 8, 7, 7, 256,
+          1024, 1, 1, 1, 1, 0, 1, "relu", 1}, 1, 0},
+        {{"1x1 64 -> 256 + sum, sigmoid, one 56x56 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 56, 56,
+          64, 256, 1, 1, 1, 1, 0, 1, "sigmoid"}, 1, 0},
+        {{"1x1 64 -> 256, no sum, one 56x56 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 56, 56, 64,
+          256, 1, 1, 1, 1, 0, 0, "relu"}, 1, 0},
+    };
+    if (!kc_dnnl_ready())
+        skip();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int off = 0; off < 2; off++) {
+            if (off)
+                setenv("KC_ADD_AFTER", "0", 1);
+            const char *note = off ? ", KC_ADD_AFTER=0" : "";
+            int n = run_sum_case(&cases[i].c, cases[i].threads, kc_dnnl_conv_add_after_parts,
+                                 note);
+            unsetenv("KC_ADD_AFTER");
+            if (n != (off ? 0 : cases[i].want))
+                fail_msg("%s, %d threads%s: %d parts add after, expected %d", cases[i].c.what,
+                         cases[i].threads, note, n, off ? 0 : cases[i].want);
+        }
 }
 
 static void test_conv1d_cuts(void **state)
@@ -1902,6 +1974,7 @@ int main(void)
         cmocka_unit_test(test_conv2d_cuts),
         cmocka_unit_test(test_winograd_map_size),
         cmocka_unit_test(test_wide_sum_kernel),
+        cmocka_unit_test(test_residual_add_after),
         cmocka_unit_test(test_conv1d_cuts),
         cmocka_unit_test(test_wino_transforms),
         cmocka_unit_test(test_wino1d_layers),
