@@ -5,6 +5,7 @@
  * node's state; a shape change rebuilds it. */
 #include "kernels/dnnl_conv.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,6 +57,12 @@ typedef struct kc_dnnl_conv_part {
      * and activation post-ops; each image's output goes to a per-thread
      * buffer, then kc_residual_add adds it into dst with add_act. */
     int add_after, add_act;
+    /* gather (kc_dnnl_gather_wanted): built for one image of the
+     * subsampled input, which each run first copies into a per-thread
+     * buffer: rows and columns gather_h x gather_w of `channels`, taken
+     * every stride_h rows and stride_w columns of rows src_w wide. */
+    int gather;
+    int64_t gather_h, gather_w, channels, stride_h, stride_w, src_w;
 } kc_dnnl_conv_part;
 
 typedef struct kc_dnnl_conv_state {
@@ -614,6 +621,57 @@ static int kc_dnnl_add_after(const kc_conv_attrs *a, const kc_dnnl_window *g)
            image_bytes * g->dst[0] >= KC_DNNL_ADD_AFTER_BYTES;
 }
 
+/* A strided 1x1 convolution run as a stride-1 one on its input
+ * subsampled first (kc_dnnl_gather): 2-D, unpadded, 512 input channels
+ * or more and at least twice as many outputs. oneDNN 2.6's strided
+ * brgconv_1x1 is slow on some such shapes. Standalone: 512 -> 1024 from
+ * 28x28 (ResNet50's conv4_block1_0) four images on one thread 7.3 -> 4.65
+ * ms, one image on two threads 0.83 -> 0.65; 512 -> 2048 15.4 -> 9.6;
+ * 1024 -> 2048 from 14x14 level. Narrower layers gained less or lost
+ * (256 -> 512 from 56x56: -4% on one thread, +15% on two; 256 -> 128:
+ * +10%) and keep the strided kernel. KC_GATHER=0: never. */
+#define KC_DNNL_GATHER_MIN_CHANNELS 512
+static int kc_dnnl_gather_wanted(const kc_conv_attrs *a, const kc_dnnl_window *g)
+{
+    const char *env = getenv("KC_GATHER");
+    if ((env && !strcmp(env, "0")) || g->sp != 2 || a->kind != KC_CONV_PLAIN ||
+        a->groups != 1 || a->post_dw || a->pre_pool)
+        return 0;
+    for (int i = 0; i < 2; i++)
+        if (a->kernel[i] != 1 || g->pad_l[i] || g->pad_r[i])
+            return 0;
+    return (g->strides[0] > 1 || g->strides[1] > 1) &&
+           g->src[1] >= KC_DNNL_GATHER_MIN_CHANNELS && g->dst[1] >= 2 * g->src[1];
+}
+
+/* The part's one-image window `one` turned into the stride-1 window over
+ * its subsampled input; pt records how to subsample. */
+static void kc_dnnl_gather_window(kc_dnnl_conv_part *pt, kc_dnnl_window *one)
+{
+    pt->gather_h = one->dst[2];
+    pt->gather_w = one->dst[3];
+    pt->channels = one->src[1];
+    pt->stride_h = one->strides[0];
+    pt->stride_w = one->strides[1];
+    pt->src_w = one->src[3];
+    for (int i = 0; i < 2; i++) {
+        one->src[2 + i] = one->dst[2 + i];
+        one->strides[i] = 1;
+    }
+    one->extent0 = 1;
+}
+
+/* One image's subsampled input (kc_dnnl_gather_window) from src into to. */
+static void kc_dnnl_gather(const kc_dnnl_conv_part *pt, const float *src, float *to)
+{
+    size_t row = (size_t)pt->channels * sizeof(float);
+    for (int64_t y = 0; y < pt->gather_h; y++) {
+        const float *from = src + y * pt->stride_h * pt->src_w * pt->channels;
+        for (int64_t x = 0; x < pt->gather_w; x++, to += pt->channels)
+            memcpy(to, from + x * pt->stride_w * pt->channels, row);
+    }
+}
+
 /* The first of the first 8 implementations oneDNN offers for desc whose
  * name starts with `impl`, or NULL. */
 static dnnl_primitive_desc_t kc_dnnl_pd_named(const dnnl_convolution_desc_t *desc,
@@ -807,8 +865,12 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
     const kc_dnnl_window *part = g;
     kc_dnnl_window one;
     pt->add_after = kc_dnnl_add_after(a, g);
-    if ((g->src[0] > 1 && kc_dnnl_wino_eligible(ctx, a, groups, st)) || pt->add_after)
+    pt->gather = kc_dnnl_gather_wanted(a, g);
+    if ((g->src[0] > 1 && kc_dnnl_wino_eligible(ctx, a, groups, st)) || pt->add_after ||
+        pt->gather)
         g = kc_dnnl_one_image(part, pt, &one);
+    if (pt->gather)
+        kc_dnnl_gather_window(pt, &one);
     KC_TRY(kc_dnnl_descs(g, groups, a->kernel, st, pt));
     /* Weights in whatever blocked layout the fastest implementation
      * wants ("any"), reordered once below; activations stay NHWC. */
@@ -839,7 +901,7 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
         dnnl_primitive_desc_destroy(pd);
         pd = NULL;
     }
-    if (!pd && g != part && !pt->add_after) { /* no Winograd after all: direct, whole part */
+    if (!pd && g != part && !pt->add_after && !pt->gather) { /* direct, on the whole part */
         g = part;
         pt->images = 0;
         kc_status ds = kc_dnnl_descs(g, groups, a->kernel, st, pt);
@@ -1029,6 +1091,14 @@ static kc_status kc_dnnl_execute_once(kc_dnnl_conv_part *pt, int lane, const kc_
     /* by thread, not part: a thread runs its parts one after another; a
      * batch lane has a spare range (and arena) of its own */
     int slot = kc_batch_lane() > 0 ? 0 : kc_thread_index();
+    if (pt->gather) {
+        size_t bytes = (size_t)(pt->gather_h * pt->gather_w * pt->channels) * sizeof(float);
+        float *sub = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, bytes);
+        if (!sub)
+            return kc_fail(KC_ERR_NOMEM, "out of memory for a strided convolution's buffer");
+        kc_dnnl_gather(pt, src, sub);
+        src = sub;
+    }
     if (pt->add_after) {
         size_t bytes = pt->dst_image * sizeof(float);
         char *spare = kc_dnnl_lane_spare(io->spare, io->spare_bytes, slot, bytes);
@@ -1196,15 +1266,26 @@ int kc_dnnl_conv_wino_f4_parts(const kc_kernel_state *state)
     return kc_dnnl_count_wino(state, 1);
 }
 
-int kc_dnnl_conv_add_after_parts(const kc_kernel_state *state)
+/* Parts of state with the flag at byte offset `flag` of their part set. */
+static int kc_dnnl_count_flag(const kc_kernel_state *state, size_t flag)
 {
     if (!state || state->free != kc_dnnl_conv_free)
         return 0;
     const kc_dnnl_conv_state *st = (const kc_dnnl_conv_state *)state;
     int n = 0;
     for (int k = 0; k < st->n_parts; k++)
-        n += st->part[k].add_after;
+        n += *(const int *)((const char *)&st->part[k] + flag) != 0;
     return n;
+}
+
+int kc_dnnl_conv_add_after_parts(const kc_kernel_state *state)
+{
+    return kc_dnnl_count_flag(state, offsetof(kc_dnnl_conv_part, add_after));
+}
+
+int kc_dnnl_conv_gather_parts(const kc_kernel_state *state)
+{
+    return kc_dnnl_count_flag(state, offsetof(kc_dnnl_conv_part, gather));
 }
 
 int kc_dnnl_conv_pool_fusable(const kc_conv_attrs *a, const kc_layer *pool, const kc_shape *in)

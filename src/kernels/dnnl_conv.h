@@ -21,6 +21,8 @@ int kc_dnnl_conv_wino_f4_parts(const kc_kernel_state *state);
 /* How many of its parts add a residual after the convolution
  * (kc_residual_add) rather than in oneDNN's sum post-op. */
 int kc_dnnl_conv_add_after_parts(const kc_kernel_state *state);
+/* How many run on their input subsampled first (a strided 1x1). */
+int kc_dnnl_conv_gather_parts(const kc_kernel_state *state);
 
 /* The oneDNN implementation part `part` of that state runs (its name, as
  * ONEDNN_VERBOSE prints it: "brgconv_1x1:avx512_core", "jit:avx512_core"),

@@ -559,6 +559,49 @@ static void test_residual_add_after(void **state)
         }
 }
 
+/* A strided 1x1 convolution of 512 input channels or more and at least
+ * twice as many outputs runs on its input subsampled first (ResNet50's
+ * conv4_block1_0 and conv5_block1_0): whole, in row parts (one image on
+ * 2 threads), several images a part; odd sizes (the last row and column
+ * read); not narrower, not with fewer outputs, not 3x3, not with
+ * KC_GATHER=0. Every variant equals the plain path. */
+static void test_strided_gather(void **state)
+{
+    (void)state;
+    static const struct {
+        conv_case c;
+        int threads, want;
+    } cases[] = {
+        {{"1x1/2 512 -> 1024, one 28x28 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 512, 1024,
+          1, 2, 1, 0, 0, 0, "relu", 1}, 1, 1},
+        {{"1x1/2 512 -> 1024, one 28x28 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 512, 1024,
+          1, 2, 1, 0, 0, 0, "linear"}, 2, 2},
+        {{"1x1/2 512 -> 1024, four 15x15 images", "Conv2D", KC_CONV_PLAIN, 2, 4, 15, 15, 512, 1024,
+          1, 2, 1, 1, 0, 0, "relu", 1}, 2, 2},
+        {{"1x1/3 512 -> 1024 + sum, two 9x9 images", "Conv2D", KC_CONV_PLAIN, 2, 2, 9, 9, 512, 1024,
+          1, 3, 1, 0, 0, 1, "relu", 1}, 1, 1},
+        {{"1x1/2 256 -> 1024, one 28x28 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 256, 1024,
+          1, 2, 1, 0, 0, 0, "relu", 1}, 1, 0},
+        {{"1x1/2 512 -> 512, one 28x28 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 512, 512,
+          1, 2, 1, 0, 0, 0, "relu", 1}, 1, 0},
+        {{"3x3/2 512 -> 1024, one 14x14 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 14, 14, 512, 1024,
+          3, 2, 1, 1, 0, 0, "relu", 1}, 1, 0},
+    };
+    if (!kc_dnnl_ready())
+        skip();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int off = 0; off < 2; off++) {
+            if (off)
+                setenv("KC_GATHER", "0", 1);
+            const char *note = off ? ", KC_GATHER=0" : "";
+            int n = run_sum_case(&cases[i].c, cases[i].threads, kc_dnnl_conv_gather_parts, note);
+            unsetenv("KC_GATHER");
+            if (n != (off ? 0 : cases[i].want))
+                fail_msg("%s, %d threads%s: %d parts gather, expected %d", cases[i].c.what,
+                         cases[i].threads, note, n, off ? 0 : cases[i].want);
+        }
+}
+
 static void test_conv1d_cuts(void **state)
 {
     (void)state;
@@ -1975,6 +2018,7 @@ int main(void)
         cmocka_unit_test(test_winograd_map_size),
         cmocka_unit_test(test_wide_sum_kernel),
         cmocka_unit_test(test_residual_add_after),
+        cmocka_unit_test(test_strided_gather),
         cmocka_unit_test(test_conv1d_cuts),
         cmocka_unit_test(test_wino_transforms),
         cmocka_unit_test(test_wino1d_layers),
