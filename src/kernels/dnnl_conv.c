@@ -302,9 +302,8 @@ static int kc_dnnl_wino_forced(void)
 static int kc_dnnl_wino_eligible(const kc_exec_ctx *ctx, const kc_conv_attrs *a, int64_t groups,
                                  const kc_dnnl_conv_state *st)
 {
-    const char *env = getenv("KC_WINOGRAD");
     const kc_shape *in = &ctx->in_shape[0];
-    if (ctx->exact || st->w_plain || a->accumulate || (env && !strcmp(env, "0")))
+    if (ctx->exact || st->w_plain || a->accumulate || kc_wino_env_off("KC_WINOGRAD"))
         return 0;
     /* Few channels: the tile transforms and the reorders around them cost
      * more than the multiplications saved. InceptionV3's 32 -> 32 and
@@ -528,10 +527,9 @@ static dnnl_primitive_desc_t kc_dnnl_wino_pick(const kc_exec_ctx *ctx, kc_dnnl_c
     static const char *const f4_impl = "jit_wino_4x3", *const f2_impl = "jit_fp32_wino_2x3";
     const char *impls[3]; /* in order; NULL: oneDNN's first choice */
     int n = 0;
-    const char *env = getenv("KC_WINOGRAD_F4");
     if (k > 0) /* the first part decided for the layer (kc_dnnl_wino_pay): its kernel */
         impls[n++] = st->part[0].wino_f4 ? f4_impl : f2_impl;
-    else if (env && !strcmp(env, "0"))
+    else if (kc_wino_env_off("KC_WINOGRAD_F4"))
         impls[n++] = f2_impl;
     else {
         if (kc_dnnl_wino_f4_wanted(pt, g)) {
@@ -613,10 +611,7 @@ static int kc_dnnl_add_after(const kc_conv_attrs *a, const kc_dnnl_window *g)
     int64_t image_bytes = 4 * g->dst[1];
     for (int i = 0; i < g->sp; i++)
         image_bytes *= g->dst[2 + i];
-    const char *env = getenv("KC_ADD_AFTER");
-    if (env && !strcmp(env, "0"))
-        return 0;
-    return a->accumulate && !a->post_dw && !a->pre_pool && kc_wino_act(a->activation) != 3 &&
+    return !kc_wino_env_off("KC_ADD_AFTER") && a->accumulate && !a->post_dw && !a->pre_pool && kc_wino_act(a->activation) != 3 &&
            image_bytes >= KC_DNNL_ADD_AFTER_IMAGE &&
            image_bytes * g->dst[0] >= KC_DNNL_ADD_AFTER_BYTES;
 }
@@ -633,8 +628,7 @@ static int kc_dnnl_add_after(const kc_conv_attrs *a, const kc_dnnl_window *g)
 #define KC_DNNL_GATHER_MIN_CHANNELS 512
 static int kc_dnnl_gather_wanted(const kc_conv_attrs *a, const kc_dnnl_window *g)
 {
-    const char *env = getenv("KC_GATHER");
-    if ((env && !strcmp(env, "0")) || g->sp != 2 || a->kind != KC_CONV_PLAIN ||
+    if (kc_wino_env_off("KC_GATHER") || g->sp != 2 || a->kind != KC_CONV_PLAIN ||
         a->groups != 1 || a->post_dw || a->pre_pool)
         return 0;
     for (int i = 0; i < 2; i++)
@@ -866,8 +860,9 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
     kc_dnnl_window one;
     pt->add_after = kc_dnnl_add_after(a, g);
     pt->gather = kc_dnnl_gather_wanted(a, g);
-    if ((g->src[0] > 1 && kc_dnnl_wino_eligible(ctx, a, groups, st)) || pt->add_after ||
-        pt->gather)
+    /* never with add_after (Winograd takes no sum) or gather (nor 1x1) */
+    int wino_one = g->src[0] > 1 && kc_dnnl_wino_eligible(ctx, a, groups, st);
+    if (wino_one || pt->add_after || pt->gather)
         g = kc_dnnl_one_image(part, pt, &one);
     if (pt->gather)
         kc_dnnl_gather_window(pt, &one);
@@ -881,10 +876,9 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
         w_any.format_kind = dnnl_format_kind_any;
     dnnl_convolution_desc_t desc;
     dnnl_primitive_desc_t pd = NULL;
-    dnnl_primitive_attr_t attr =
-        pt->add_after ? kc_dnnl_post_ops_attr(NULL, 0, NULL, NULL, &st->act_fused)
-                      : kc_dnnl_post_ops_attr(a->activation, a->accumulate, NULL, NULL,
-                                              &st->act_fused);
+    int sum = a->accumulate && !pt->add_after; /* oneDNN's sum post-op */
+    dnnl_primitive_attr_t attr = kc_dnnl_post_ops_attr(pt->add_after ? NULL : a->activation, sum,
+                                                        NULL, NULL, &st->act_fused);
     if (!attr)
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN rejected the convolution's post-ops");
     if (pt->add_after) { /* kc_residual_add applies it */
@@ -901,7 +895,7 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
         dnnl_primitive_desc_destroy(pd);
         pd = NULL;
     }
-    if (!pd && g != part && !pt->add_after && !pt->gather) { /* direct, on the whole part */
+    if (!pd && wino_one) { /* no Winograd after all: direct, on the whole part */
         g = part;
         pt->images = 0;
         kc_status ds = kc_dnnl_descs(g, groups, a->kernel, st, pt);
@@ -914,9 +908,7 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
                     &desc, dnnl_forward_inference, dnnl_convolution_direct, &pt->src_md, &w_any,
                     st->has_bias ? &st->b_md : NULL, &pt->dst_md, g->strides, g->dilates,
                     g->pad_l, g->pad_r) != dnnl_success ||
-                !(pd = kc_dnnl_conv_pd(&desc, attr,
-                                       kc_dnnl_preferred_impl(a, g, a->accumulate &&
-                                                                        !pt->add_after))))) {
+                !(pd = kc_dnnl_conv_pd(&desc, attr, kc_dnnl_preferred_impl(a, g, sum))))) {
         dnnl_primitive_attr_destroy(attr);
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN has no convolution for this configuration");
     }
@@ -1235,19 +1227,22 @@ int kc_dnnl_conv_parts(const kc_kernel_state *state)
     return ((const kc_dnnl_conv_state *)state)->n_parts;
 }
 
-/* Parts running Winograd (f4: with the F(4x4) kernel). */
-static int kc_dnnl_count_wino(const kc_kernel_state *state, int f4)
+/* Parts of state with the flag at byte offset `flag` of their part set. */
+static int kc_dnnl_count_flag(const kc_kernel_state *state, size_t flag)
 {
     if (!state || state->free != kc_dnnl_conv_free)
         return 0;
     const kc_dnnl_conv_state *st = (const kc_dnnl_conv_state *)state;
     int n = 0;
     for (int k = 0; k < st->n_parts; k++)
-        n += f4 ? st->part[k].wino_f4 : st->part[k].wino;
+        n += *(const int *)((const char *)&st->part[k] + flag) != 0;
     return n;
 }
 
-int kc_dnnl_conv_wino_parts(const kc_kernel_state *state) { return kc_dnnl_count_wino(state, 0); }
+int kc_dnnl_conv_wino_parts(const kc_kernel_state *state)
+{
+    return kc_dnnl_count_flag(state, offsetof(kc_dnnl_conv_part, wino));
+}
 
 const char *kc_dnnl_conv_impl(const kc_kernel_state *state, int part)
 {
@@ -1263,19 +1258,7 @@ const char *kc_dnnl_conv_impl(const kc_kernel_state *state, int part)
 
 int kc_dnnl_conv_wino_f4_parts(const kc_kernel_state *state)
 {
-    return kc_dnnl_count_wino(state, 1);
-}
-
-/* Parts of state with the flag at byte offset `flag` of their part set. */
-static int kc_dnnl_count_flag(const kc_kernel_state *state, size_t flag)
-{
-    if (!state || state->free != kc_dnnl_conv_free)
-        return 0;
-    const kc_dnnl_conv_state *st = (const kc_dnnl_conv_state *)state;
-    int n = 0;
-    for (int k = 0; k < st->n_parts; k++)
-        n += *(const int *)((const char *)&st->part[k] + flag) != 0;
-    return n;
+    return kc_dnnl_count_flag(state, offsetof(kc_dnnl_conv_part, wino_f4));
 }
 
 int kc_dnnl_conv_add_after_parts(const kc_kernel_state *state)

@@ -191,6 +191,18 @@ static void kc_wf_plan(kc_wf_state *st)
  * first along the kernel's rows, then its columns. Inlined with i a
  * constant, the taps g's zeros skip are neither loaded nor multiplied
  * (the six rows take 126 multiply-adds in all). */
+/* sum over taps k of g[row][k] x[k], skipping g's zeros (kc_wino2d_g_nz). */
+__attribute__((target("avx512f"), always_inline)) static inline __m512
+kc_wf_g_row(const float *g, int row, const __m512 *x)
+{
+    __m512 acc = _mm512_setzero_ps();
+    #pragma GCC unroll 3
+    for (int k = 0; k < 3; k++)
+        if (kc_wino2d_g_nz(row, k))
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(g[row * 3 + k]), x[k], acc);
+    return acc;
+}
+
 __attribute__((target("avx512f"), always_inline)) static inline void
 kc_wf_kernel_row(const kc_wf_state *st, const float *g, int64_t v, int64_t ci, int i, float *u,
                  int64_t ldu)
@@ -199,23 +211,15 @@ kc_wf_kernel_row(const kc_wf_state *st, const float *g, int64_t v, int64_t ci, i
     __m512 t[3]; /* t[kx] = sum_ky g[i][ky] w[ky][kx] */
     #pragma GCC unroll 3
     for (int kx = 0; kx < 3; kx++) {
-        __m512 acc = _mm512_setzero_ps();
+        __m512 col[3]; /* loads g's zeros skip are dead, and dropped */
         #pragma GCC unroll 3
         for (int ky = 0; ky < 3; ky++)
-            if (kc_wino2d_g_nz(i, ky))
-                acc = _mm512_fmadd_ps(_mm512_set1_ps(g[i * 3 + ky]),
-                                      _mm512_loadu_ps(src + (ky * 3 + kx) * 16), acc);
-        t[kx] = acc;
+            col[ky] = _mm512_loadu_ps(src + (ky * 3 + kx) * 16);
+        t[kx] = kc_wf_g_row(g, i, col);
     }
     #pragma GCC unroll 6
-    for (int j = 0; j < 6; j++) {
-        __m512 acc = _mm512_setzero_ps();
-        #pragma GCC unroll 3
-        for (int kx = 0; kx < 3; kx++)
-            if (kc_wino2d_g_nz(j, kx))
-                acc = _mm512_fmadd_ps(_mm512_set1_ps(g[j * 3 + kx]), t[kx], acc);
-        _mm512_storeu_ps(u + j * ldu, acc);
-    }
+    for (int j = 0; j < 6; j++)
+        _mm512_storeu_ps(u + j * ldu, kc_wf_g_row(g, j, t));
 }
 
 /* Input channel ci's taps for output vector v, fetched into L1 ahead of
