@@ -348,30 +348,31 @@ static void kc_w1_free(kc_kernel_state *s)
     free(st);
 }
 
-/* The 2-D transforms' zeros (points 0, 1, -1, 2, -2 and infinity):
- * bt's first row reads inputs 0, 2 and 4, its last 1, 3 and 5, the others
- * 1 to 4; at's first row reads products 0 to 4, its last (row m - 1) 1 to
- * 5, the others 1 to 4. Constants where the transforms are inlined, so the
- * unrolled loops skip the zero terms: 22 of bt's 36 and 18 of at's 24
- * (m = 4) multiply-adds remain, the same sums in the same order
- * (kc_w2_zeros_ok checks the zeros are there). */
-static inline int kc_w2_bt_nz(int xi, int j)
+/* The 2-D transforms' zeros (points 0, 1, -1, 2, -2 and infinity for
+ * alpha = 6; 0, 1, -1 and infinity for alpha = 4): bt's first row reads
+ * the even inputs, its last the odd ones, the others 1 to alpha - 2;
+ * at's first row reads products 0 to alpha - 2, its last (row m - 1) 1 to
+ * alpha - 1, the others 1 to alpha - 2. Constants where the transforms
+ * are inlined, so the unrolled loops skip the zero terms: 22 of bt's 36
+ * and 18 of at's 24 (m = 4) multiply-adds remain, the same sums in the
+ * same order (kc_w2_zeros_ok checks the zeros are there). */
+static inline int kc_w2_bt_nz(int alpha, int xi, int j)
 {
-    return xi == 0 ? j % 2 == 0 && j < 6 : xi == 5 ? j % 2 == 1 : j >= 1 && j <= 4;
+    return xi == 0 ? j % 2 == 0 : xi == alpha - 1 ? j % 2 == 1 : j >= 1 && j <= alpha - 2;
 }
 
-static inline int kc_w2_at_nz(int q, int m, int eta)
+static inline int kc_w2_at_nz(int q, int m, int alpha, int eta)
 {
-    return q == 0 ? eta <= 4 : q == m - 1 ? eta >= 1 : eta >= 1 && eta <= 4;
+    return q == 0 ? eta <= alpha - 2 : q == m - 1 ? eta >= 1 : eta >= 1 && eta <= alpha - 2;
 }
 
-/* Whether the 2-D transforms' zeros (at: m x 6, bt: 6 x 6) are where
- * the unrolled loops skip them. */
-static int kc_w2_zeros_ok(const float *at, const float *bt, int m)
+/* Whether the 2-D transforms' zeros (at: m x alpha, bt: alpha x alpha)
+ * are where the unrolled loops skip them. */
+static int kc_w2_zeros_ok(const float *at, const float *bt, int m, int alpha)
 {
-    for (int i = 0; i < 36; i++)
-        if ((bt[i] != 0.0f) != kc_w2_bt_nz(i / 6, i % 6) ||
-            (i < m * 6 && (at[i] != 0.0f) != kc_w2_at_nz(i / 6, m, i % 6)))
+    for (int i = 0; i < alpha * alpha; i++)
+        if ((bt[i] != 0.0f) != kc_w2_bt_nz(alpha, i / alpha, i % alpha) ||
+            (i < m * alpha && (at[i] != 0.0f) != kc_w2_at_nz(i / alpha, m, alpha, i % alpha)))
             return 0;
     return 1;
 }
@@ -387,25 +388,26 @@ static int kc_w1_set_transforms(kc_w1_state *st, double *g)
         st->at[i] = (float)at[i];
     for (int i = 0; i < st->alpha * st->alpha; i++)
         st->bt[i] = (float)bt[i];
-    return st->dims == 2 && !kc_w2_zeros_ok(st->at, st->bt, st->m);
+    return st->dims == 2 && !kc_w2_zeros_ok(st->at, st->bt, st->m, st->alpha);
 }
 
-int kc_wino2d_f43(float *at, float *bt, float *g)
+int kc_wino2d_f3(int m, float *at, float *bt, float *g)
 {
     double at_d[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA], bt_d[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA],
         g_d[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA];
-    if (kc_wino_transforms(4, 3, at_d, g_d, bt_d))
+    int alpha = m + 2;
+    if ((m != 2 && m != 4) || kc_wino_transforms(m, 3, at_d, g_d, bt_d))
         return 1;
-    for (int i = 0; i < 36; i++)
+    for (int i = 0; i < alpha * alpha; i++)
         bt[i] = (float)bt_d[i];
-    for (int i = 0; i < 24; i++)
+    for (int i = 0; i < m * alpha; i++)
         at[i] = (float)at_d[i];
-    for (int i = 0; i < 18; i++) {
+    for (int i = 0; i < alpha * 3; i++) {
         g[i] = (float)g_d[i];
-        if ((g[i] != 0.0f) != kc_wino2d_g_nz(i / 3, i % 3))
+        if ((g[i] != 0.0f) != kc_wino2d_g_nz(alpha, i / 3, i % 3))
             return 1;
     }
-    return !kc_w2_zeros_ok(at, bt, 4);
+    return !kc_w2_zeros_ok(at, bt, m, alpha);
 }
 
 /* The batched product for blocks of st->block tiles: [alpha, block, C] x
@@ -681,70 +683,85 @@ static int kc_w1_dests(const kc_w1_state *st, float *out, int64_t t, float **y)
         }                                                                                          \
     } while (0)
 
-/* 2-D, F(4x4, 3x3) and F(2x2, 5x5): one tile's input transform, bt · d ·
- * bt' over its 6x6 inputs (d row-major, NULL where padding), into the 36
- * rows v[(xi * 6 + eta) * ldv + c]; rows first, then columns. */
-__attribute__((target("avx512f"))) void
-kc_wino2d_in_tile(const float *bt, int64_t c_all, const float *const *d, float *v, int64_t ldv)
+/* 2-D: one tile's input transform, bt · d · bt' over its alpha x alpha
+ * inputs (d row-major, NULL where padding), into the alpha^2 rows
+ * v[(xi * alpha + eta) * ldv + c]; rows first, then columns. alpha a
+ * constant where inlined (kc_wino2d_in_tile). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+kc_w2_in_a(const float *bt, int64_t c_all, const float *const *d, float *v, int64_t ldv,
+           int alpha)
 {
     for (int64_t c = 0; c < c_all; c += 16) {
         __mmask16 mask = kc_w1_lanes(c, c_all);
         __m512 t[6][6]; /* t[i][eta] = sum_j bt[eta][j] d[i][j] */
         #pragma GCC unroll 6
-        for (int i = 0; i < 6; i++) {
+        for (int i = 0; i < alpha; i++) {
             __m512 x[6];
             #pragma GCC unroll 6
-            for (int j = 0; j < 6; j++)
-                x[j] = d[i * 6 + j] ? _mm512_maskz_loadu_ps(mask, d[i * 6 + j] + c)
-                                    : _mm512_setzero_ps();
+            for (int j = 0; j < alpha; j++)
+                x[j] = d[i * alpha + j] ? _mm512_maskz_loadu_ps(mask, d[i * alpha + j] + c)
+                                        : _mm512_setzero_ps();
             #pragma GCC unroll 6
-            for (int eta = 0; eta < 6; eta++) {
+            for (int eta = 0; eta < alpha; eta++) {
                 __m512 acc = _mm512_setzero_ps();
                 int first = 1;
                 #pragma GCC unroll 6
-                for (int j = 0; j < 6; j++)
-                    KC_W2_TERM(kc_w2_bt_nz(eta, j), first, acc, bt[eta * 6 + j], x[j]);
+                for (int j = 0; j < alpha; j++)
+                    KC_W2_TERM(kc_w2_bt_nz(alpha, eta, j), first, acc, bt[eta * alpha + j], x[j]);
                 t[i][eta] = acc;
             }
         }
         #pragma GCC unroll 6
-        for (int xi = 0; xi < 6; xi++)
+        for (int xi = 0; xi < alpha; xi++)
             #pragma GCC unroll 6
-            for (int eta = 0; eta < 6; eta++) {
+            for (int eta = 0; eta < alpha; eta++) {
                 __m512 acc = _mm512_setzero_ps();
                 int first = 1;
                 #pragma GCC unroll 6
-                for (int i = 0; i < 6; i++)
-                    KC_W2_TERM(kc_w2_bt_nz(xi, i), first, acc, bt[xi * 6 + i], t[i][eta]);
-                _mm512_mask_storeu_ps(v + (xi * 6 + eta) * ldv + c, mask, acc);
+                for (int i = 0; i < alpha; i++)
+                    KC_W2_TERM(kc_w2_bt_nz(alpha, xi, i), first, acc, bt[xi * alpha + i],
+                               t[i][eta]);
+                _mm512_mask_storeu_ps(v + (xi * alpha + eta) * ldv + c, mask, acc);
             }
     }
 }
 
-/* 2-D: one tile's output transform, at · M · at' (at: m x 6), into its
- * outputs y[p * 4 + q] for p < valid_h, q < valid_w (both <= m), with the
- * bias and the activation; m a constant where inlined (kc_w2_out_tile). */
+__attribute__((target("avx512f"))) void
+kc_wino2d_in_tile(int alpha, const float *bt, int64_t c_all, const float *const *d, float *v,
+                  int64_t ldv)
+{
+    if (alpha == 6)
+        kc_w2_in_a(bt, c_all, d, v, ldv, 6);
+    else
+        kc_w2_in_a(bt, c_all, d, v, ldv, 4);
+}
+
+/* 2-D: one tile's output transform, at · M · at' (at: m x alpha), into
+ * its outputs y[p * 4 + q] for p < valid_h, q < valid_w (both <= m), with
+ * the bias and the activation; m and alpha constants where inlined
+ * (kc_w2_out_tile, kc_wino2d_out_tile). */
 __attribute__((target("avx512f"), always_inline)) static inline void
 kc_w2_out_m(const float *at, int64_t f_all, const float *mt, int64_t ldm, const float *bias,
-            int act, float *const *y, int valid_h, int valid_w, int m)
+            int act, float *const *y, int valid_h, int valid_w, int m, int alpha)
 {
     __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
     for (int64_t f = 0; f < f_all; f += 16) {
         __mmask16 mask = kc_w1_lanes(f, f_all);
         __m512 s[6][4]; /* s[xi][q] = sum_eta M[xi][eta] at[q][eta] */
 #pragma GCC unroll 6
-        for (int xi = 0; xi < 6; xi++) {
+        for (int xi = 0; xi < alpha; xi++) {
             __m512 x[6];
 #pragma GCC unroll 6
-            for (int eta = 0; eta < 6; eta++)
-                x[eta] = _mm512_maskz_loadu_ps(mask, mt + (xi * 6 + eta) * ldm + f);
+            for (int eta = 0; eta < alpha; eta++)
+                x[eta] = _mm512_maskz_loadu_ps(mask, mt + (xi * alpha + eta) * ldm + f);
 #pragma GCC unroll 4
             for (int q = 0; q < m; q++) {
                 __m512 acc = _mm512_setzero_ps();
                 int first = 1;
 #pragma GCC unroll 6
-                for (int eta = 0; eta < 6; eta++)
-                    KC_W2_TERM(kc_w2_at_nz(q, m, eta), first, acc, at[q * 6 + eta], x[eta]);
+                for (int eta = 0; eta < alpha; eta++)
+                    KC_W2_TERM(kc_w2_at_nz(q, m, alpha, eta), first, acc, at[q * alpha + eta],
+                               x[eta]);
                 s[xi][q] = acc;
             }
         }
@@ -758,8 +775,9 @@ kc_w2_out_m(const float *at, int64_t f_all, const float *mt, int64_t ldm, const 
                 __m512 acc = b;
                 int first = 0; /* after the bias */
 #pragma GCC unroll 6
-                for (int xi = 0; xi < 6; xi++)
-                    KC_W2_TERM(kc_w2_at_nz(p, m, xi), first, acc, at[p * 6 + xi], s[xi][q]);
+                for (int xi = 0; xi < alpha; xi++)
+                    KC_W2_TERM(kc_w2_at_nz(p, m, alpha, xi), first, acc, at[p * alpha + xi],
+                               s[xi][q]);
                 if (act == 1 || act == 2)
                     acc = _mm512_max_ps(acc, zero);
                 if (act == 2)
@@ -770,10 +788,13 @@ kc_w2_out_m(const float *at, int64_t f_all, const float *mt, int64_t ldm, const 
 }
 
 __attribute__((target("avx512f"))) void
-kc_wino2d_out_tile4(const float *at, int64_t f_all, const float *mt, int64_t ldm,
-                    const float *bias, int act, float *const *y, int valid_h, int valid_w)
+kc_wino2d_out_tile(int m, const float *at, int64_t f_all, const float *mt, int64_t ldm,
+                   const float *bias, int act, float *const *y, int valid_h, int valid_w)
 {
-    kc_w2_out_m(at, f_all, mt, ldm, bias, act, y, valid_h, valid_w, 4);
+    if (m == 4)
+        kc_w2_out_m(at, f_all, mt, ldm, bias, act, y, valid_h, valid_w, 4, 6);
+    else
+        kc_w2_out_m(at, f_all, mt, ldm, bias, act, y, valid_h, valid_w, 2, 4);
 }
 
 __attribute__((target("avx512f"))) static void
@@ -781,9 +802,9 @@ kc_w2_out_tile(const kc_w1_state *st, const float *mt, int64_t ldm, const float 
                float *const *y, int valid_h, int valid_w)
 {
     if (st->m == 4)
-        kc_w2_out_m(st->at, st->f, mt, ldm, bias, st->act, y, valid_h, valid_w, 4);
+        kc_w2_out_m(st->at, st->f, mt, ldm, bias, st->act, y, valid_h, valid_w, 4, 6);
     else
-        kc_w2_out_m(st->at, st->f, mt, ldm, bias, st->act, y, valid_h, valid_w, 2);
+        kc_w2_out_m(st->at, st->f, mt, ldm, bias, st->act, y, valid_h, valid_w, 2, 6);
 }
 
 /* 2-D tile t's image and top-left output. */
@@ -796,15 +817,15 @@ static void kc_w2_tile_at(const kc_wino2d_grid *g, int m, int64_t t, int64_t *im
     *img = rest / g->tiles_h;
 }
 
-void kc_wino2d_cells(const kc_wino2d_grid *g, int m, int64_t c, const float *in, int64_t t,
-                     const float **d)
+void kc_wino2d_cells(const kc_wino2d_grid *g, int m, int alpha, int64_t c, const float *in,
+                     int64_t t, const float **d)
 {
     int64_t img, oy, ox;
     kc_w2_tile_at(g, m, t, &img, &oy, &ox);
-    for (int i = 0; i < 6; i++)
-        for (int j = 0; j < 6; j++) {
+    for (int i = 0; i < alpha; i++)
+        for (int j = 0; j < alpha; j++) {
             int64_t y = oy - g->pad + i, x = ox - g->pad + j;
-            d[i * 6 + j] = y >= 0 && y < g->h_in && x >= 0 && x < g->w_in
+            d[i * alpha + j] = y >= 0 && y < g->h_in && x >= 0 && x < g->w_in
                                ? in + ((img * g->h_in + y) * g->w_in + x) * c
                                : NULL;
         }
@@ -829,8 +850,8 @@ static void kc_w_inputs(const kc_w1_state *st, const float *in, int64_t lo, int6
     for (int64_t b = 0; b < n; b++) {
         const float *d[36];
         if (st->dims == 2) {
-            kc_wino2d_cells(&st->grid, st->m, st->c, in, lo + b, d);
-            kc_wino2d_in_tile(st->bt, st->c, d, v + b * st->c, ldv);
+            kc_wino2d_cells(&st->grid, st->m, 6, st->c, in, lo + b, d);
+            kc_wino2d_in_tile(6, st->bt, st->c, d, v + b * st->c, ldv);
         } else {
             kc_w1_cells(st, in, lo + b, d);
             kc_w1_in_tile(st, d, v + b * st->c, ldv);

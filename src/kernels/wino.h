@@ -22,13 +22,17 @@ kc_status kc_wino_conv(const kc_exec_ctx *ctx, int *handled, int *act_done);
 /* F(4x4, 3x3) with the kernel transformed as the layer runs (wino_fly.c),
  * where the kept transformed kernel does not pay: a 3x3 stride-1 Conv2D,
  * 64 channels or more in and out, under 512 outputs an image (the layers
- * kc_wino_conv leaves), 16 tiles or more over the batch. Not with
+ * kc_wino_conv leaves), 16 tiles or more over the batch; F(2x2, 3x3)
+ * where 4x4 tiles are fewer than 16 and 2x2 ones are not (one 7x7 or 8x8
+ * image; KC_WINOFLY_F2=0: not). Not with
  * --exact, streamed weights, anything fused, KC_WINOGRAD=0, KC_WINO2D=0
  * or KC_WINOFLY=0. *act_done as kc_wino_conv's. */
 kc_status kc_wino_fly_conv(const kc_exec_ctx *ctx, int *handled, int *act_done);
 /* For tests: how many threads' parts a node's state of that kernel runs
  * in; 0 when the state is not one. */
 int kc_wino_fly_parts(const kc_kernel_state *state);
+/* Its output tile (4 or 2), 0 for another kernel's state. */
+int kc_wino_fly_tile(const kc_kernel_state *state);
 
 /* For tests and reports: the output tile m of a node's Winograd state and
  * how many axes it spans (1 or 2); 0 when state is none. */

@@ -77,7 +77,8 @@
 typedef struct kc_wf_state {
     kc_kernel_state base;
     kc_shape in_shape;
-    kc_wino2d_grid grid;             /* tiles of 4x4 outputs */
+    kc_wino2d_grid grid;             /* tiles of m x m outputs */
+    int m, alpha;                    /* F(4x4, 3x3), alpha 6, or F(2x2, 3x3), alpha 4 */
     int64_t c, f, vecs;              /* channels in, out; output vectors of 16 */
     int64_t block;                   /* tiles at once */
     int act;                         /* 0 linear, 1 relu, 2 relu6, 3 the caller's */
@@ -119,10 +120,27 @@ static int kc_wf_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_wf_
     st->c = in->dims[3];
     st->f = out->dims[3];
     if (st->c < KC_WF_MIN_CHANNELS || st->f < KC_WF_MIN_CHANNELS ||
-        out->dims[1] * out->dims[2] >= KC_WF_MAX_PIXELS ||
-        !kc_wino2d_grid_init(&st->grid, in, out, 3, a->padding, 4) ||
-        st->grid.tiles < KC_WF_MIN_TILES)
+        out->dims[1] * out->dims[2] >= KC_WF_MAX_PIXELS)
         return 0;
+    /* F(4x4) where it has the tiles; else F(2x2), whose 4x4 products per
+     * 2x2 outputs still halve direct's multiplications (one 7x7 image: 16
+     * tiles x 16 = 256 per input and output channel against 441), on one
+     * thread: there one 7x7 image of 512 -> 512 took 0.82x the direct
+     * convolution's time, one 8x8 of 448 -> 384 0.77x; cut across two
+     * threads 1.08x and 1.12x (the products' 16 tiles are too few to keep
+     * two cores' worth of kernel transforms fed), and in ResNet50 at batch
+     * 1 its three 7x7 layers took the same share of the run either way */
+    st->m = 4;
+    if (!kc_wino2d_grid_init(&st->grid, in, out, 3, a->padding, 4))
+        return 0;
+    if (st->grid.tiles < KC_WF_MIN_TILES && kc_parallel_width() == 1 &&
+        !kc_wino_env_off("KC_WINOFLY_F2")) {
+        st->m = 2;
+        kc_wino2d_grid_init(&st->grid, in, out, 3, a->padding, 2);
+    }
+    if (st->grid.tiles < KC_WF_MIN_TILES)
+        return 0;
+    st->alpha = st->m + 2;
     st->vecs = (st->f + 15) / 16;
     st->act = kc_wino_act(a->activation);
     return 1;
@@ -176,7 +194,7 @@ static void kc_wf_plan(kc_wf_state *st)
     st->n_parts = (int)parts;
     for (int k = 0; k <= st->n_parts; k++)
         st->vec_lo[k] = st->vecs * k / st->n_parts;
-    int64_t tile_bytes = 36 * st->c * (int64_t)sizeof(float);
+    int64_t tile_bytes = st->alpha * st->alpha * st->c * (int64_t)sizeof(float);
     int64_t most = KC_WF_TILES_BYTES / tile_bytes;
     if (most < KC_WF_MIN_TILES)
         most = KC_WF_MIN_TILES;
@@ -193,19 +211,19 @@ static void kc_wf_plan(kc_wf_state *st)
  * (the six rows take 126 multiply-adds in all). */
 /* sum over taps k of g[row][k] x[k], skipping g's zeros (kc_wino2d_g_nz). */
 __attribute__((target("avx512f"), always_inline)) static inline __m512
-kc_wf_g_row(const float *g, int row, const __m512 *x)
+kc_wf_g_row(const float *g, int alpha, int row, const __m512 *x)
 {
     __m512 acc = _mm512_setzero_ps();
     #pragma GCC unroll 3
     for (int k = 0; k < 3; k++)
-        if (kc_wino2d_g_nz(row, k))
+        if (kc_wino2d_g_nz(alpha, row, k))
             acc = _mm512_fmadd_ps(_mm512_set1_ps(g[row * 3 + k]), x[k], acc);
     return acc;
 }
 
 __attribute__((target("avx512f"), always_inline)) static inline void
-kc_wf_kernel_row(const kc_wf_state *st, const float *g, int64_t v, int64_t ci, int i, float *u,
-                 int64_t ldu)
+kc_wf_kernel_row(const kc_wf_state *st, const float *g, int alpha, int64_t v, int64_t ci, int i,
+                 float *u, int64_t ldu)
 {
     const float *src = st->w + (v * st->c + ci) * 9 * 16;
     __m512 t[3]; /* t[kx] = sum_ky g[i][ky] w[ky][kx] */
@@ -215,11 +233,11 @@ kc_wf_kernel_row(const kc_wf_state *st, const float *g, int64_t v, int64_t ci, i
         #pragma GCC unroll 3
         for (int ky = 0; ky < 3; ky++)
             col[ky] = _mm512_loadu_ps(src + (ky * 3 + kx) * 16);
-        t[kx] = kc_wf_g_row(g, i, col);
+        t[kx] = kc_wf_g_row(g, alpha, i, col);
     }
     #pragma GCC unroll 6
-    for (int j = 0; j < 6; j++)
-        _mm512_storeu_ps(u + j * ldu, kc_wf_g_row(g, j, t));
+    for (int j = 0; j < alpha; j++)
+        _mm512_storeu_ps(u + j * ldu, kc_wf_g_row(g, alpha, j, t));
 }
 
 /* Input channel ci's taps for output vector v, fetched into L1 ahead of
@@ -252,18 +270,64 @@ kc_wf_kernel(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t cn, 
      * registers across the loop instead of being loaded after every store */
     float g[18];
     memcpy(g, st->g, sizeof g);
+    /* alpha and the row constants: the inlined rows skip g's zeros */
+    int row = st->alpha == 6 ? i : 6 + i;
     for (int64_t k = 0; k < cn; k++)
         for (int j = 0; j < nv; j++) {
             float *dst = u + k * width + 16 * j;
             if (i == 0 && k + KC_WF_PREFETCH < cn)
                 kc_wf_prefetch(st, v0 + j, c0 + k + KC_WF_PREFETCH);
-            switch (i) {
-            case 0: kc_wf_kernel_row(st, g, v0 + j, c0 + k, 0, dst, ldu); break;
-            case 1: kc_wf_kernel_row(st, g, v0 + j, c0 + k, 1, dst, ldu); break;
-            case 2: kc_wf_kernel_row(st, g, v0 + j, c0 + k, 2, dst, ldu); break;
-            case 3: kc_wf_kernel_row(st, g, v0 + j, c0 + k, 3, dst, ldu); break;
-            case 4: kc_wf_kernel_row(st, g, v0 + j, c0 + k, 4, dst, ldu); break;
-            default: kc_wf_kernel_row(st, g, v0 + j, c0 + k, 5, dst, ldu); break;
+            switch (row) {
+            case 0: kc_wf_kernel_row(st, g, 6, v0 + j, c0 + k, 0, dst, ldu); break;
+            case 1: kc_wf_kernel_row(st, g, 6, v0 + j, c0 + k, 1, dst, ldu); break;
+            case 2: kc_wf_kernel_row(st, g, 6, v0 + j, c0 + k, 2, dst, ldu); break;
+            case 3: kc_wf_kernel_row(st, g, 6, v0 + j, c0 + k, 3, dst, ldu); break;
+            case 4: kc_wf_kernel_row(st, g, 6, v0 + j, c0 + k, 4, dst, ldu); break;
+            case 5: kc_wf_kernel_row(st, g, 6, v0 + j, c0 + k, 5, dst, ldu); break;
+            case 6: kc_wf_kernel_row(st, g, 4, v0 + j, c0 + k, 0, dst, ldu); break;
+            case 7: kc_wf_kernel_row(st, g, 4, v0 + j, c0 + k, 1, dst, ldu); break;
+            case 8: kc_wf_kernel_row(st, g, 4, v0 + j, c0 + k, 2, dst, ldu); break;
+            default: kc_wf_kernel_row(st, g, 4, v0 + j, c0 + k, 3, dst, ldu); break;
+            }
+        }
+}
+
+/* F(2x2, 3x3): all 4 rows of the transformed kernel of input channels
+ * c0 .. c0+cn-1 and output vectors v0 .. v0+nv-1 into u: [16][cn][nv *
+ * 16], rows ldu apart, from one load of each tap (a row at a time reads
+ * the taps four times, three of them from L2). Its buffer is 197 KB
+ * against 49 KB. One 7x7 image of 512 -> 512 on one thread: 0.82x the
+ * direct convolution's time against 0.92x a row at a time; one 8x8 of
+ * 448 -> 384: 0.77x against 0.88x (in-process alternation, medians of
+ * 60-100). For F(4x4) the same change measured level (four 7x7 images
+ * of 512 -> 512 on one thread, 0.57-0.61x direct either way). */
+__attribute__((target("avx512f"))) static void
+kc_wf_kernel_4(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t cn, float *u)
+{
+    int64_t width = 16 * nv, ldu = kc_wf_ld(cn * width);
+    float g[18];
+    memcpy(g, st->g, sizeof g);
+    for (int64_t k = 0; k < cn; k++)
+        for (int j = 0; j < nv; j++) {
+            float *dst = u + k * width + 16 * j;
+            if (k + KC_WF_PREFETCH < cn)
+                kc_wf_prefetch(st, v0 + j, c0 + k + KC_WF_PREFETCH);
+            const float *src = st->w + ((v0 + j) * st->c + c0 + k) * 9 * 16;
+            __m512 w[3][3]; /* w[kx][ky] */
+            #pragma GCC unroll 3
+            for (int ky = 0; ky < 3; ky++)
+                #pragma GCC unroll 3
+                for (int kx = 0; kx < 3; kx++)
+                    w[kx][ky] = _mm512_loadu_ps(src + (ky * 3 + kx) * 16);
+            #pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                __m512 t[3];
+                #pragma GCC unroll 3
+                for (int kx = 0; kx < 3; kx++)
+                    t[kx] = kc_wf_g_row(g, 4, i, w[kx]);
+                #pragma GCC unroll 4
+                for (int jj = 0; jj < 4; jj++)
+                    _mm512_storeu_ps(dst + (i * 4 + jj) * ldu, kc_wf_g_row(g, 4, jj, t));
             }
         }
 }
@@ -341,7 +405,7 @@ typedef struct kc_wf_io {
     const kc_wf_state *st;
     const float *in, *bias;
     float *out;
-    float *v;                        /* [36][n][c]: tiles t0 .. t0+n-1 */
+    float *v;                        /* [alpha^2][n][c]: tiles t0 .. t0+n-1 */
     int64_t t0, n;
     kc_status status[KC_WF_MAX_PARTS];
 } kc_wf_io;
@@ -354,8 +418,9 @@ static void kc_wf_inputs_job(void *arg, int k)
     int64_t lo = io->n * k / st->n_parts, hi = io->n * (k + 1) / st->n_parts;
     for (int64_t b = lo; b < hi; b++) {
         const float *d[36];
-        kc_wino2d_cells(&st->grid, 4, st->c, io->in, io->t0 + b, d);
-        kc_wino2d_in_tile(st->bt, st->c, d, io->v + b * st->c, kc_wf_ld(io->n * st->c));
+        kc_wino2d_cells(&st->grid, st->m, st->alpha, st->c, io->in, io->t0 + b, d);
+        kc_wino2d_in_tile(st->alpha, st->bt, st->c, d, io->v + b * st->c,
+                          kc_wf_ld(io->n * st->c));
     }
 }
 
@@ -369,8 +434,8 @@ static void kc_wf_outputs(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
     for (int64_t b = 0; b < io->n; b++) {
         float *y[16];
         int vh, vw;
-        kc_wino2d_dests(&st->grid, 4, st->f, io->out + f0, io->t0 + b, y, &vh, &vw);
-        kc_wino2d_out_tile4(st->at, f_all, mt + b * width, kc_wf_ld(io->n * width),
+        kc_wino2d_dests(&st->grid, st->m, st->f, io->out + f0, io->t0 + b, y, &vh, &vw);
+        kc_wino2d_out_tile(st->m, st->at, f_all, mt + b * width, kc_wf_ld(io->n * width),
                             io->bias ? io->bias + f0 : NULL, st->act, y, vh, vw);
     }
 }
@@ -381,14 +446,18 @@ static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
                           float *u, float *mt)
 {
     int64_t width = 16 * nv;
+    int all = st->alpha == 4; /* all rows at once (kc_wf_kernel_4) */
     for (int64_t c0 = 0; c0 < st->c; c0 += KC_WF_KERNEL_CHANNELS) {
         int64_t cn = st->c - c0 < KC_WF_KERNEL_CHANNELS ? st->c - c0 : KC_WF_KERNEL_CHANNELS;
-        for (int i = 0; i < 6; i++) {
-            kc_wf_kernel(st, v0, nv, c0, cn, i, u);
-            for (int j = 0; j < 6; j++) {
-                int p = i * 6 + j;
+        if (all)
+            kc_wf_kernel_4(st, v0, nv, c0, cn, u);
+        for (int i = 0; i < st->alpha; i++) {
+            if (!all)
+                kc_wf_kernel(st, v0, nv, c0, cn, i, u);
+            for (int j = 0; j < st->alpha; j++) {
+                int p = i * st->alpha + j;
                 kc_wf_product(io->v + p * kc_wf_ld(io->n * st->c) + c0, st->c,
-                              u + j * kc_wf_ld(cn * width), cn,
+                              u + (all ? p : j) * kc_wf_ld(cn * width), cn,
                               mt + p * kc_wf_ld(io->n * width), io->n, nv, c0 == 0);
             }
         }
@@ -401,8 +470,10 @@ static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
 static kc_status kc_wf_part(const kc_wf_state *st, const kc_wf_io *io, int k)
 {
     int64_t lo = st->vec_lo[k], hi = st->vec_lo[k + 1];
-    size_t u_floats = (size_t)(6 * kc_wf_ld(KC_WF_KERNEL_CHANNELS * 16 * KC_WF_NV));
-    size_t m_floats = (size_t)(36 * kc_wf_ld(io->n * 16 * KC_WF_NV));
+    /* a row of the transformed kernel, or (F(2x2)) all 4 */
+    int rows = st->alpha == 4 ? 16 : st->alpha;
+    size_t u_floats = (size_t)(rows * kc_wf_ld(KC_WF_KERNEL_CHANNELS * 16 * KC_WF_NV));
+    size_t m_floats = (size_t)(st->alpha * st->alpha * kc_wf_ld(io->n * 16 * KC_WF_NV));
     float *u = kc_dnnl_workspace(KC_DNNL_SLOT_DST, (u_floats + m_floats) * sizeof(float));
     if (!u)
         return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
@@ -427,7 +498,8 @@ static kc_status kc_wf_execute(const kc_wf_state *st, const kc_exec_ctx *ctx)
     kc_wf_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], NULL, 0, 0,
                    {KC_OK}};
     io.v = kc_dnnl_workspace(KC_DNNL_SLOT_SRC,
-                             (size_t)(36 * kc_wf_ld(st->block * st->c)) * sizeof(float));
+                             (size_t)(st->alpha * st->alpha * kc_wf_ld(st->block * st->c)) *
+                                 sizeof(float));
     if (!io.v)
         return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
     for (io.t0 = 0; io.t0 < st->grid.tiles; io.t0 += st->block) {
@@ -462,7 +534,7 @@ kc_status kc_wino_fly_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     if (!st) {
         kc_wf_state probe;
         memset(&probe, 0, sizeof probe);
-        if (!kc_wf_geometry(ctx, a, &probe) || kc_wino2d_f43(probe.at, probe.bt, probe.g))
+        if (!kc_wf_geometry(ctx, a, &probe) || kc_wino2d_f3(probe.m, probe.at, probe.bt, probe.g))
             return KC_OK;
         st = kc_calloc(1, sizeof *st);
         if (!st)
@@ -489,4 +561,11 @@ int kc_wino_fly_parts(const kc_kernel_state *state)
     if (!state || state->free != kc_wf_free)
         return 0;
     return ((const kc_wf_state *)state)->n_parts;
+}
+
+int kc_wino_fly_tile(const kc_kernel_state *state)
+{
+    if (!state || state->free != kc_wf_free)
+        return 0;
+    return ((const kc_wf_state *)state)->m;
 }

@@ -21,10 +21,10 @@ typedef struct kc_wino2d_grid {
  * "valid", 1 "same"); 0 when the shapes are not such a layer's. */
 int kc_wino2d_grid_init(kc_wino2d_grid *g, const kc_shape *in, const kc_shape *out, int r,
                         int padding, int m);
-/* Tile t's 6x6 input cells d[i * 6 + j] in `in` (c channels), NULL where
- * it reads padding. */
-void kc_wino2d_cells(const kc_wino2d_grid *g, int m, int64_t c, const float *in, int64_t t,
-                     const float **d);
+/* Tile t's alpha x alpha input cells d[i * alpha + j] in `in` (c
+ * channels), NULL where it reads padding. */
+void kc_wino2d_cells(const kc_wino2d_grid *g, int m, int alpha, int64_t c, const float *in,
+                     int64_t t, const float **d);
 /* Tile t's output cells y[p * 4 + q] in `out` (rows of f floats), p < *vh,
  * q < *vw (edge tiles may have fewer than m rows or columns). */
 void kc_wino2d_dests(const kc_wino2d_grid *g, int m, int64_t f, float *out, int64_t t, float **y,
@@ -41,29 +41,32 @@ int kc_wino_plain(const kc_exec_ctx *ctx, const kc_conv_attrs *a);
  * 3 for any other (the caller applies it). */
 int kc_wino_act(const char *act);
 
-/* F(4x4, 3x3)'s transforms in float, at (4 x 6), bt (6 x 6), g (6 x 3),
+/* F(m x m, 3x3)'s transforms in float for m = 4 (alpha 6) or m = 2
+ * (alpha 4): at (m x alpha), bt (alpha x alpha), g (alpha x 3),
  * row-major; 1 when their zeros are not where the unrolled loops skip
  * them (kc_wino2d_g_nz for g, wino.c's patterns for at and bt). */
-int kc_wino2d_f43(float *at, float *bt, float *g);
+int kc_wino2d_f3(int m, float *at, float *bt, float *g);
 
-/* g's zeros for the points 0, 1, -1, 2, -2 and infinity: row 0 reads
- * only the kernel's first tap, row 5 only its last. */
-static inline int kc_wino2d_g_nz(int row, int tap)
+/* g's zeros (points 0, 1, -1, 2, -2 and infinity for alpha 6; 0, 1, -1
+ * and infinity for alpha 4): the first row reads only the kernel's first
+ * tap, the last only its last. */
+static inline int kc_wino2d_g_nz(int alpha, int row, int tap)
 {
-    return row == 0 ? tap == 0 : row == 5 ? tap == 2 : 1;
+    return row == 0 ? tap == 0 : row == alpha - 1 ? tap == 2 : 1;
 }
 
-/* One tile's input transform, bt · d · bt' over its 6x6 inputs (d
- * row-major, NULL where padding), into the 36 rows
- * v[(xi * 6 + eta) * ldv + c], c < c_all. AVX-512. */
-void kc_wino2d_in_tile(const float *bt, int64_t c_all, const float *const *d, float *v,
+/* One tile's input transform, bt · d · bt' over its alpha x alpha inputs
+ * (alpha 6 or 4; d row-major, NULL where padding), into the alpha^2 rows
+ * v[(xi * alpha + eta) * ldv + c], c < c_all. AVX-512. */
+void kc_wino2d_in_tile(int alpha, const float *bt, int64_t c_all, const float *const *d, float *v,
                        int64_t ldv);
 
-/* One tile's output transform for m = 4, at · M · at' over the 36 rows
- * mt[(xi * 6 + eta) * ldm + f], f < f_all, into y[p * 4 + q] + f for
- * p < valid_h, q < valid_w, with the bias (or NULL) and the activation
- * (0 linear, 1 relu, 2 relu6, else none). AVX-512. */
-void kc_wino2d_out_tile4(const float *at, int64_t f_all, const float *mt, int64_t ldm,
-                         const float *bias, int act, float *const *y, int valid_h, int valid_w);
+/* One tile's output transform for r = 3 and m = 4 (alpha 6) or 2 (alpha
+ * 4), at · M · at' over the alpha^2 rows mt[(xi * alpha + eta) * ldm + f],
+ * f < f_all, into y[p * 4 + q] + f for p < valid_h, q < valid_w, with the
+ * bias (or NULL) and the activation (0 linear, 1 relu, 2 relu6, else
+ * none). AVX-512. */
+void kc_wino2d_out_tile(int m, const float *at, int64_t f_all, const float *mt, int64_t ldm,
+                        const float *bias, int act, float *const *y, int valid_h, int valid_w);
 
 #endif

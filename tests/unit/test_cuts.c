@@ -936,14 +936,16 @@ static void test_wino2d_blocks(void **state)
 
 /* F(4x4, 3x3) with the kernel transformed as the layer runs
  * (wino_fly.c): the small images kerasc's kept-kernel Winograd leaves
- * (under 512 outputs), from 16 tiles over the batch; output channels
- * that are not whole vectors, input channels that are not whole pieces
- * of 64, partial tiles at the edges, "valid", relu6 and elu (the caller's
- * activation), 1 to 3 threads (parts of at least two vectors), against
- * the plain path. 4 tiles, 48 channels, stride 2, --exact, KC_WINOFLY=0
- * and KC_WINO2D=0 keep it out; 576 outputs go to the kept kernel. The
- * state reads its own copy of the kernel: a second run with the layer's
- * array spoiled gives the same outputs. */
+ * (under 512 outputs), from 16 tiles over the batch; F(2x2, 3x3) where
+ * 4x4 tiles are fewer than 16 and 2x2 ones are not (one 7x7 or 8x8
+ * image), on one thread only; output channels that are not whole vectors, input channels
+ * that are not whole pieces of 64, partial tiles at the edges, "valid",
+ * relu6 and elu (the caller's activation), 1 to 3 threads (parts of at
+ * least two vectors), against the plain path. 4 tiles of 2x2, 48
+ * channels, stride 2, --exact, KC_WINOFLY=0 and KC_WINO2D=0 keep it out
+ * (KC_WINOFLY_F2=0 the 2x2 tiles); 576 outputs go to the kept kernel.
+ * The state reads its own copy of the kernel: a second run with the
+ * layer's array spoiled gives the same outputs. */
 static void test_wino_fly_layers(void **state)
 {
     (void)state;
@@ -954,8 +956,14 @@ static void test_wino_fly_layers(void **state)
          1, 1, 1, 0, 0, "relu6", 1},
         {"3x3 80 -> 64 valid on two 11x13, elu", "Conv2D", KC_CONV_PLAIN, 2, 2, 11, 13, 80, 64,
          3, 1, 1, 0, 0, 0, "elu", 1},
-        {"3x3 128 -> 128 same on one 7x7: 4 tiles", "Conv2D", KC_CONV_PLAIN, 2, 1, 7, 7, 128,
+        {"3x3 128 -> 128 same on one 7x7: 2x2 tiles", "Conv2D", KC_CONV_PLAIN, 2, 1, 7, 7, 128,
          128, 3, 1, 1, 1, 0, 0, "relu", 1},
+        {"3x3 200 -> 136 same on one 8x8: 2x2 tiles, relu6", "Conv2D", KC_CONV_PLAIN, 2, 1, 8,
+         8, 200, 136, 3, 1, 1, 1, 0, 0, "relu6", 1},
+        {"3x3 72 -> 96 valid on three 5x7: 2x2 tiles, elu", "Conv2D", KC_CONV_PLAIN, 2, 3, 5,
+         7, 72, 96, 3, 1, 1, 0, 0, 0, "elu", 1},
+        {"3x3 128 -> 128 same on one 4x4: 4 tiles of 2x2", "Conv2D", KC_CONV_PLAIN, 2, 1, 4, 4,
+         128, 128, 3, 1, 1, 1, 0, 0, "relu", 1},
         {"3x3 48 -> 64 same on 14x14: 48 channels", "Conv2D", KC_CONV_PLAIN, 2, 1, 14, 14, 48,
          64, 3, 1, 1, 1, 0, 0, "relu", 1},
         {"3x3 64 -> 64 same on 24x24: 576 outputs", "Conv2D", KC_CONV_PLAIN, 2, 1, 24, 24, 64,
@@ -963,8 +971,10 @@ static void test_wino_fly_layers(void **state)
         {"3x3 256 -> 256 same stride 2 on 28x28", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 256,
          256, 3, 2, 1, 1, 0, 0, "relu", 1},
     };
-    static const int want_parts[][3] = {{1, 2, 3}, {1, 2, 2}, {1, 2, 2}, {0, 0, 0},
-                                        {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
+    static const int want_parts[][3] = {{1, 2, 3}, {1, 2, 2}, {1, 2, 2}, {1, 0, 0}, {1, 0, 0},
+                                        {1, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
+    /* the output tile each takes: 4x4, or 2x2 where 4x4 has too few */
+    static const int want_tile[] = {4, 4, 4, 2, 2, 2, 0, 0, 0, 0};
     if (!kc_dnnl_ready() || !__builtin_cpu_supports("avx512f"))
         skip();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -978,6 +988,17 @@ static void test_wino_fly_layers(void **state)
         for (int t = 1; t <= 3; t++)
             expect_count_close(&r, want, got, peak, t, kc_wino_fly_parts, want_parts[i][t - 1],
                                "parts", c->what);
+        expect_count_close(&r, want, got, peak, 1, kc_wino_fly_tile, want_tile[i], "tile",
+                           c->what);
+        if (want_tile[i] == 2) {
+            setenv("KC_WINOFLY_F2", "0", 1);
+            int tile = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
+                                   kc_wino_fly_tile);
+            unsetenv("KC_WINOFLY_F2");
+            if (tile)
+                fail_msg("%s: tiles of %d although KC_WINOFLY_F2=0", c->what, tile);
+            expect_close(got, want, r.out_count, 1e-4f * peak, "%s, KC_WINOFLY_F2=0", c->what);
+        }
         kc_threads_enter(2);
         if (exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 1, 0,
                         kc_wino_fly_parts))
@@ -993,7 +1014,8 @@ static void test_wino_fly_layers(void **state)
                          off[k]);
             expect_close(got, want, r.out_count, 1e-4f * peak, "%s, %s=0", c->what, off[k]);
         }
-        if (want_parts[i][1]) {
+        if (want_parts[i][0]) {
+            kc_threads_enter(want_parts[i][1] ? 2 : 1);
             kc_kernel_state *slot = NULL;
             exec_in_slot(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0, &slot);
             int64_t wn = 9 * c->c * c->f;
