@@ -223,6 +223,16 @@ size_t kc_session_arena_bytes(const kc_session *session);
  * the same kernels per image, within the fidelity tolerance. KC_LANES=0
  * in the environment when the session is created turns lanes off. */
 int kc_session_lanes(const kc_session *session);
+/* Branch regions of the last run's plan: 0, or how many blocks ran their
+ * independent branches side by side, one thread each (InceptionV3's
+ * towers): a run that is not split into batch lanes (batch 1) on 2 or
+ * more threads, host runs only, not with options.profile, not for a
+ * model with masks; a block's branches must share its work well enough
+ * (no lane over 60% of it). Outputs within the fidelity tolerance of the
+ * layer-by-layer run; the block's values take their own memory in the
+ * arena. KC_BRANCHES=0 in the environment when the session is created
+ * turns it off. */
+int kc_session_branch_regions(const kc_session *session);
 /* Nodes absorbed into their producer at session creation (BatchNormalization
  * folded into a convolution/Dense, activations fused); KC_FUSE=0 in the
  * environment disables the rewrites. */

@@ -184,7 +184,8 @@ int kc_cmd_bench(int argc, char **argv)
                "min_ms: %.3f\nmax_ms: %.3f\narena_bytes: %zu\npeak_rss_kb: %ld\n",
                load_ms, first_ms, median, median / (double)batch, times[0], times[iters - 1],
                kc_session_arena_bytes(s), ru.ru_maxrss);
-        printf("lanes: %d\n", kc_session_lanes(s));
+        printf("lanes: %d\nbranch_regions: %d\n", kc_session_lanes(s),
+               kc_session_branch_regions(s));
         kc_param_counts pc = kc_model_params(m);
         printf("weight_f32_bytes: %lld\n", (long long)pc.total * 4);
         if (counter && counted)

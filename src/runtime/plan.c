@@ -8,6 +8,7 @@
 #include "base/mem.h"
 #include "model/model_internal.h"
 #include "ops/op.h"
+#include "runtime/plan_pack.h"
 
 #define KC_ALIGN_FLOATS 16 /* 64-byte alignment for vector loads */
 
@@ -158,6 +159,17 @@ static void kc_plan_spare_tail(kc_plan *p, int first, int end, const size_t *liv
         }
 }
 
+void kc_plan_last_reads(const kc_graph *g, int *last)
+{
+    for (int v = 0; v < g->n_values; v++)
+        last[v] = -1;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int j = 0; j < g->nodes[i].n_inputs; j++)
+            last[g->nodes[i].inputs[j]] = i;
+    for (int i = 0; i < g->n_outputs; i++)
+        last[g->outputs[i]] = g->n_nodes; /* model outputs live to the end */
+}
+
 int kc_plan_root(const int *alias, int v)
 {
     while (alias && alias[v] >= 0)
@@ -187,11 +199,14 @@ void kc_plan_first_writers(const kc_graph *g, const int *alias, int *made)
  * stay in the tail's arena from the start: the head writes them image by
  * image before the tail's first node. */
 static void kc_plan_tail_start(const kc_graph *g, const int *alias, const int *made,
-                               const int *last_use, int head, kc_allocator *a, kc_plan *p)
+                               const int *last_use, int head, kc_allocator *a, kc_plan *p,
+                               int *born)
 {
     for (int v = 0; v < g->n_values; v++)
-        if (kc_plan_root(alias, v) == v && kc_crosses(made, last_use, v, head))
+        if (kc_plan_root(alias, v) == v && kc_crosses(made, last_use, v, head)) {
             p->offset[v] = kc_alloc_block(a, v, kc_plan_size(&p->shape[v]));
+            born[v] = head - 1;
+        }
     for (int v = 0; v < g->n_values; v++) {
         int producer = g->values[v].producer;
         if (producer >= 0 && producer < head && kc_plan_root(alias, v) != v)
@@ -199,36 +214,134 @@ static void kc_plan_tail_start(const kc_graph *g, const int *alias, const int *m
     }
 }
 
+/* Branch regions (kc_plan_relayout): every value a region's nodes read
+ * or write stays live to the region's last node, since its branches run
+ * side by side in no fixed order; so no two of them share memory. */
+static void kc_plan_region_lives(const kc_graph *g, const int *alias, const int *region_last,
+                                 int *last_use)
+{
+    for (int i = 0; region_last && i < g->n_nodes; i++) {
+        if (region_last[i] < 0)
+            continue;
+        const kc_node *node = &g->nodes[i];
+        for (int j = 0; j < node->n_inputs + node->n_outputs; j++) {
+            int v = j < node->n_inputs ? node->inputs[j] : node->outputs[j - node->n_inputs];
+            int r = kc_plan_root(alias, v);
+            if (last_use[r] < region_last[i])
+                last_use[r] = region_last[i];
+        }
+    }
+}
+
+/* A region's nodes share the range free at its last node (every value of
+ * the region is live there): the runner gives each branch lane its part. */
+static void kc_plan_region_spares(const kc_graph *g, const int *region_last, kc_plan *p)
+{
+    for (int i = 0; region_last && i < g->n_nodes; i++)
+        if (region_last[i] >= 0) {
+            p->spare_offset[i] = p->spare_offset[region_last[i]];
+            p->spare_floats[i] = p->spare_floats[region_last[i]];
+        }
+}
+
+/* KC_PACK=0: keep the node-order placement (for comparison). */
+static int kc_plan_pack_off(void)
+{
+    const char *env = getenv("KC_PACK");
+    return env && !strcmp(env, "0");
+}
+
+/* Each root's life in the node-order placement: made at node born[r]
+ * (-1: a model input; KC_PLAN_UNPLACED: never placed), freed at node
+ * died[r] (the node count: never). */
+#define KC_PLAN_UNPLACED (-2)
+typedef struct kc_plan_lives {
+    int *born, *died;
+} kc_plan_lives;
+
+/* A whole plan's values packed again offline (plan_pack.c), kept where
+ * that takes less arena than placing them in node order; the spare ranges
+ * (and live_end, as kc_plan_spare_gap's) follow. */
+static kc_status kc_plan_repack(const kc_graph *g, const int *alias, const kc_plan_lives *lv,
+                                kc_plan *p, size_t *live_end)
+{
+    int n = 0, nv = g->n_values;
+    size_t *size = kc_calloc((size_t)nv + 1, sizeof *size);
+    size_t *offset = kc_calloc((size_t)nv + 1, sizeof *offset);
+    size_t(*scratch)[2] = kc_calloc((size_t)nv + 1, sizeof *scratch);
+    int *from = kc_calloc((size_t)nv + 1, sizeof *from), *to = kc_calloc((size_t)nv + 1, sizeof *to);
+    int *root_of = kc_calloc((size_t)nv + 1, sizeof *root_of);
+    kc_status st = KC_ERR_NOMEM;
+    size_t peak = 0;
+    if (!size || !offset || !scratch || !from || !to || !root_of)
+        goto done;
+    for (int v = 0; v < nv; v++)
+        if (lv->born[v] != KC_PLAN_UNPLACED) {
+            root_of[n] = v;
+            size[n] = kc_plan_size(&p->shape[v]);
+            from[n] = lv->born[v];
+            to[n++] = lv->died[v];
+        }
+    if (kc_plan_pack(n, size, from, to, offset, &peak))
+        goto done;
+    st = KC_OK;
+    if (peak >= p->arena_floats || kc_plan_pack_off())
+        goto done;
+    for (int k = 0; k < n; k++)
+        p->offset[root_of[k]] = offset[k];
+    for (int v = 0; v < nv; v++) {
+        int r = kc_plan_root(alias, v);
+        if (r != v && lv->born[r] != KC_PLAN_UNPLACED)
+            p->offset[v] = p->offset[r];
+    }
+    p->arena_floats = peak;
+    for (int i = 0; i < g->n_nodes; i++)
+        kc_plan_pack_gaps(n, size, from, to, offset, i, scratch, &p->spare_offset[i],
+                          &p->spare_floats[i], &live_end[i]);
+done:
+    free(size);
+    free(offset);
+    free(scratch);
+    free(from);
+    free(to);
+    free(root_of);
+    return st;
+}
+
 static kc_status kc_plan_memory(const kc_graph *g, const int *alias, int head, kc_plan_part part,
-                                kc_plan *p)
+                                const int *region_last, kc_plan *p)
 {
     int *last_use = kc_calloc((size_t)g->n_values + 1, sizeof *last_use);
     int *made = kc_calloc((size_t)g->n_values + 1, sizeof *made);
     kc_allocator a = {.live = kc_calloc((size_t)g->n_values + 1, sizeof(kc_block))};
     size_t *live_end = kc_calloc((size_t)g->n_nodes + 1, sizeof *live_end);
+    kc_plan_lives lv = {kc_calloc((size_t)g->n_values + 1, sizeof(int)),
+                        kc_calloc((size_t)g->n_values + 1, sizeof(int))};
     p->spare_offset = kc_calloc((size_t)g->n_nodes + 1, sizeof *p->spare_offset);
     p->spare_floats = kc_calloc((size_t)g->n_nodes + 1, sizeof *p->spare_floats);
-    if (!last_use || !made || !a.live || !live_end || !p->spare_offset || !p->spare_floats) {
+    if (!last_use || !made || !a.live || !live_end || !lv.born || !lv.died || !p->spare_offset ||
+        !p->spare_floats) {
         free(last_use);
         free(made);
         free(a.live);
         free(live_end);
+        free(lv.born);
+        free(lv.died);
         return KC_ERR_NOMEM;
     }
+    for (int v = 0; v < g->n_values; v++) {
+        lv.born[v] = KC_PLAN_UNPLACED;
+        lv.died[v] = g->n_nodes;
+    }
     kc_plan_first_writers(g, alias, made);
-    for (int v = 0; v < g->n_values; v++)
-        last_use[v] = -1;
-    for (int i = 0; i < g->n_nodes; i++)
-        for (int j = 0; j < g->nodes[i].n_inputs; j++)
-            last_use[g->nodes[i].inputs[j]] = i;
-    for (int i = 0; i < g->n_outputs; i++)
-        last_use[g->outputs[i]] = g->n_nodes; /* model outputs live to the end */
+    kc_plan_last_reads(g, last_use);
     /* An alias keeps its root alive as long as the alias is read. */
     for (int v = 0; v < g->n_values; v++) {
         int r = kc_plan_root(alias, v);
         if (r != v && last_use[v] > last_use[r])
             last_use[r] = last_use[v];
     }
+    kc_plan_region_lives(g, alias, region_last, last_use);
     int first = 0, end = g->n_nodes;
     if (part == KC_PLAN_HEAD) { /* what crosses stays to the end of the head */
         end = head;
@@ -241,10 +354,11 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, int head, k
         if (part == KC_PLAN_TAIL && last_use[v] < head)
             continue; /* read by the head only: never in the tail's arena */
         p->offset[v] = kc_alloc_block(&a, v, kc_plan_size(&p->shape[v]));
+        lv.born[v] = -1;
     }
     if (part == KC_PLAN_TAIL) {
         first = head;
-        kc_plan_tail_start(g, alias, made, last_use, head, &a, p);
+        kc_plan_tail_start(g, alias, made, last_use, head, &a, p, lv.born);
     }
     for (int i = first; i < end; i++) {
         const kc_node *node = &g->nodes[i];
@@ -254,6 +368,7 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, int head, k
              * node writes) gets its slot with the first of its values */
             if (!kc_plan_placed(&a, r)) {
                 p->offset[r] = kc_alloc_block(&a, r, kc_plan_size(&p->shape[r]));
+                lv.born[r] = i;
                 if (last_use[r] < i) /* computed but never read: free at once */
                     last_use[r] = i;
             }
@@ -261,24 +376,26 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, int head, k
         }
         kc_plan_spare_gap(&a, i, p, &live_end[i]);
         /* Inputs and dead outputs whose last reader is this node. */
-        for (int j = 0; j < node->n_inputs; j++) {
-            int r = kc_plan_root(alias, node->inputs[j]);
-            if (last_use[r] == i)
+        /* (a branch region's values live to its join, which need not
+         * read them: every root whose life ends here, not only the
+         * node's own inputs and outputs) */
+        for (int r = 0; r < g->n_values; r++)
+            if (last_use[r] == i && kc_plan_root(alias, r) == r && lv.born[r] != KC_PLAN_UNPLACED) {
                 kc_free_block(&a, r);
-        }
-        for (int j = 0; j < node->n_outputs; j++) {
-            int r = kc_plan_root(alias, node->outputs[j]);
-            if (last_use[r] == i)
-                kc_free_block(&a, r);
-        }
+                lv.died[r] = i;
+            }
     }
     p->arena_floats = a.peak ? a.peak : KC_ALIGN_FLOATS;
+    kc_status st = part == KC_PLAN_WHOLE ? kc_plan_repack(g, alias, &lv, p, live_end) : KC_OK;
     kc_plan_spare_tail(p, first, end, live_end);
+    kc_plan_region_spares(g, region_last, p);
     free(last_use);
     free(made);
     free(a.live);
     free(live_end);
-    return KC_OK;
+    free(lv.born);
+    free(lv.died);
+    return st;
 }
 
 kc_status kc_plan_build(const kc_model *m, const int *alias, const kc_shape *in_shapes, int n_in,
@@ -311,7 +428,7 @@ kc_status kc_plan_build_split(const kc_model *m, const int *alias, const kc_shap
                             g->nodes[i].layer->class_name);
     }
     if (st == KC_OK)
-        st = kc_plan_memory(g, alias, head, part, p);
+        st = kc_plan_memory(g, alias, head, part, NULL, p);
     if (st != KC_OK) {
         kc_plan_free(p);
         return st;
@@ -320,4 +437,14 @@ kc_status kc_plan_build_split(const kc_model *m, const int *alias, const kc_shap
         p->in_shapes[i] = in_shapes[i];
     p->n_in = n_in;
     return KC_OK;
+}
+
+kc_status kc_plan_relayout(const kc_model *m, const int *alias, const int *region_last, kc_plan *p)
+{
+    const kc_graph *g = m->graph;
+    free(p->spare_offset);
+    free(p->spare_floats);
+    p->spare_offset = p->spare_floats = NULL;
+    memset(p->offset, 0, ((size_t)g->n_values + 1) * sizeof *p->offset);
+    return kc_plan_memory(g, alias, 0, KC_PLAN_WHOLE, region_last, p);
 }

@@ -19,6 +19,7 @@
 #include "model/model_internal.h"
 #include "runtime/fuse.h"
 #include "runtime/head.h"
+#include "runtime/branches.h"
 #include "runtime/lanes.h"
 #include "runtime/mask.h"
 #include "runtime/plan.h"
@@ -139,6 +140,7 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     s->fuse_dw = !(dw_env && !strcmp(dw_env, "0"));
     const char *lanes_env = getenv("KC_LANES");
     s->lanes_refused = (lanes_env && !strcmp(lanes_env, "0")) || !kc_lanes_model_ok(g);
+    kc_branches_options(s);
     const char *pool_env = getenv("KC_FUSE_POOL"); /* 0: never move a pooling (fuse.c) */
     s->fuse_pool = !(pool_env && !strcmp(pool_env, "0"));
     if (o->profile && !kc_session_scheduled(model, o) && !(s->profile = kc_profile_new(g->n_nodes))) {
@@ -194,6 +196,7 @@ void kc_session_free(kc_session *s)
     kc_session_leave_model(s);
     kc_sched_free(s->sched);
     kc_head_free(s);
+    kc_branches_free(s->branches);
     kc_plan_free(&s->plan);
     kc_fused_free(&s->fused, s->graph->n_nodes);
     for (int i = 0; s->state && i < s->graph->n_nodes; i++)
@@ -291,9 +294,10 @@ static kc_status kc_session_node_io(const kc_session *s, int index, const kc_pla
 }
 
 /* Node index's kernel on `arena` laid out by `plan`, its input mask
- * `in_mask`. */
-static kc_status kc_session_kernel(kc_session *s, int index, const kc_plan *plan, float *arena,
-                                   const unsigned char *in_mask)
+ * `in_mask`, the arena's floats [spare, spare + spare_floats) free for it. */
+static kc_status kc_session_kernel_in(kc_session *s, int index, const kc_plan *plan,
+                                      float *arena, const unsigned char *in_mask, size_t spare,
+                                      size_t spare_floats)
 {
     const kc_node *node = &s->graph->nodes[index];
     const float *in[KC_MAX_NODE_IO];
@@ -314,11 +318,23 @@ static kc_status kc_session_kernel(kc_session *s, int index, const kc_plan *plan
         .in_mask = in_mask,
         .exact = s->exact,
         .wino_budget = &s->wino_budget,
-        .spare = arena + plan->spare_offset[index],
-        .spare_bytes = plan->spare_floats[index] * sizeof(float),
+        .spare = arena + spare,
+        .spare_bytes = spare_floats * sizeof(float),
     };
     kc_status st = kc_cpu_exec(s->kernels[index], &call, &s->state[index], 0);
     return st == KC_OK ? KC_OK : kc_layer_error(st, node->layer);
+}
+
+static kc_status kc_session_kernel(kc_session *s, int index, const kc_plan *plan, float *arena,
+                                   const unsigned char *in_mask)
+{
+    return kc_session_kernel_in(s, index, plan, arena, in_mask, plan->spare_offset[index],
+                                plan->spare_floats[index]);
+}
+
+kc_status kc_session_node_spare(kc_session *s, int index, size_t spare, size_t spare_floats)
+{
+    return kc_session_kernel_in(s, index, &s->plan, s->arena, NULL, spare, spare_floats);
 }
 
 kc_status kc_session_node_on(kc_session *s, int index, const kc_plan *plan, float *arena)
@@ -473,6 +489,9 @@ kc_status kc_session_prepare(kc_session *s, const kc_tensor *const *inputs)
     if (s->profile)
         kc_profile_new_plan(s->profile);
     KC_TRY(kc_head_plan(s, shapes, n));
+    kc_branches_free(s->branches);
+    s->branches = NULL;
+    KC_TRY(kc_branches_new(s, &s->branches));
     s->lane_floats = s->lanes > 1 ? (s->plan.arena_floats + 15) & ~(size_t)15 : s->plan.arena_floats;
     size_t need = (s->lane_floats + s->head_floats) * (size_t)s->lanes;
     if (need > s->arena_floats) {
@@ -534,7 +553,10 @@ static kc_status kc_session_exec(kc_session *s, const kc_tensor *const *inputs, 
     kc_status st = KC_OK;
     if (s->sched)
         st = kc_sched_run(s->sched);
-    for (int i = 0; !s->sched && !s->profile && st == KC_OK && i < g->n_nodes; i++)
+    if (s->branches)
+        st = kc_branches_run(s);
+    for (int i = 0; !s->branches && !s->sched && !s->profile && st == KC_OK && i < g->n_nodes;
+         i++)
         st = kc_session_run_node(s, i);
     for (int i = 0; !s->sched && s->profile && st == KC_OK && i < g->n_nodes; i++) {
         double start = kc_now();
@@ -609,6 +631,11 @@ size_t kc_session_arena_bytes(const kc_session *s)
 }
 
 int kc_session_lanes(const kc_session *s) { return s && s->lanes > 1 ? s->lanes : 1; }
+
+int kc_session_branch_regions(const kc_session *s)
+{
+    return s && s->branches ? s->branches->n_regions : 0;
+}
 
 int kc_session_fused_nodes(const kc_session *s) { return s ? s->fused.n_fused : 0; }
 

@@ -57,6 +57,11 @@ struct kc_session {
     unsigned char *head_input_later; /* per model input: the tail reads it too */
     int *head_out, n_head_out; /* values that cross into the tail */
     int64_t *head_size;        /* per head_out: its floats per image */
+    /* Branch lanes (branches.c) of the current plan, or NULL; off
+     * (KC_BRANCHES=0) and joins run whole (KC_BRANCH_JOIN=0), read when
+     * the session is created. */
+    struct kc_branches *branches;
+    int branches_off, branch_join_off;
 };
 
 /* After node `index` ran with input 0 at `in0`: derive its output mask. */
@@ -74,6 +79,10 @@ kc_status kc_session_run_node(kc_session *s, int index);
 /* Only the kernel of node i (not absorbed), on `plan`'s values in
  * `arena` (a batch lane's): no masks, no weight release. */
 kc_status kc_session_node_on(kc_session *s, int index, const kc_plan *plan, float *arena);
+/* Node i's kernel (not absorbed) on the session's plan and arena, the
+ * arena's floats [spare, spare + spare_floats) free for it (a branch
+ * lane's part of its region's spare range): no masks, no weight release. */
+kc_status kc_session_node_spare(kc_session *s, int index, size_t spare, size_t spare_floats);
 /* The same in a plan's first run, which builds the kernel state and then
  * releases the weights it no longer reads; absorbed nodes: nothing. For
  * laned runs (no masks). */

@@ -1,0 +1,430 @@
+/* Branch lanes (see branches.h).
+ *
+ * Why: at batch 1 every layer is cut across the threads, and a small
+ * layer cut in two runs well under twice as fast: InceptionV3 at batch 1
+ * took 44 ms on one thread and 29 on two of the 2-core AMD EPYC of
+ * bench/results (1.5x), its layers on 17x17 and 8x8 images the worst.
+ * Its blocks are four towers that read the same input and meet at a
+ * Concatenate: run side by side, one tower a thread, each layer whole on
+ * its thread, they need no cutting at all.
+ *
+ * What a region is: in node order, a boundary after which exactly one
+ * value is still to be read is a meeting point; between two of them the
+ * nodes but the last (the join: a Concatenate, an Add) split into
+ * branches, the groups of nodes linked by values made inside. A region
+ * has two branches or more, and its costliest branches (multiply-adds,
+ * longest first onto the less loaded of two lanes) leave no lane more
+ * than KC_BRANCH_SHARE of its work: ResNet50's first block of a stage
+ * (a 1x1 shortcut beside three convolutions: 78% on one lane) stays cut
+ * layer by layer.
+ *
+ * How: the plan is laid out so that a region's values (and its join's
+ * output) never share memory (plan.c), its spare range split between
+ * the lanes. A join that concatenates channels does not run: each lane
+ * copies a branch's outputs into its slices when the branch is done
+ * (InceptionV3's Concatenates took 0.08-0.13 ms each on two threads,
+ * 0.06-0.08 on one: a copy too small to share). The first run goes
+ * node by node, the regions' kernels built for one thread (as batch
+ * lanes build theirs, lanes.c); from the second run each region is one
+ * parallel section whose threads take its branches, costliest first,
+ * from a shared counter, so that a thread slowed by the machine takes
+ * fewer. The nodes outside regions still run cut across the threads. */
+#include "runtime/branches.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "base/threads.h"
+#include "kernels/dnnl_common.h"
+#include "runtime/lanes.h"
+#include "ops/merge.h"
+#include "runtime/sched.h"
+
+/* The most of a region's work one lane may take for the region to run
+ * side by side: a layer cut across two threads runs about 1.5x as fast
+ * as on one (above), so a lane at 60% of the work is ~10% ahead. */
+#define KC_BRANCH_SHARE 0.6
+/* Less work than this (multiply-adds x 2) in a region: the meeting of the
+ * threads costs more than the region saves. KC_BRANCH_MIN_FLOPS sets
+ * another (tests: the small models of tests/apps). */
+#define KC_BRANCH_MIN_FLOPS 2e6
+
+static double kc_branches_min_flops(void)
+{
+    const char *env = getenv("KC_BRANCH_MIN_FLOPS");
+    return env && *env ? atof(env) : KC_BRANCH_MIN_FLOPS;
+}
+
+static int kc_branches_env_off(const char *name)
+{
+    const char *env = getenv(name);
+    return env && !strcmp(env, "0");
+}
+
+void kc_branches_options(kc_session *s)
+{
+    s->branches_off = kc_branches_env_off("KC_BRANCHES");
+    s->branch_join_off = kc_branches_env_off("KC_BRANCH_JOIN");
+}
+
+static int kc_branches_wanted(const kc_session *s)
+{
+    if (s->branches_off)
+        return 0;
+    return s->lanes <= 1 && !s->sched && s->stage_first < 0 && !s->profile && !s->trace_nodes &&
+           !s->head_nodes && kc_threads_wanted(s->threads) >= KC_BRANCH_LANES &&
+           kc_lanes_model_ok(s->graph);
+}
+
+/* cross[p]: how many values are made at or before node p and read after
+ * it (p < n_nodes). */
+static void kc_branches_crossing(const kc_graph *g, const int *last, int *cross)
+{
+    memset(cross, 0, (size_t)(g->n_nodes + 1) * sizeof *cross);
+    for (int v = 0; v < g->n_values; v++) {
+        int from = g->values[v].producer < 0 ? 0 : g->values[v].producer;
+        if (last[v] <= from)
+            continue;
+        cross[from]++;
+        cross[last[v]]--; /* crosses boundaries from .. last - 1 */
+    }
+    for (int p = 1; p <= g->n_nodes; p++)
+        cross[p] += cross[p - 1];
+}
+
+static int kc_uf_find(int *parent, int x)
+{
+    while (parent[x] != x)
+        x = parent[x] = parent[parent[x]];
+    return x;
+}
+
+static double kc_branches_node_cost(const kc_session *s, int i)
+{
+    const kc_node *node = &s->graph->nodes[i];
+    if (s->fused.skip[i])
+        return 0;
+    const kc_layer *layer = s->fused.shadow[i] ? s->fused.shadow[i] : node->layer;
+    return kc_node_flops(node, layer, &s->plan);
+}
+
+typedef struct kc_branch_scan {
+    int *parent;   /* per node: union-find over the region's nodes */
+    int *root_id;  /* per node: its branch's index in the region, or -1 */
+    double *cost;  /* per branch */
+    int *order;    /* branches, costliest first */
+} kc_branch_scan;
+
+/* Nodes [first, last] into branches (sc->root_id, sc->cost); how many. */
+static int kc_branches_split(const kc_session *s, int first, int last, kc_branch_scan *sc)
+{
+    const kc_graph *g = s->graph;
+    for (int i = first; i <= last; i++)
+        sc->parent[i] = i;
+    for (int i = first; i <= last; i++)
+        for (int j = 0; j < g->nodes[i].n_inputs; j++) {
+            int p = g->values[g->nodes[i].inputs[j]].producer;
+            if (p >= first && p <= last)
+                sc->parent[kc_uf_find(sc->parent, i)] = kc_uf_find(sc->parent, p);
+        }
+    int n = 0;
+    for (int i = first; i <= last; i++)
+        sc->root_id[i] = -1;
+    for (int i = first; i <= last; i++) {
+        int r = kc_uf_find(sc->parent, i);
+        if (sc->root_id[r] < 0) {
+            sc->root_id[r] = n;
+            sc->cost[n++] = 0;
+        }
+        sc->root_id[i] = sc->root_id[r];
+        sc->cost[sc->root_id[i]] += kc_branches_node_cost(s, i);
+    }
+    return n;
+}
+
+/* Branches costliest first into sc->order; whether two lanes taking
+ * them in that order each get at most KC_BRANCH_SHARE of the work. */
+static int kc_branches_balanced(const kc_branch_scan *sc, int n, double min_flops)
+{
+    int *order = sc->order;
+    double total = 0, lane[KC_BRANCH_LANES] = {0};
+    for (int b = 0; b < n; b++) {
+        order[b] = b;
+        total += sc->cost[b];
+    }
+    for (int a = 1; a < n; a++) /* insertion sort: a handful of branches */
+        for (int b = a; b > 0 && sc->cost[order[b]] > sc->cost[order[b - 1]]; b--) {
+            int t = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = t;
+        }
+    for (int b = 0; b < n; b++) {
+        int to = lane[1] < lane[0];
+        lane[to] += sc->cost[order[b]];
+    }
+    double most = lane[0] > lane[1] ? lane[0] : lane[1];
+    return total >= min_flops && most <= KC_BRANCH_SHARE * total;
+}
+
+/* Whether node j, the join of a region, concatenates the region's
+ * outputs along their last axis (channels), each input made by one of its
+ * branches; r->join_of filled then. */
+static int kc_branches_lane_join(const kc_session *s, const kc_branch_scan *sc, int j,
+                                 kc_branch_region *r)
+{
+    const kc_node *node = &s->graph->nodes[j];
+    const kc_layer *l = node->layer;
+    if (s->fused.skip[j] || strcmp(l->class_name, "Concatenate") || !l->attrs ||
+        node->n_outputs != 1 || node->n_inputs < 1)
+        return 0;
+    const kc_merge_attrs *a = l->attrs;
+    int rank = s->plan.shape[node->outputs[0]].rank;
+    if (rank < 2 || (a->axis != -1 && a->axis != rank - 1))
+        return 0;
+    for (int k = 0; k < node->n_inputs; k++) {
+        int p = s->graph->values[node->inputs[k]].producer;
+        if (p < r->first || p > r->last)
+            return 0;
+        int id = sc->root_id[p];
+        r->join_of[k] = 0;
+        while (sc->order[r->join_of[k]] != id)
+            r->join_of[k]++;
+    }
+    return 1;
+}
+
+/* Region r: nodes [first, last] in its branches' order. */
+static kc_status kc_branches_add(const kc_session *s, kc_branches *bs, const kc_branch_scan *sc,
+                                 int n, int first, int last)
+{
+    kc_branch_region *r = &bs->region[bs->n_regions];
+    const kc_node *join = &s->graph->nodes[last + 1];
+    r->first = first;
+    r->last = last;
+    r->n_branches = n;
+    r->branch_first = kc_calloc((size_t)n + 1, sizeof *r->branch_first);
+    r->node_list = kc_calloc((size_t)(last - first + 1), sizeof *r->node_list);
+    r->join_of = kc_calloc((size_t)join->n_inputs + 1, sizeof *r->join_of);
+    if (!r->branch_first || !r->node_list || !r->join_of) {
+        free(r->branch_first);
+        free(r->node_list);
+        free(r->join_of);
+        return KC_ERR_NOMEM;
+    }
+    r->lane_join = !s->branch_join_off && kc_branches_lane_join(s, sc, last + 1, r);
+    int at = 0;
+    for (int b = 0; b < n; b++) {
+        r->branch_first[b] = at;
+        for (int i = first; i <= last; i++)
+            if (sc->root_id[i] == sc->order[b])
+                r->node_list[at++] = i;
+    }
+    r->branch_first[n] = at;
+    for (int i = first; i <= last + 1; i++) {
+        bs->region_of[i] = bs->n_regions;
+        bs->region_last[i] = last + 1;
+    }
+    bs->n_regions++;
+    return KC_OK;
+}
+
+/* Every region of the graph into bs. */
+static kc_status kc_branches_find(const kc_session *s, kc_branches *bs, const int *cross,
+                                  kc_branch_scan *sc)
+{
+    const kc_graph *g = s->graph;
+    int start = 0; /* first node after the last meeting point */
+    double min_flops = kc_branches_min_flops();
+    for (int p = 0; p < g->n_nodes; p++) {
+        if (cross[p] != 1)
+            continue;
+        /* nodes start .. p - 1 branch off; node p joins them */
+        if (p - start >= 2) {
+            int n = kc_branches_split(s, start, p - 1, sc);
+            if (n >= 2 && kc_branches_balanced(sc, n, min_flops))
+                KC_TRY(kc_branches_add(s, bs, sc, n, start, p - 1));
+        }
+        start = p + 1;
+    }
+    return KC_OK;
+}
+
+void kc_branches_free(kc_branches *b)
+{
+    if (!b)
+        return;
+    for (int r = 0; r < b->n_regions; r++) {
+        free(b->region[r].branch_first);
+        free(b->region[r].node_list);
+        free(b->region[r].join_of);
+    }
+    free(b->region);
+    free(b->region_of);
+    free(b->region_last);
+    free(b);
+}
+
+static kc_status kc_branches_scan(const kc_session *s, kc_branches *bs)
+{
+    const kc_graph *g = s->graph;
+    size_t nodes = (size_t)g->n_nodes + 1;
+    int *last = kc_calloc((size_t)g->n_values + 1, sizeof *last);
+    int *cross = kc_calloc(nodes, sizeof *cross);
+    kc_branch_scan sc = {kc_calloc(nodes, sizeof(int)), kc_calloc(nodes, sizeof(int)),
+                         kc_calloc(nodes, sizeof(double)), kc_calloc(nodes, sizeof(int))};
+    kc_status st = KC_ERR_NOMEM;
+    if (last && cross && sc.parent && sc.root_id && sc.cost && sc.order) {
+        kc_plan_last_reads(g, last);
+        kc_branches_crossing(g, last, cross);
+        st = kc_branches_find(s, bs, cross, &sc);
+    }
+    free(last);
+    free(cross);
+    free(sc.parent);
+    free(sc.root_id);
+    free(sc.cost);
+    free(sc.order);
+    return st;
+}
+
+kc_status kc_branches_new(kc_session *s, kc_branches **out)
+{
+    *out = NULL;
+    if (!kc_branches_wanted(s))
+        return KC_OK;
+    if (kc_dnnl_ready() && kc_dnnl_lanes(KC_BRANCH_LANES) != KC_OK)
+        return KC_OK; /* no stream for a second lane: run node by node */
+    int n = s->graph->n_nodes;
+    kc_branches *bs = kc_calloc(1, sizeof *bs);
+    if (!bs)
+        return KC_ERR_NOMEM;
+    bs->region = kc_calloc((size_t)n / 2 + 1, sizeof *bs->region);
+    bs->region_of = kc_calloc((size_t)n + 1, sizeof *bs->region_of);
+    bs->region_last = kc_calloc((size_t)n + 1, sizeof *bs->region_last);
+    if (!bs->region || !bs->region_of || !bs->region_last) {
+        kc_branches_free(bs);
+        return KC_ERR_NOMEM;
+    }
+    for (int i = 0; i < n; i++)
+        bs->region_of[i] = bs->region_last[i] = -1;
+    kc_status st = kc_branches_scan(s, bs);
+    if (st == KC_OK && bs->n_regions)
+        st = kc_plan_relayout(s->model, s->fused.alias, bs->region_last, &s->plan);
+    if (st != KC_OK || !bs->n_regions) {
+        kc_branches_free(bs);
+        return st;
+    }
+    *out = bs;
+    return KC_OK;
+}
+
+/* ------------------------------------------------------------ run */
+
+typedef struct kc_branch_job {
+    kc_session *s;
+    const kc_branch_region *r;
+    atomic_int next;                    /* the next branch to take */
+    kc_status status[KC_BRANCH_LANES];
+    char message[KC_BRANCH_LANES][512]; /* a failed lane's, from its thread */
+} kc_branch_job;
+
+/* Node i on lane `lane`, with the lane's part of the region's spare
+ * range (whole cache lines). */
+static kc_status kc_branches_node(kc_session *s, int i, int lane)
+{
+    size_t part = s->plan.spare_floats[i] / KC_BRANCH_LANES / 16 * 16;
+    return kc_session_node_spare(s, i, s->plan.spare_offset[i] + (size_t)lane * part, part);
+}
+
+/* Branch b's outputs into the join's channel slices. */
+static void kc_branches_join_copy(const kc_session *s, const kc_branch_region *r, int b)
+{
+    const kc_node *join = &s->graph->nodes[r->last + 1];
+    const kc_shape *os = &s->plan.shape[join->outputs[0]];
+    int64_t width = os->dims[os->rank - 1], outer = kc_shape_count(os) / width, at = 0;
+    float *out = s->arena + s->plan.offset[join->outputs[0]];
+    for (int k = 0; k < join->n_inputs; k++) {
+        const kc_shape *is = &s->plan.shape[join->inputs[k]];
+        int64_t c = is->dims[is->rank - 1];
+        if (r->join_of[k] == b) {
+            const float *in = s->arena + s->plan.offset[join->inputs[k]];
+            for (int64_t o = 0; o < outer; o++)
+                memcpy(out + o * width + at, in + o * c, (size_t)c * sizeof *out);
+        }
+        at += c;
+    }
+}
+
+static void kc_branches_lane(void *arg, int lane)
+{
+    kc_branch_job *job = arg;
+    const kc_branch_region *r = job->r;
+    kc_status st = KC_OK;
+    kc_batch_lane_set(lane);
+    for (int b; st == KC_OK && (b = atomic_fetch_add(&job->next, 1)) < r->n_branches;) {
+        for (int k = r->branch_first[b]; st == KC_OK && k < r->branch_first[b + 1]; k++)
+            if (!job->s->fused.skip[r->node_list[k]])
+                st = kc_branches_node(job->s, r->node_list[k], lane);
+        if (st == KC_OK && r->lane_join)
+            kc_branches_join_copy(job->s, r, b);
+    }
+    kc_batch_lane_set(0);
+    job->status[lane] = st;
+    if (st != KC_OK)
+        snprintf(job->message[lane], sizeof job->message[lane], "%s", kc_last_error());
+}
+
+static kc_status kc_branches_region_run(kc_session *s, const kc_branch_region *r)
+{
+    kc_branch_job job = {.s = s, .r = r};
+    atomic_init(&job.next, 0);
+    kc_parallel(KC_BRANCH_LANES, kc_branches_lane, &job);
+    for (int k = 0; k < KC_BRANCH_LANES; k++)
+        if (job.status[k] != KC_OK)
+            return kc_fail(job.status[k], "%s (branch lane %d of %d)", job.message[k], k,
+                           KC_BRANCH_LANES);
+    return KC_OK;
+}
+
+/* The first run: node by node, each region's nodes with one thread, so
+ * that the kernel states they build are sized for the lane that runs
+ * them; the weights they copied are released as in any first run. */
+static kc_status kc_branches_first(kc_session *s, const kc_branches *b)
+{
+    kc_status st = KC_OK;
+    for (int i = 0; st == KC_OK && i < s->graph->n_nodes; i++) {
+        int r = b->region_of[i];
+        int one = r >= 0 && i <= b->region[r].last; /* not the join */
+        if (one)
+            kc_threads_enter(1);
+        st = kc_session_run_node(s, i);
+        if (one)
+            kc_threads_enter(s->threads);
+    }
+    return st;
+}
+
+kc_status kc_branches_run(kc_session *s)
+{
+    kc_branches *b = s->branches;
+    if (!b->warm) {
+        KC_TRY(kc_branches_first(s, b));
+        b->warm = 1;
+        return KC_OK;
+    }
+    for (int i = 0; i < s->graph->n_nodes;) {
+        int r = b->region_of[i];
+        if (r < 0 || i > b->region[r].last) { /* outside, or a join that runs */
+            KC_TRY(kc_session_run_node(s, i));
+            i++;
+            continue;
+        }
+        KC_TRY(kc_branches_region_run(s, &b->region[r]));
+        i = b->region[r].last + 1 + b->region[r].lane_join;
+    }
+    return KC_OK;
+}
