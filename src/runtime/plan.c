@@ -215,7 +215,7 @@ static void kc_plan_tail_start(const kc_graph *g, const int *alias, const int *m
 }
 
 /* Branch regions (kc_plan_relayout): every value a region's nodes read
- * or write stays live to the region's last node, since its branches run
+ * or write stays live to region_last (its join), since its branches run
  * side by side in no fixed order; so no two of them share memory. */
 static void kc_plan_region_lives(const kc_graph *g, const int *alias, const int *region_last,
                                  int *last_use)
@@ -233,8 +233,8 @@ static void kc_plan_region_lives(const kc_graph *g, const int *alias, const int 
     }
 }
 
-/* A region's nodes share the range free at its last node (every value of
- * the region is live there): the runner gives each branch lane its part. */
+/* A region's nodes share the range free at its join (every value of the
+ * region is live there): the runner gives each branch lane its part. */
 static void kc_plan_region_spares(const kc_graph *g, const int *region_last, kc_plan *p)
 {
     for (int i = 0; region_last && i < g->n_nodes; i++)
@@ -243,6 +243,10 @@ static void kc_plan_region_spares(const kc_graph *g, const int *region_last, kc_
             p->spare_floats[i] = p->spare_floats[region_last[i]];
         }
 }
+
+/* Past this many values the offline packing (quadratic in them) is left
+ * out: the node-order placement stays. */
+#define KC_PLAN_PACK_MAX_VALUES 4096
 
 /* KC_PACK=0: keep the node-order placement (for comparison). */
 static int kc_plan_pack_off(void)
@@ -386,7 +390,9 @@ static kc_status kc_plan_memory(const kc_graph *g, const int *alias, int head, k
             }
     }
     p->arena_floats = a.peak ? a.peak : KC_ALIGN_FLOATS;
-    kc_status st = part == KC_PLAN_WHOLE ? kc_plan_repack(g, alias, &lv, p, live_end) : KC_OK;
+    kc_status st = part == KC_PLAN_WHOLE && g->n_values <= KC_PLAN_PACK_MAX_VALUES
+                       ? kc_plan_repack(g, alias, &lv, p, live_end)
+                       : KC_OK;
     kc_plan_spare_tail(p, first, end, live_end);
     kc_plan_region_spares(g, region_last, p);
     free(last_use);

@@ -54,10 +54,10 @@ typedef enum { KC_PLAN_WHOLE, KC_PLAN_HEAD, KC_PLAN_TAIL } kc_plan_part;
 kc_status kc_plan_build_split(const struct kc_model *model, const int *alias,
                               const kc_shape *in_shapes, int n_in, int head, kc_plan_part part,
                               kc_plan *out);
-/* p (a whole plan) laid out again with region_last (per node: the last
- * node of the branch region it runs in, or -1; branches.c): the values a
- * region reads or writes live to its last node, and its nodes' spare
- * range is the one free throughout the region. */
+/* p (a whole plan) laid out again with region_last (per node: the join
+ * of the branch region it runs in, or -1; branches.c): the values a
+ * region reads or writes live to its join, and its nodes' spare range is
+ * the one free throughout the region. */
 kc_status kc_plan_relayout(const struct kc_model *model, const int *alias, const int *region_last,
                            kc_plan *p);
 int kc_plan_matches(const kc_plan *plan, const kc_shape *in_shapes, int n_in);
