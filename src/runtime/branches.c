@@ -20,17 +20,20 @@
  *
  * How: the plan is laid out so that a region's values (and its join's
  * output) never share memory (plan.c), its spare range split between
- * the lanes. A join that concatenates channels does not run: each lane
+ * the lanes. Each branch has its lane: costliest first onto the less
+ * loaded, so that a thread runs the same layers run after run and its
+ * per-thread buffers are in place from the first run on. A join that concatenates channels does not run: each lane
  * copies a branch's outputs into its slices when the branch is done
  * (InceptionV3's Concatenates took 0.08-0.13 ms each on two threads,
- * 0.06-0.08 on one: a copy too small to share). The first run goes
- * node by node, the regions' kernels built for one thread (as batch
- * lanes build theirs, lanes.c); from the second run each region is one
- * parallel section whose threads take its branches, costliest first,
- * from a shared counter, so that a thread slowed by the machine takes
- * fewer. The nodes outside regions still run cut across the threads. */
+ * 0.06-0.08 on one: a copy too small to share). In the first run each
+ * region is a parallel section whose lanes take turns, each building its
+ * branches' kernels for one thread on the thread that will run them (as
+ * batch lanes do, lanes.c; the weights they copy are released one lane
+ * at a time); from the second run the lanes run side by side. The nodes
+ * outside regions still run cut across the threads. */
 #include "runtime/branches.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +120,7 @@ typedef struct kc_branch_scan {
     int *root_id;  /* per node: its branch's index in the region, or -1 */
     double *cost;  /* per branch */
     int *order;    /* branches, costliest first */
+    int *lane;     /* per place in order: the lane it runs on */
 } kc_branch_scan;
 
 /* Nodes [first, last] into branches (sc->root_id, sc->cost); how many. */
@@ -165,6 +169,7 @@ static int kc_branches_balanced(const kc_branch_scan *sc, int n, double min_flop
     for (int b = 0; b < n; b++) {
         int to = lane[1] < lane[0];
         lane[to] += sc->cost[order[b]];
+        sc->lane[b] = to;
     }
     double most = lane[0] > lane[1] ? lane[0] : lane[1];
     return total >= min_flops && most <= KC_BRANCH_SHARE * total;
@@ -209,12 +214,16 @@ static kc_status kc_branches_add(const kc_session *s, kc_branches *bs, const kc_
     r->branch_first = kc_calloc((size_t)n + 1, sizeof *r->branch_first);
     r->node_list = kc_calloc((size_t)(last - first + 1), sizeof *r->node_list);
     r->join_of = kc_calloc((size_t)join->n_inputs + 1, sizeof *r->join_of);
-    if (!r->branch_first || !r->node_list || !r->join_of) {
+    r->lane_of = kc_calloc((size_t)n, sizeof *r->lane_of);
+    if (!r->branch_first || !r->node_list || !r->join_of || !r->lane_of) {
         free(r->branch_first);
         free(r->node_list);
         free(r->join_of);
+        free(r->lane_of);
         return KC_ERR_NOMEM;
     }
+    for (int b = 0; b < n; b++)
+        r->lane_of[b] = sc->lane[b];
     r->lane_join = !s->branch_join_off && kc_branches_lane_join(s, sc, last + 1, r);
     int at = 0;
     for (int b = 0; b < n; b++) {
@@ -261,6 +270,7 @@ void kc_branches_free(kc_branches *b)
         free(b->region[r].branch_first);
         free(b->region[r].node_list);
         free(b->region[r].join_of);
+        free(b->region[r].lane_of);
     }
     free(b->region);
     free(b->region_of);
@@ -275,9 +285,10 @@ static kc_status kc_branches_scan(const kc_session *s, kc_branches *bs)
     int *last = kc_calloc((size_t)g->n_values + 1, sizeof *last);
     int *cross = kc_calloc(nodes, sizeof *cross);
     kc_branch_scan sc = {kc_calloc(nodes, sizeof(int)), kc_calloc(nodes, sizeof(int)),
-                         kc_calloc(nodes, sizeof(double)), kc_calloc(nodes, sizeof(int))};
+                         kc_calloc(nodes, sizeof(double)), kc_calloc(nodes, sizeof(int)),
+                         kc_calloc(nodes, sizeof(int))};
     kc_status st = KC_ERR_NOMEM;
-    if (last && cross && sc.parent && sc.root_id && sc.cost && sc.order) {
+    if (last && cross && sc.parent && sc.root_id && sc.cost && sc.order && sc.lane) {
         kc_plan_last_reads(g, last);
         kc_branches_crossing(g, last, cross);
         st = kc_branches_find(s, bs, cross, &sc);
@@ -288,6 +299,7 @@ static kc_status kc_branches_scan(const kc_session *s, kc_branches *bs)
     free(sc.root_id);
     free(sc.cost);
     free(sc.order);
+    free(sc.lane);
     return st;
 }
 
@@ -327,7 +339,8 @@ kc_status kc_branches_new(kc_session *s, kc_branches **out)
 typedef struct kc_branch_job {
     kc_session *s;
     const kc_branch_region *r;
-    atomic_int next;                    /* the next branch to take */
+    int first;                          /* the plan's first run: lanes take turns */
+    atomic_int turn;                    /* first run: the lane whose turn it is */
     kc_status status[KC_BRANCH_LANES];
     char message[KC_BRANCH_LANES][512]; /* a failed lane's, from its thread */
 } kc_branch_job;
@@ -359,18 +372,53 @@ static void kc_branches_join_copy(const kc_session *s, const kc_branch_region *r
     }
 }
 
+/* Lane `lane`'s branches of r. In the first run, node by node as the
+ * session's loop runs them (kernels built, weights released), on one
+ * thread. */
+static kc_status kc_branches_lane_nodes(kc_branch_job *job, int lane)
+{
+    const kc_branch_region *r = job->r;
+    kc_status st = KC_OK;
+    for (int b = 0; st == KC_OK && b < r->n_branches; b++) {
+        if (r->lane_of[b] != lane)
+            continue;
+        for (int k = r->branch_first[b]; st == KC_OK && k < r->branch_first[b + 1]; k++) {
+            int i = r->node_list[k];
+            if (job->first)
+                st = kc_session_run_node(job->s, i);
+            else if (!job->s->fused.skip[i])
+                st = kc_branches_node(job->s, i, lane);
+        }
+        if (st == KC_OK && r->lane_join)
+            kc_branches_join_copy(job->s, r, b);
+    }
+    return st;
+}
+
+/* A short wait for the other lane's turn (the first run only). */
+static void kc_branches_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    sched_yield();
+#endif
+}
+
 static void kc_branches_lane(void *arg, int lane)
 {
     kc_branch_job *job = arg;
-    const kc_branch_region *r = job->r;
-    kc_status st = KC_OK;
+    kc_status st;
     kc_batch_lane_set(lane);
-    for (int b; st == KC_OK && (b = atomic_fetch_add(&job->next, 1)) < r->n_branches;) {
-        for (int k = r->branch_first[b]; st == KC_OK && k < r->branch_first[b + 1]; k++)
-            if (!job->s->fused.skip[r->node_list[k]])
-                st = kc_branches_node(job->s, r->node_list[k], lane);
-        if (st == KC_OK && r->lane_join)
-            kc_branches_join_copy(job->s, r, b);
+    if (job->first) {
+        while (atomic_load(&job->turn) != lane)
+            kc_branches_pause();
+        kc_threads_enter(1);
+        st = kc_branches_lane_nodes(job, lane);
+        kc_threads_enter(job->s->threads);
+        atomic_store(&job->turn, lane + 1); /* the next lane's, whatever happened */
+    } else {
+        st = kc_branches_lane_nodes(job, lane);
     }
     kc_batch_lane_set(0);
     job->status[lane] = st;
@@ -378,10 +426,10 @@ static void kc_branches_lane(void *arg, int lane)
         snprintf(job->message[lane], sizeof job->message[lane], "%s", kc_last_error());
 }
 
-static kc_status kc_branches_region_run(kc_session *s, const kc_branch_region *r)
+static kc_status kc_branches_region_run(kc_session *s, const kc_branch_region *r, int first)
 {
-    kc_branch_job job = {.s = s, .r = r};
-    atomic_init(&job.next, 0);
+    kc_branch_job job = {.s = s, .r = r, .first = first};
+    atomic_init(&job.turn, 0);
     kc_parallel(KC_BRANCH_LANES, kc_branches_lane, &job);
     for (int k = 0; k < KC_BRANCH_LANES; k++)
         if (job.status[k] != KC_OK)
@@ -390,32 +438,9 @@ static kc_status kc_branches_region_run(kc_session *s, const kc_branch_region *r
     return KC_OK;
 }
 
-/* The first run: node by node, each region's nodes with one thread, so
- * that the kernel states they build are sized for the lane that runs
- * them; the weights they copied are released as in any first run. */
-static kc_status kc_branches_first(kc_session *s, const kc_branches *b)
-{
-    kc_status st = KC_OK;
-    for (int i = 0; st == KC_OK && i < s->graph->n_nodes; i++) {
-        int r = b->region_of[i];
-        int one = r >= 0 && i <= b->region[r].last; /* not the join */
-        if (one)
-            kc_threads_enter(1);
-        st = kc_session_run_node(s, i);
-        if (one)
-            kc_threads_enter(s->threads);
-    }
-    return st;
-}
-
 kc_status kc_branches_run(kc_session *s)
 {
     kc_branches *b = s->branches;
-    if (!b->warm) {
-        KC_TRY(kc_branches_first(s, b));
-        b->warm = 1;
-        return KC_OK;
-    }
     for (int i = 0; i < s->graph->n_nodes;) {
         int r = b->region_of[i];
         if (r < 0 || i > b->region[r].last) { /* outside, or a join that runs */
@@ -423,8 +448,9 @@ kc_status kc_branches_run(kc_session *s)
             i++;
             continue;
         }
-        KC_TRY(kc_branches_region_run(s, &b->region[r]));
+        KC_TRY(kc_branches_region_run(s, &b->region[r], !b->warm));
         i = b->region[r].last + 1 + b->region[r].lane_join;
     }
+    b->warm = 1;
     return KC_OK;
 }

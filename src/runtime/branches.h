@@ -24,6 +24,7 @@ typedef struct kc_branch_region {
                             * branch_first[b + 1]), in node order; branches
                             * costliest first */
     int *node_list;
+    int *lane_of;          /* branch b runs on lane lane_of[b] */
 } kc_branch_region;
 
 typedef struct kc_branches {
@@ -31,7 +32,7 @@ typedef struct kc_branches {
     kc_branch_region *region;
     int *region_of;        /* per node: its region, or -1 */
     int *region_last;      /* per node: its region's join, or -1 (kc_plan_relayout) */
-    int warm;              /* the first run, node by node, has built the states */
+    int warm;              /* the first run, lanes in turn, has built the states */
 } kc_branches;
 
 /* KC_BRANCHES and KC_BRANCH_JOIN into the new session s. */
@@ -44,8 +45,9 @@ void kc_branches_options(kc_session *s);
 kc_status kc_branches_new(kc_session *s, kc_branches **out);
 void kc_branches_free(kc_branches *b);
 
-/* One run of every node: regions' branches side by side (the first run:
- * node by node, the regions' kernels built for one thread). */
+/* One run of every node: regions' branches side by side, each on its
+ * lane's thread (the first run: the lanes take turns, building their
+ * kernels for one thread). */
 kc_status kc_branches_run(kc_session *s);
 
 #endif

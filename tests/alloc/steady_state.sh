@@ -48,6 +48,27 @@ for model in apps/resnet50 apps/mobilenet_v2 apps/inception_v3; do
   [[ "$got" == "0.00" ]] && pass "$model batch 4, head of 40 nodes: 0 allocations >= 64 KiB" ||
     fail "$model batch 4, head of 40 nodes: large_allocs_per_inference '$got': $out"
 done
+# Branch lanes (runtime/branches.c: at batch 1 on 2 threads InceptionV3's
+# towers run side by side, each on the thread that built its kernels in
+# the first run): nothing more either. The reduced model's regions are
+# small; KC_BRANCH_MIN_FLOPS=0 lets every one run so.
+out=$(KC_BRANCH_MIN_FLOPS=0 bench "$HERE/apps/inception_v3/model.keras" --batch 1)
+got=$(sed -n 's/^large_allocs_per_inference: //p' <<<"$out")
+regions=$(sed -n 's/^branch_regions: //p' <<<"$out")
+[[ "$got" == "0.00" && "${regions:-0}" -ge 3 ]] &&
+  pass "inception_v3 batch 1, $regions branch regions: 0 allocations >= 64 KiB per inference" ||
+  fail "inception_v3 batch 1, branch lanes: large_allocs_per_inference '$got', regions '$regions': $out"
+# ... and no allocation of any size that only a later run makes: each
+# lane builds its branches' kernels on its own thread in the first run
+# (taken from a shared counter, a lane's thread met some branches first
+# in run 2 or later: 972 allocations a run over runs 2-3, 913 over 2-6).
+a3=$(KC_BRANCH_MIN_FLOPS=0 LD_PRELOAD="$SHIM" "$KERASC" bench "$HERE/apps/inception_v3/model.keras" \
+       --batch 1 --iters 3 --warmup 1 --threads 2 2>&1 | sed -n 's/^allocs_per_inference: //p')
+a6=$(KC_BRANCH_MIN_FLOPS=0 LD_PRELOAD="$SHIM" "$KERASC" bench "$HERE/apps/inception_v3/model.keras" \
+       --batch 1 --iters 6 --warmup 1 --threads 2 2>&1 | sed -n 's/^allocs_per_inference: //p')
+[[ -n "$a3" && "$a3" == "$a6" ]] &&
+  pass "inception_v3 batch 1, branch lanes: $a3 allocations a run over runs 2-3 and 2-6" ||
+  fail "inception_v3 batch 1, branch lanes: $a3 allocations a run over runs 2-3, $a6 over 2-6"
 # The shim really counts: the first run (planning, primitives, packed
 # weights) allocates, and is outside the window; a window that would
 # contain nothing but it is reported as unmeasured.
