@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "env.h"
 #include "error.h"
 
 /* A transparent huge page, and the size from which an array takes them. */
@@ -17,8 +18,7 @@ static int kc_huge_pages_on(void)
 {
     static int on = -1; /* decided once: every array of a process alike */
     if (on < 0) {
-        const char *env = getenv("KC_HUGEPAGES");
-        on = !(env && !strcmp(env, "0"));
+        on = !kc_env_off("KC_HUGEPAGES");
     }
     return on;
 }

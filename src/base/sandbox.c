@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/error.h"
 
 /* Message frame from child to parent: status byte + NUL-free text. */
@@ -23,8 +24,7 @@
 
 static int kc_sandbox_disabled(void)
 {
-    const char *v = getenv("KC_SANDBOX");
-    return v && strcmp(v, "0") == 0;
+    return kc_env_off("KC_SANDBOX");
 }
 
 static int kc_sandbox_memfd(void)

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
+
 /* libgomp's API, declared here so that the library needs no -fopenmp
  * (the fuzz build uses clang, whose OpenMP runtime differs). */
 void omp_set_num_threads(int n);
@@ -30,8 +32,7 @@ void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigne
 
 int kc_dnnl_enabled(void)
 {
-    const char *env = getenv("KC_DNNL");
-    return !(env && !strcmp(env, "0"));
+    return !kc_env_off("KC_DNNL");
 }
 
 int kc_threads_wanted(int threads)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
 
@@ -148,13 +149,12 @@ kc_status kc_dnnl_prim_init(kc_dnnl_prim *p, const_dnnl_primitive_desc_t pd, int
 int kc_dnnl_plan_cuts(int64_t batch, int64_t out_rows, int64_t act_bytes, int64_t weight_bytes,
                       kc_dnnl_cut *cuts)
 {
-    const char *env = getenv("KC_CUT");
     int threads = kc_threads_max();
     int64_t along = batch > 1 ? batch : out_rows;
     int n = threads < KC_DNNL_MAX_CUTS ? threads : KC_DNNL_MAX_CUTS;
     if (along < n)
         n = (int)along;
-    if ((env && !strcmp(env, "0")) || n < 2 || act_bytes < KC_DNNL_CUT_MIN_BYTES ||
+    if (kc_env_off("KC_CUT") || n < 2 || act_bytes < KC_DNNL_CUT_MIN_BYTES ||
         act_bytes < weight_bytes * (n - 1)) {
         cuts[0] = (kc_dnnl_cut){0, 0, batch};
         return 1;

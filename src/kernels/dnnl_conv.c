@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
 #include "graph/graph.h"
@@ -303,7 +304,7 @@ static int kc_dnnl_wino_eligible(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
                                  const kc_dnnl_conv_state *st)
 {
     const kc_shape *in = &ctx->in_shape[0];
-    if (ctx->exact || st->w_plain || a->accumulate || kc_wino_env_off("KC_WINOGRAD"))
+    if (ctx->exact || st->w_plain || a->accumulate || kc_env_off("KC_WINOGRAD"))
         return 0;
     /* Few channels: the tile transforms and the reorders around them cost
      * more than the multiplications saved. InceptionV3's 32 -> 32 and
@@ -529,7 +530,7 @@ static dnnl_primitive_desc_t kc_dnnl_wino_pick(const kc_exec_ctx *ctx, kc_dnnl_c
     int n = 0;
     if (k > 0) /* the first part decided for the layer (kc_dnnl_wino_pay): its kernel */
         impls[n++] = st->part[0].wino_f4 ? f4_impl : f2_impl;
-    else if (kc_wino_env_off("KC_WINOGRAD_F4"))
+    else if (kc_env_off("KC_WINOGRAD_F4"))
         impls[n++] = f2_impl;
     else {
         if (kc_dnnl_wino_f4_wanted(pt, g)) {
@@ -611,7 +612,8 @@ static int kc_dnnl_add_after(const kc_conv_attrs *a, const kc_dnnl_window *g)
     int64_t image_bytes = 4 * g->dst[1];
     for (int i = 0; i < g->sp; i++)
         image_bytes *= g->dst[2 + i];
-    return !kc_wino_env_off("KC_ADD_AFTER") && a->accumulate && !a->post_dw && !a->pre_pool && kc_wino_act(a->activation) != 3 &&
+    return !kc_env_off("KC_ADD_AFTER") && a->accumulate && !a->post_dw && !a->pre_pool &&
+           kc_wino_act(a->activation) != 3 &&
            image_bytes >= KC_DNNL_ADD_AFTER_IMAGE &&
            image_bytes * g->dst[0] >= KC_DNNL_ADD_AFTER_BYTES;
 }
@@ -628,7 +630,7 @@ static int kc_dnnl_add_after(const kc_conv_attrs *a, const kc_dnnl_window *g)
 #define KC_DNNL_GATHER_MIN_CHANNELS 512
 static int kc_dnnl_gather_wanted(const kc_conv_attrs *a, const kc_dnnl_window *g)
 {
-    if (kc_wino_env_off("KC_GATHER") || g->sp != 2 || a->kind != KC_CONV_PLAIN ||
+    if (kc_env_off("KC_GATHER") || g->sp != 2 || a->kind != KC_CONV_PLAIN ||
         a->groups != 1 || a->post_dw || a->pre_pool)
         return 0;
     for (int i = 0; i < 2; i++)

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
@@ -134,9 +135,8 @@ static int kc_irb_geometry(const kc_conv_attrs *ex, const kc_layer *dw, const kc
 int kc_irb_fusable(const kc_conv_attrs *ex, const kc_layer *dw, const kc_layer *pw,
                    const kc_shape *in)
 {
-    const char *env = getenv("KC_IRB");
     kc_irb_geom g;
-    return !(env && !strcmp(env, "0")) && __builtin_cpu_supports("avx512f") &&
+    return !kc_env_off("KC_IRB") && __builtin_cpu_supports("avx512f") &&
            kc_irb_geometry(ex, dw, pw, in, &g);
 }
 

@@ -52,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
@@ -199,12 +200,6 @@ static int kc_w1_pick_tile(int r, int64_t len)
 
 /* ------------------------------------------------------------ eligibility */
 
-int kc_wino_env_off(const char *name)
-{
-    const char *v = getenv(name);
-    return v && !strcmp(v, "0");
-}
-
 int kc_wino_plain(const kc_exec_ctx *ctx, const kc_conv_attrs *a)
 {
     int rank = a->spatial + 2;
@@ -227,7 +222,7 @@ static int kc_w1_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_
 {
     const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
     int sp = a->spatial;
-    if (kc_wino_env_off("KC_WINO1D") || !kc_wino_plain(ctx, a) || (sp != 1 && sp != 2))
+    if (kc_env_off("KC_WINO1D") || !kc_wino_plain(ctx, a) || (sp != 1 && sp != 2))
         return 0;
     int axis = -1; /* the spatial axis the kernel spans */
     for (int i = 0; i < sp; i++) {
@@ -292,7 +287,7 @@ static int kc_w1_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_
 static int kc_w2_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_state *st)
 {
     const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
-    if (kc_wino_env_off("KC_WINO2D") || !kc_wino_plain(ctx, a) || a->spatial != 2 || a->padding == 2)
+    if (kc_env_off("KC_WINO2D") || !kc_wino_plain(ctx, a) || a->spatial != 2 || a->padding == 2)
         return 0;
     for (int i = 0; i < 2; i++)
         if (a->kernel[i] != a->kernel[0] || a->strides[i] != 1 || a->dilation[i] != 1 ||
@@ -934,7 +929,7 @@ kc_status kc_wino_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     kc_w1_state *st = (kc_w1_state *)*ctx->state;
     if (st && st->base.free != kc_w1_free)
         return KC_OK; /* another kernel's state: the layer was built another way */
-    if (ctx->exact || ctx->w_ext || kc_wino_env_off("KC_WINOGRAD") || !kc_dnnl_ready() ||
+    if (ctx->exact || ctx->w_ext || kc_env_off("KC_WINOGRAD") || !kc_dnnl_ready() ||
         !__builtin_cpu_supports("avx512f")) {
         if (st) /* the kernel that runs the layer now keeps a state of its own there */
             kc_kernel_state_drop(ctx);

@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
@@ -101,8 +102,8 @@ static int64_t kc_wf_ld(int64_t floats) { return floats + 16; }
  * Winograd kernels; KC_WINOGRAD=0: no Winograd at all. */
 static int kc_wf_off(void)
 {
-    return kc_wino_env_off("KC_WINOFLY") || kc_wino_env_off("KC_WINO2D") ||
-           kc_wino_env_off("KC_WINOGRAD");
+    return kc_env_off("KC_WINOFLY") || kc_env_off("KC_WINO2D") ||
+           kc_env_off("KC_WINOGRAD");
 }
 
 /* A plain 3x3 stride-1 Conv2D, "same" or "valid", nothing fused, 64
@@ -134,7 +135,7 @@ static int kc_wf_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_wf_
     if (!kc_wino2d_grid_init(&st->grid, in, out, 3, a->padding, 4))
         return 0;
     if (st->grid.tiles < KC_WF_MIN_TILES && kc_parallel_width() == 1 &&
-        !kc_wino_env_off("KC_WINOFLY_F2")) {
+        !kc_env_off("KC_WINOFLY_F2")) {
         st->m = 2;
         kc_wino2d_grid_init(&st->grid, in, out, 3, a->padding, 2);
     }
@@ -255,8 +256,9 @@ __attribute__((always_inline)) static inline void kc_wf_prefetch(const kc_wf_sta
         _mm_prefetch(taps + line * 64, _MM_HINT_T0);
 }
 
-/* Row i of the transformed kernel of input channels c0 .. c0+cn-1 and
- * output vectors v0 .. v0+nv-1 into u: [6][cn][nv * 16], rows ldu apart.
+/* F(4x4, 3x3): row i of the transformed kernel of input channels c0 ..
+ * c0+cn-1 and output vectors v0 .. v0+nv-1 into u: [6][cn][nv * 16], rows
+ * ldu apart (F(2x2) makes all its rows at once: kc_wf_kernel_4).
  * A row at a time: the buffer is 74 KB where all 36 products of 64
  * channels were 442 KB, at the same speed. The transform's time against
  * the products' (rdtsc, standalone): two thirds at four 7x7 images of
@@ -270,27 +272,26 @@ kc_wf_kernel(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t cn, 
      * registers across the loop instead of being loaded after every store */
     float g[18];
     memcpy(g, st->g, sizeof g);
-    /* alpha and the row constants: the inlined rows skip g's zeros */
-    int row = st->alpha == 6 ? i : 6 + i;
     for (int64_t k = 0; k < cn; k++)
         for (int j = 0; j < nv; j++) {
             float *dst = u + k * width + 16 * j;
             if (i == 0 && k + KC_WF_PREFETCH < cn)
                 kc_wf_prefetch(st, v0 + j, c0 + k + KC_WF_PREFETCH);
-            switch (row) {
+            switch (i) { /* row constants: the inlined rows skip g's zeros */
             case 0: kc_wf_kernel_row(st, g, 6, v0 + j, c0 + k, 0, dst, ldu); break;
             case 1: kc_wf_kernel_row(st, g, 6, v0 + j, c0 + k, 1, dst, ldu); break;
             case 2: kc_wf_kernel_row(st, g, 6, v0 + j, c0 + k, 2, dst, ldu); break;
             case 3: kc_wf_kernel_row(st, g, 6, v0 + j, c0 + k, 3, dst, ldu); break;
             case 4: kc_wf_kernel_row(st, g, 6, v0 + j, c0 + k, 4, dst, ldu); break;
-            case 5: kc_wf_kernel_row(st, g, 6, v0 + j, c0 + k, 5, dst, ldu); break;
-            case 6: kc_wf_kernel_row(st, g, 4, v0 + j, c0 + k, 0, dst, ldu); break;
-            case 7: kc_wf_kernel_row(st, g, 4, v0 + j, c0 + k, 1, dst, ldu); break;
-            case 8: kc_wf_kernel_row(st, g, 4, v0 + j, c0 + k, 2, dst, ldu); break;
-            default: kc_wf_kernel_row(st, g, 4, v0 + j, c0 + k, 3, dst, ldu); break;
+            default: kc_wf_kernel_row(st, g, 6, v0 + j, c0 + k, 5, dst, ldu); break;
             }
         }
 }
+
+/* Whether the kernel's transform makes all its rows at once
+ * (kc_wf_kernel_4, F(2x2)) rather than a row before its products
+ * (kc_wf_kernel, F(4x4)). */
+static int kc_wf_all_rows(const kc_wf_state *st) { return st->alpha == 4; }
 
 /* F(2x2, 3x3): all 4 rows of the transformed kernel of input channels
  * c0 .. c0+cn-1 and output vectors v0 .. v0+nv-1 into u: [16][cn][nv *
@@ -446,7 +447,7 @@ static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
                           float *u, float *mt)
 {
     int64_t width = 16 * nv;
-    int all = st->alpha == 4; /* all rows at once (kc_wf_kernel_4) */
+    int all = kc_wf_all_rows(st);
     for (int64_t c0 = 0; c0 < st->c; c0 += KC_WF_KERNEL_CHANNELS) {
         int64_t cn = st->c - c0 < KC_WF_KERNEL_CHANNELS ? st->c - c0 : KC_WF_KERNEL_CHANNELS;
         if (all)
@@ -470,8 +471,8 @@ static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
 static kc_status kc_wf_part(const kc_wf_state *st, const kc_wf_io *io, int k)
 {
     int64_t lo = st->vec_lo[k], hi = st->vec_lo[k + 1];
-    /* a row of the transformed kernel, or (F(2x2)) all 4 */
-    int rows = st->alpha == 4 ? 16 : st->alpha;
+    /* a row of the transformed kernel (alpha products), or all of them */
+    int rows = kc_wf_all_rows(st) ? st->alpha * st->alpha : st->alpha;
     size_t u_floats = (size_t)(rows * kc_wf_ld(KC_WF_KERNEL_CHANNELS * 16 * KC_WF_NV));
     size_t m_floats = (size_t)(st->alpha * st->alpha * kc_wf_ld(io->n * 16 * KC_WF_NV));
     float *u = kc_dnnl_workspace(KC_DNNL_SLOT_DST, (u_floats + m_floats) * sizeof(float));

@@ -30,8 +30,6 @@ void kc_wino2d_cells(const kc_wino2d_grid *g, int m, int alpha, int64_t c, const
 void kc_wino2d_dests(const kc_wino2d_grid *g, int m, int64_t f, float *out, int64_t t, float **y,
                      int *vh, int *vw);
 
-/* Whether environment variable `name` is "0". */
-int kc_wino_env_off(const char *name);
 /* What every Winograd kind asks of a layer first: a plain, ungrouped
  * convolution with nothing fused into it, on NHWC data of its spatial
  * rank. */

@@ -22,10 +22,11 @@
  * output) never share memory (plan.c), its spare range split between
  * the lanes. Each branch has its lane: costliest first onto the less
  * loaded, so that a thread runs the same layers run after run and its
- * per-thread buffers are in place from the first run on. A join that concatenates channels does not run: each lane
- * copies a branch's outputs into its slices when the branch is done
- * (InceptionV3's Concatenates took 0.08-0.13 ms each on two threads,
- * 0.06-0.08 on one: a copy too small to share). In the first run each
+ * per-thread buffers are in place from the first run on. A join that
+ * concatenates channels does not run: each lane copies a branch's
+ * outputs into its slices when the branch is done (InceptionV3's
+ * Concatenates took 0.08-0.13 ms each on two threads, 0.06-0.08 on one:
+ * a copy too small to share). In the first run each
  * region is a parallel section whose lanes take turns, each building its
  * branches' kernels for one thread on the thread that will run them (as
  * batch lanes do, lanes.c; the weights they copy are released one lane
@@ -43,8 +44,8 @@
 #include "base/mem.h"
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
-#include "runtime/lanes.h"
 #include "ops/merge.h"
+#include "runtime/lanes.h"
 #include "runtime/sched.h"
 
 /* The most of a region's work one lane may take for the region to run
@@ -60,18 +61,6 @@ static double kc_branches_min_flops(void)
 {
     const char *env = getenv("KC_BRANCH_MIN_FLOPS");
     return env && *env ? atof(env) : KC_BRANCH_MIN_FLOPS;
-}
-
-static int kc_branches_env_off(const char *name)
-{
-    const char *env = getenv(name);
-    return env && !strcmp(env, "0");
-}
-
-void kc_branches_options(kc_session *s)
-{
-    s->branches_off = kc_branches_env_off("KC_BRANCHES");
-    s->branch_join_off = kc_branches_env_off("KC_BRANCH_JOIN");
 }
 
 static int kc_branches_wanted(const kc_session *s)

@@ -35,9 +35,6 @@ typedef struct kc_branches {
     int warm;              /* the first run, lanes in turn, has built the states */
 } kc_branches;
 
-/* KC_BRANCHES and KC_BRANCH_JOIN into the new session s. */
-void kc_branches_options(kc_session *s);
-
 /* The session's branch regions for its current plan (batch lanes off, on
  * the host loop, 2 or more threads, no masks, KC_BRANCHES not 0), the
  * plan laid out again so that values of a region never share memory;

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "base/spill.h"
@@ -668,8 +669,7 @@ kc_status kc_fuse(const kc_graph *g, kc_fuse_level level, int *taken, kc_fused *
         f->dw_of[i] = f->pool_of[i] = f->pw_of[i] = -1;
     for (int v = 0; v < g->n_values; v++)
         f->alias[v] = -1;
-    const char *env = getenv("KC_FUSE");
-    if (level == KC_FUSE_NONE || (env && !strcmp(env, "0")))
+    if (level == KC_FUSE_NONE || kc_env_off("KC_FUSE"))
         return KC_OK;
     for (int i = 0; i < g->n_nodes; i++) {
         const kc_node *n = &g->nodes[i];

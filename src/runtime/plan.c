@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "model/model_internal.h"
@@ -248,13 +249,6 @@ static void kc_plan_region_spares(const kc_graph *g, const int *region_last, kc_
  * out: the node-order placement stays. */
 #define KC_PLAN_PACK_MAX_VALUES 4096
 
-/* KC_PACK=0: keep the node-order placement (for comparison). */
-static int kc_plan_pack_off(void)
-{
-    const char *env = getenv("KC_PACK");
-    return env && !strcmp(env, "0");
-}
-
 /* Each root's life in the node-order placement: made at node born[r]
  * (-1: a model input; KC_PLAN_UNPLACED: never placed), freed at node
  * died[r] (the node count: never). */
@@ -273,7 +267,8 @@ static kc_status kc_plan_repack(const kc_graph *g, const int *alias, const kc_pl
     size_t *size = kc_calloc((size_t)nv + 1, sizeof *size);
     size_t *offset = kc_calloc((size_t)nv + 1, sizeof *offset);
     size_t(*scratch)[2] = kc_calloc((size_t)nv + 1, sizeof *scratch);
-    int *from = kc_calloc((size_t)nv + 1, sizeof *from), *to = kc_calloc((size_t)nv + 1, sizeof *to);
+    int *from = kc_calloc((size_t)nv + 1, sizeof *from);
+    int *to = kc_calloc((size_t)nv + 1, sizeof *to);
     int *root_of = kc_calloc((size_t)nv + 1, sizeof *root_of);
     kc_status st = KC_ERR_NOMEM;
     size_t peak = 0;
@@ -289,7 +284,7 @@ static kc_status kc_plan_repack(const kc_graph *g, const int *alias, const kc_pl
     if (kc_plan_pack(n, size, from, to, offset, &peak))
         goto done;
     st = KC_OK;
-    if (peak >= p->arena_floats || kc_plan_pack_off())
+    if (peak >= p->arena_floats || kc_env_off("KC_PACK")) /* KC_PACK=0: node order kept */
         goto done;
     for (int k = 0; k < n; k++)
         p->offset[root_of[k]] = offset[k];

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "base/threads.h"
@@ -136,13 +137,11 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     s->trace_nodes = kc_mem_trace_nodes();
     s->wino_budget.left =
         options && options->winograd_memory ? options->winograd_memory : SIZE_MAX;
-    const char *dw_env = getenv("KC_FUSE_DW"); /* 0: never fuse depthwise pairs (fuse.c) */
-    s->fuse_dw = !(dw_env && !strcmp(dw_env, "0"));
-    const char *lanes_env = getenv("KC_LANES");
-    s->lanes_refused = (lanes_env && !strcmp(lanes_env, "0")) || !kc_lanes_model_ok(g);
-    kc_branches_options(s);
-    const char *pool_env = getenv("KC_FUSE_POOL"); /* 0: never move a pooling (fuse.c) */
-    s->fuse_pool = !(pool_env && !strcmp(pool_env, "0"));
+    s->fuse_dw = !kc_env_off("KC_FUSE_DW"); /* 0: never fuse depthwise pairs (fuse.c) */
+    s->lanes_refused = kc_env_off("KC_LANES") || !kc_lanes_model_ok(g);
+    s->branches_off = kc_env_off("KC_BRANCHES");
+    s->branch_join_off = kc_env_off("KC_BRANCH_JOIN");
+    s->fuse_pool = !kc_env_off("KC_FUSE_POOL"); /* 0: never move a pooling (fuse.c) */
     if (o->profile && !kc_session_scheduled(model, o) && !(s->profile = kc_profile_new(g->n_nodes))) {
         free(s);
         return KC_ERR_NOMEM;

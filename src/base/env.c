@@ -1,0 +1,11 @@
+/* On/off switches read from the environment (see env.h). */
+#include "base/env.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int kc_env_off(const char *name)
+{
+    const char *v = getenv(name);
+    return v && !strcmp(v, "0");
+}
