@@ -461,6 +461,26 @@ static int run_sum_case(const conv_case *c, int threads, int (*count_of)(const k
     return n;
 }
 
+/* Case c on `threads` threads as is and with environment switch `env`
+ * at 0: count_of's parts (the `counted` kind) must be `want`, then 0;
+ * outputs as the plain path's either way (run_sum_case). */
+static void expect_switched_parts(const conv_case *c, int threads, int want, const char *env,
+                                  int (*count_of)(const kc_kernel_state *), const char *counted)
+{
+    for (int off = 0; off < 2; off++) {
+        char note[64] = "";
+        if (off) {
+            setenv(env, "0", 1);
+            snprintf(note, sizeof note, ", %s=0", env);
+        }
+        int n = run_sum_case(c, threads, count_of, note);
+        unsetenv(env);
+        if (n != (off ? 0 : want))
+            fail_msg("%s, %d threads%s: %d parts %s, expected %d", c->what, threads, note, n,
+                     counted, off ? 0 : want);
+    }
+}
+
 /* A fused residual sum on a 1x1 convolution of at most 64 input channels
  * takes oneDNN's older direct kernel from 1 MB of output a part, not
  * brgconv's (whose sum costs more there): ResNet50's conv2_block*_3 one
@@ -546,17 +566,8 @@ static void test_residual_add_after(void **state)
     if (!kc_dnnl_ready())
         skip();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (int off = 0; off < 2; off++) {
-            if (off)
-                setenv("KC_ADD_AFTER", "0", 1);
-            const char *note = off ? ", KC_ADD_AFTER=0" : "";
-            int n = run_sum_case(&cases[i].c, cases[i].threads, kc_dnnl_conv_add_after_parts,
-                                 note);
-            unsetenv("KC_ADD_AFTER");
-            if (n != (off ? 0 : cases[i].want))
-                fail_msg("%s, %d threads%s: %d parts add after, expected %d", cases[i].c.what,
-                         cases[i].threads, note, n, off ? 0 : cases[i].want);
-        }
+        expect_switched_parts(&cases[i].c, cases[i].threads, cases[i].want, "KC_ADD_AFTER",
+                              kc_dnnl_conv_add_after_parts, "add after");
 }
 
 /* A strided 1x1 convolution of 512 input channels or more and at least
@@ -590,16 +601,8 @@ static void test_strided_gather(void **state)
     if (!kc_dnnl_ready())
         skip();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (int off = 0; off < 2; off++) {
-            if (off)
-                setenv("KC_GATHER", "0", 1);
-            const char *note = off ? ", KC_GATHER=0" : "";
-            int n = run_sum_case(&cases[i].c, cases[i].threads, kc_dnnl_conv_gather_parts, note);
-            unsetenv("KC_GATHER");
-            if (n != (off ? 0 : cases[i].want))
-                fail_msg("%s, %d threads%s: %d parts gather, expected %d", cases[i].c.what,
-                         cases[i].threads, note, n, off ? 0 : cases[i].want);
-        }
+        expect_switched_parts(&cases[i].c, cases[i].threads, cases[i].want, "KC_GATHER",
+                              kc_dnnl_conv_gather_parts, "gather");
 }
 
 static void test_conv1d_cuts(void **state)

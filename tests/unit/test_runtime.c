@@ -539,7 +539,8 @@ static void test_winograd_memory_bound(void **state)
 static void value_lives(const kc_session *s, int by_root, int **def_out, int **last_out)
 {
     const kc_graph *g = s->graph;
-    int *def = calloc((size_t)g->n_values, sizeof *def), *last = calloc((size_t)g->n_values, sizeof *last);
+    int *def = calloc((size_t)g->n_values, sizeof *def);
+    int *last = calloc((size_t)g->n_values, sizeof *last);
     assert_non_null(def);
     assert_non_null(last);
     for (int v = 0; v < g->n_values; v++)
@@ -873,7 +874,8 @@ static void assert_no_live_overlap(const kc_session *s)
         for (int b = a + 1; b < g->n_values; b++) {
             if (kc_plan_root(s->fused.alias, a) != a || kc_plan_root(s->fused.alias, b) != b)
                 continue;
-            int a_end = last[a] < def[a] ? def[a] : last[a], b_end = last[b] < def[b] ? def[b] : last[b];
+            int a_end = last[a] < def[a] ? def[a] : last[a];
+            int b_end = last[b] < def[b] ? def[b] : last[b];
             if (def[a] > b_end || def[b] > a_end)
                 continue;
             size_t alo = p->offset[a], ahi = alo + (size_t)kc_shape_count(&p->shape[a]);
@@ -907,7 +909,8 @@ static void test_arena_packed(void **state)
             unsetenv("KC_PACK");
             kc_tensor_free(out);
             assert_close_runs(packed, ordered, in);
-            size_t p_bytes = kc_session_arena_bytes(packed), o_bytes = kc_session_arena_bytes(ordered);
+            size_t p_bytes = kc_session_arena_bytes(packed);
+            size_t o_bytes = kc_session_arena_bytes(ordered);
             assert_true(p_bytes <= o_bytes);
             if (a == 0)
                 assert_true(p_bytes < o_bytes);
