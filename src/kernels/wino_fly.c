@@ -14,8 +14,8 @@
  * keeps only the 3x3 kernel (repacked: the same bytes as Keras's).
  *
  * How: the tiles (at most 4 MB of transformed inputs at once) are
- * transformed first (bt · d · bt'), shared by the threads. Then each
- * thread takes a run of 16-channel output vectors, up to three at a time
+ * transformed first (bt · d · bt'), by each thread for itself
+ * (kc_wf_part_alone). Then each thread takes a run of 16-channel output vectors, up to three at a time
  * (48 channels: 8 tiles x 3 vectors of accumulators in registers), and
  * for each piece of 64 input channels and each row of the 6x6 products
  * transforms that row's kernel into its buffer (6 x 64 x 48 floats, 74
@@ -125,17 +125,17 @@ static int kc_wf_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_wf_
         return 0;
     /* F(4x4) where it has the tiles; else F(2x2), whose 4x4 products per
      * 2x2 outputs still halve direct's multiplications (one 7x7 image: 16
-     * tiles x 16 = 256 per input and output channel against 441), on one
-     * thread: there one 7x7 image of 512 -> 512 took 0.82x the direct
-     * convolution's time, one 8x8 of 448 -> 384 0.77x; cut across two
-     * threads 1.08x and 1.12x (the products' 16 tiles are too few to keep
-     * two cores' worth of kernel transforms fed), and in ResNet50 at batch
-     * 1 its three 7x7 layers took the same share of the run either way */
+     * tiles x 16 = 256 per input and output channel against 441): one 7x7
+     * image of 512 -> 512 on one thread took 0.82x the direct
+     * convolution's time, one 8x8 of 448 -> 384 0.77x. On two threads it
+     * took 1.08x and 1.12x while the threads shared the transformed
+     * inputs; each transforming its own (kc_wf_part_alone), ResNet50's
+     * three 7x7 layers at batch 1 went from 0.88-0.95 ms (direct) to
+     * 0.77-0.84 each */
     st->m = 4;
     if (!kc_wino2d_grid_init(&st->grid, in, out, 3, a->padding, 4))
         return 0;
-    if (st->grid.tiles < KC_WF_MIN_TILES && kc_parallel_width() == 1 &&
-        !kc_env_off("KC_WINOFLY_F2")) {
+    if (st->grid.tiles < KC_WF_MIN_TILES && !kc_env_off("KC_WINOFLY_F2")) {
         st->m = 2;
         kc_wino2d_grid_init(&st->grid, in, out, 3, a->padding, 2);
     }
@@ -411,18 +411,29 @@ typedef struct kc_wf_io {
     kc_status status[KC_WF_MAX_PARTS];
 } kc_wf_io;
 
-/* Part k's share of the block's tiles, transformed into io->v. */
-static void kc_wf_inputs_job(void *arg, int k)
+/* Bytes of a block's transformed inputs. */
+static size_t kc_wf_v_bytes(const kc_wf_state *st)
 {
-    kc_wf_io *io = arg;
-    const kc_wf_state *st = io->st;
-    int64_t lo = io->n * k / st->n_parts, hi = io->n * (k + 1) / st->n_parts;
+    return (size_t)(st->alpha * st->alpha * kc_wf_ld(st->block * st->c)) * sizeof(float);
+}
+
+/* The block's tiles lo .. hi-1 transformed into io->v. */
+static void kc_wf_inputs(const kc_wf_state *st, const kc_wf_io *io, int64_t lo, int64_t hi)
+{
     for (int64_t b = lo; b < hi; b++) {
         const float *d[36];
         kc_wino2d_cells(&st->grid, st->m, st->alpha, st->c, io->in, io->t0 + b, d);
         kc_wino2d_in_tile(st->alpha, st->bt, st->c, d, io->v + b * st->c,
                           kc_wf_ld(io->n * st->c));
     }
+}
+
+/* Part k's share of the block's tiles, transformed into io->v. */
+static void kc_wf_inputs_job(void *arg, int k)
+{
+    kc_wf_io *io = arg;
+    const kc_wf_state *st = io->st;
+    kc_wf_inputs(st, io, io->n * k / st->n_parts, io->n * (k + 1) / st->n_parts);
 }
 
 /* The block's products for output vectors v0 .. v0+nv-1 back into the
@@ -493,14 +504,48 @@ static void kc_wf_vectors_job(void *arg, int k)
     io->status[k] = kc_wf_part(io->st, io, k);
 }
 
+/* Part k over every block with transformed inputs of its own: each
+ * thread transforms all the block's tiles (a few percent of its
+ * products' work: 36 products of its output channels a tile against some
+ * 200 multiply-adds of transform) rather than its share of them into a
+ * buffer both then read, with a meeting in between and half of every
+ * product's inputs in the other core's cache. ResNet50 at batch 1 on two
+ * threads, alternating runs: its six 14x14 layers 0.54-0.57 -> 0.49-0.52
+ * ms each, the run 20.9 -> 20.3 ms (medians of five). KC_WINOFLY_ALONE=0:
+ * shared. */
+static kc_status kc_wf_part_alone(const kc_wf_state *st, const kc_wf_io *shared, int k)
+{
+    kc_wf_io io = *shared;
+    io.v = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, kc_wf_v_bytes(st));
+    if (!io.v)
+        return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
+    for (io.t0 = 0; io.t0 < st->grid.tiles; io.t0 += st->block) {
+        io.n = st->grid.tiles - io.t0 < st->block ? st->grid.tiles - io.t0 : st->block;
+        kc_wf_inputs(st, &io, 0, io.n);
+        KC_TRY(kc_wf_part(st, &io, k));
+    }
+    return KC_OK;
+}
+
+static void kc_wf_alone_job(void *arg, int k)
+{
+    kc_wf_io *io = arg;
+    io->status[k] = kc_wf_part_alone(io->st, io, k);
+}
+
 static kc_status kc_wf_execute(const kc_wf_state *st, const kc_exec_ctx *ctx)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
     kc_wf_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], NULL, 0, 0,
                    {KC_OK}};
-    io.v = kc_dnnl_workspace(KC_DNNL_SLOT_SRC,
-                             (size_t)(st->alpha * st->alpha * kc_wf_ld(st->block * st->c)) *
-                                 sizeof(float));
+    if (st->n_parts > 1 && !kc_env_off("KC_WINOFLY_ALONE")) {
+        kc_parallel(st->n_parts, kc_wf_alone_job, &io);
+        for (int k = 0; k < st->n_parts; k++)
+            if (io.status[k] != KC_OK)
+                return kc_fail(io.status[k], "part %d of a Winograd convolution failed", k);
+        return KC_OK;
+    }
+    io.v = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, kc_wf_v_bytes(st));
     if (!io.v)
         return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
     for (io.t0 = 0; io.t0 < st->grid.tiles; io.t0 += st->block) {

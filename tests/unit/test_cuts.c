@@ -941,7 +941,8 @@ static void test_wino2d_blocks(void **state)
  * (wino_fly.c): the small images kerasc's kept-kernel Winograd leaves
  * (under 512 outputs), from 16 tiles over the batch; F(2x2, 3x3) where
  * 4x4 tiles are fewer than 16 and 2x2 ones are not (one 7x7 or 8x8
- * image), on one thread only; output channels that are not whole vectors, input channels
+ * image), on one thread or more; each thread transforming the inputs
+ * itself or sharing them (KC_WINOFLY_ALONE=0); output channels that are not whole vectors, input channels
  * that are not whole pieces of 64, partial tiles at the edges, "valid",
  * relu6 and elu (the caller's activation), 1 to 3 threads (parts of at
  * least two vectors), against the plain path. 4 tiles of 2x2, 48
@@ -974,8 +975,8 @@ static void test_wino_fly_layers(void **state)
         {"3x3 256 -> 256 same stride 2 on 28x28", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 256,
          256, 3, 2, 1, 1, 0, 0, "relu", 1},
     };
-    static const int want_parts[][3] = {{1, 2, 3}, {1, 2, 2}, {1, 2, 2}, {1, 0, 0}, {1, 0, 0},
-                                        {1, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
+    static const int want_parts[][3] = {{1, 2, 3}, {1, 2, 2}, {1, 2, 2}, {1, 2, 3}, {1, 2, 3},
+                                        {1, 2, 3}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
     /* the output tile each takes: 4x4, or 2x2 where 4x4 has too few */
     static const int want_tile[] = {4, 4, 4, 2, 2, 2, 0, 0, 0, 0};
     if (!kc_dnnl_ready() || !__builtin_cpu_supports("avx512f"))
@@ -991,8 +992,15 @@ static void test_wino_fly_layers(void **state)
         for (int t = 1; t <= 3; t++)
             expect_count_close(&r, want, got, peak, t, kc_wino_fly_parts, want_parts[i][t - 1],
                                "parts", c->what);
-        expect_count_close(&r, want, got, peak, 1, kc_wino_fly_tile, want_tile[i], "tile",
-                           c->what);
+        /* the threads sharing one buffer of transformed inputs */
+        setenv("KC_WINOFLY_ALONE", "0", 1);
+        for (int t = 2; t <= 3; t++)
+            expect_count_close(&r, want, got, peak, t, kc_wino_fly_parts, want_parts[i][t - 1],
+                               "parts (shared inputs)", c->what);
+        unsetenv("KC_WINOFLY_ALONE");
+        for (int t = 1; t <= 2; t++)
+            expect_count_close(&r, want, got, peak, t, kc_wino_fly_tile, want_tile[i], "tile",
+                               c->what);
         if (want_tile[i] == 2) {
             setenv("KC_WINOFLY_F2", "0", 1);
             int tile = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
