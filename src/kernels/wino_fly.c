@@ -15,13 +15,15 @@
  *
  * How: the tiles (at most 4 MB of transformed inputs at once) are
  * transformed first (bt · d · bt'), by each thread for itself
- * (kc_wf_part_alone). Then each thread takes a run of 16-channel output vectors, up to three at a time
- * (48 channels: 8 tiles x 3 vectors of accumulators in registers), and
- * for each piece of 64 input channels and each row of the 6x6 products
- * transforms that row's kernel into its buffer (6 x 64 x 48 floats, 74
- * KB, in L2) and adds the row's 6 products [tiles x 64] · [64 x 48] into
- * its products buffer; then the output transform (at · M · at'), the bias
- * and the activation write its channels of the output.
+ * (kc_wf_part_alone). Then each thread takes a run of 16-channel output
+ * vectors, up to three at a time (48 channels: 8 tiles x 3 vectors of
+ * accumulators in registers), and for each piece of 64 input channels
+ * and each row of the 6x6 products transforms that row's kernel into its
+ * buffer (6 x 64 x 48 floats, 74 KB, in L2) and adds the row's 6
+ * products [tiles x 64] · [64 x 48] into its products buffer, fetching
+ * the next piece of 3x3 kernel into L2 meanwhile (kc_wf_fetch_share);
+ * then the output transform (at · M · at'), the bias and the activation
+ * write its channels of the output.
  *
  * Measured on the 2-core AMD EPYC of bench/results, ResNet50 (alternating
  * runs, medians): four images on one thread (a lane of batch 8), its
@@ -87,6 +89,7 @@ typedef struct kc_wf_state {
     float *w;                        /* [vecs][c][9 taps][16], zero past f */
     int n_parts;
     int64_t vec_lo[KC_WF_MAX_PARTS + 1];
+    int prefetch_l2;                 /* fetch the next piece of kernel ahead */
 } kc_wf_state;
 
 /* The distance between two of the 36 products' rows in a buffer of
@@ -335,13 +338,19 @@ kc_wf_kernel_4(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t cn
 
 /* ------------------------------------------------------------ products */
 
+/* A run of n cache lines from `at` to fetch into L2 (n 0: none). */
+typedef struct kc_wf_lines {
+    const char *at;
+    int64_t n;
+} kc_wf_lines;
+
 /* c[i][..] (+)= a[i][0..k) · b[0..k)[..] for mr rows of tiles and nv
  * vectors of channels; c's rows nv * 16 wide (the products buffer), a's
  * rows lda apart (the transformed inputs), b's rows nv * 16 wide. Inlined
  * with mr and nv constants, the accumulators stay in registers. */
 __attribute__((target("avx512f"), always_inline)) static inline void
 kc_wf_tile_block(const float *a, int64_t lda, const float *b, int64_t k, float *c, int mr,
-                 int nv, int first)
+                 int nv, int first, const char *pf, int64_t pf_lines)
 {
     __m512 acc[KC_WF_MR][KC_WF_NV];
     int64_t width = 16 * nv;
@@ -350,7 +359,11 @@ kc_wf_tile_block(const float *a, int64_t lda, const float *b, int64_t k, float *
         #pragma GCC unroll 3
         for (int j = 0; j < nv; j++)
             acc[i][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + i * width + 16 * j);
+    int64_t issued = 0;
     for (int64_t kk = 0; kk < k; kk++, b += width) {
+        /* the run's lines spread evenly over the loop (kc_wf_fetch_share) */
+        for (; issued * k < pf_lines * (kk + 1); issued++)
+            _mm_prefetch(pf + issued * 64, _MM_HINT_T1);
         __m512 bv[KC_WF_NV];
         #pragma GCC unroll 3
         for (int j = 0; j < nv; j++)
@@ -373,21 +386,32 @@ kc_wf_tile_block(const float *a, int64_t lda, const float *b, int64_t k, float *
 #define KC_WF_NVS(mr_)                                                                            \
     do {                                                                                           \
         if (nv == 3)                                                                               \
-            kc_wf_tile_block(a, lda, b, k, c, mr_, 3, first);                                     \
+            kc_wf_tile_block(a, lda, b, k, c, mr_, 3, first, pf, pl);                             \
         else if (nv == 2)                                                                          \
-            kc_wf_tile_block(a, lda, b, k, c, mr_, 2, first);                                     \
+            kc_wf_tile_block(a, lda, b, k, c, mr_, 2, first, pf, pl);                             \
         else                                                                                       \
-            kc_wf_tile_block(a, lda, b, k, c, mr_, 1, first);                                     \
+            kc_wf_tile_block(a, lda, b, k, c, mr_, 1, first, pf, pl);                             \
     } while (0)
 
-/* One product's [tiles x k] · [k x nv * 16] into (or onto) c. */
+/* One product's [tiles x k] · [k x nv * 16] into (or onto) c; lines
+ * `fetch` (or none) fetched into L2 along the way, a share per block of
+ * tiles. */
 __attribute__((target("avx512f"))) static void
 kc_wf_product(const float *a, int64_t lda, const float *b, int64_t k, float *c, int64_t tiles,
-              int nv, int first)
+              int nv, int first, kc_wf_lines fetch)
 {
-    int64_t width = 16 * nv, t = 0;
-    for (; t + KC_WF_MR <= tiles; t += KC_WF_MR, a += KC_WF_MR * lda, c += KC_WF_MR * width)
+    int64_t width = 16 * nv, t = 0, blocks = (tiles + KC_WF_MR - 1) / KC_WF_MR, blk = 0;
+    int64_t share = (fetch.n + blocks - 1) / blocks;
+    const char *pf = fetch.at;
+    int64_t pl = share < fetch.n ? share : fetch.n;
+    for (; t + KC_WF_MR <= tiles; t += KC_WF_MR, a += KC_WF_MR * lda, c += KC_WF_MR * width) {
         KC_WF_NVS(8);
+        blk++;
+        pf += pl * 64;
+        pl = fetch.n - blk * share < share ? fetch.n - blk * share : share;
+        if (pl < 0)
+            pl = 0;
+    }
     switch (tiles - t) {
     case 7: KC_WF_NVS(7); break;
     case 6: KC_WF_NVS(6); break;
@@ -454,13 +478,68 @@ static void kc_wf_outputs(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
 
 /* Output vectors v0 .. v0+nv-1 over the block's tiles, u and mt the
  * thread's kernel and products buffers. */
+/* A piece of the 3x3 kernel: output vectors v0 .. v0+nv-1 (nv 0: none),
+ * input channels c0 .. c0+cn-1: nv runs of cn x 9 taps x 16 floats, 9
+ * cache lines a channel. */
+typedef struct kc_wf_piece {
+    int64_t v0, c0, cn;
+    int nv;
+} kc_wf_piece;
+
+/* The piece after output vectors v0 .. v0+nv-1 at input channels c0: the
+ * next input channels, else `then` (the next run of output vectors, at
+ * channel 0; nv 0: none). */
+static kc_wf_piece kc_wf_next_piece(const kc_wf_state *st, int64_t v0, int nv, int64_t c0,
+                                    kc_wf_piece then)
+{
+    if (c0 + KC_WF_KERNEL_CHANNELS < st->c)
+        then = (kc_wf_piece){v0, c0 + KC_WF_KERNEL_CHANNELS, 0, nv};
+    then.cn = st->c - then.c0 < KC_WF_KERNEL_CHANNELS ? st->c - then.c0 : KC_WF_KERNEL_CHANNELS;
+    return then;
+}
+
+/* Product p's share (of `products`) of piece q's lines: the products
+ * are dealt out to q's vectors in turn, each vector's run of lines split
+ * evenly between its products, so that every share is one run.
+ *
+ * Why: the kernel's transform reads a piece (110 KB for 64 input
+ * channels and 48 outputs) in one pass, from memory in a model larger
+ * than the caches, and waits for it: F(2x2) on one 7x7 image of 512 ->
+ * 512 on one thread spent 36% of its time there (at ~17 GB/s, near what
+ * one core streams here) against 44% in the products. Fetched into L2
+ * during the products of the piece before, one line every few of their
+ * steps (kc_wf_tile_block), it is there when the transform comes.
+ * Standalone with caches flushed, alternating: that layer 0.80x the time
+ * without on one thread, 0.88-0.94x on two; 14x14 images of 256 -> 256
+ * level. ResNet50 batch 1, alternating `--stats`: its three 7x7 layers
+ * 2.57-2.72 -> 2.27 ms, its six 14x14 ones 3.40-3.51 -> 3.19-3.23, the
+ * run 23.1-23.7 -> 22.4-22.8 ms (a slow phase); batch 8 and InceptionV3
+ * level. The same lines fetched in bursts, a product's share at once
+ * before it, gained nothing: the core stalled on its outstanding
+ * misses. KC_WINOFLY_PREFETCH=0: none. */
+static kc_wf_lines kc_wf_fetch_share(const kc_wf_state *st, const kc_wf_piece *q, int p,
+                                     int products)
+{
+    kc_wf_lines none = {NULL, 0};
+    if (!st->prefetch_l2 || q->nv < 1)
+        return none;
+    int j = p * q->nv / products;                      /* the vector p serves */
+    int first = (j * products + q->nv - 1) / q->nv;    /* its first product */
+    int next = ((j + 1) * products + q->nv - 1) / q->nv;
+    int64_t lines = q->cn * 9, n = next - first, i = p - first;
+    int64_t lo = lines * i / n, hi = lines * (i + 1) / n;
+    const char *run = (const char *)(st->w + ((q->v0 + j) * st->c + q->c0) * 9 * 16);
+    return (kc_wf_lines){run + lo * 64, hi - lo};
+}
+
 static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0, int nv,
-                          float *u, float *mt)
+                          float *u, float *mt, kc_wf_piece then)
 {
     int64_t width = 16 * nv;
-    int all = kc_wf_all_rows(st);
+    int all = kc_wf_all_rows(st), products = st->alpha * st->alpha;
     for (int64_t c0 = 0; c0 < st->c; c0 += KC_WF_KERNEL_CHANNELS) {
         int64_t cn = st->c - c0 < KC_WF_KERNEL_CHANNELS ? st->c - c0 : KC_WF_KERNEL_CHANNELS;
+        kc_wf_piece next = kc_wf_next_piece(st, v0, nv, c0, then);
         if (all)
             kc_wf_kernel_4(st, v0, nv, c0, cn, u);
         for (int i = 0; i < st->alpha; i++) {
@@ -470,7 +549,8 @@ static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
                 int p = i * st->alpha + j;
                 kc_wf_product(io->v + p * kc_wf_ld(io->n * st->c) + c0, st->c,
                               u + (all ? p : j) * kc_wf_ld(cn * width), cn,
-                              mt + p * kc_wf_ld(io->n * width), io->n, nv, c0 == 0);
+                              mt + p * kc_wf_ld(io->n * width), io->n, nv, c0 == 0,
+                              kc_wf_fetch_share(st, &next, p, products));
             }
         }
     }
@@ -493,7 +573,9 @@ static kc_status kc_wf_part(const kc_wf_state *st, const kc_wf_io *io, int k)
     int64_t pieces = (hi - lo + KC_WF_NV - 1) / KC_WF_NV;
     for (int64_t i = 0; i < pieces; i++) {
         int64_t a = lo + (hi - lo) * i / pieces, b = lo + (hi - lo) * (i + 1) / pieces;
-        kc_wf_vectors(st, io, a, (int)(b - a), u, mt);
+        int64_t c = lo + (hi - lo) * (i + 2) / pieces;
+        kc_wf_piece then = {b, 0, 0, i + 1 < pieces ? (int)(c - b) : 0};
+        kc_wf_vectors(st, io, a, (int)(b - a), u, mt, then);
     }
     return KC_OK;
 }
@@ -588,6 +670,7 @@ kc_status kc_wino_fly_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         *st = probe;
         st->base.free = kc_wf_free;
         st->in_shape = ctx->in_shape[0];
+        st->prefetch_l2 = !kc_env_off("KC_WINOFLY_PREFETCH");
         kc_wf_plan(st);
         if (kc_wf_repack(ctx, st) != KC_OK) {
             kc_wf_free(&st->base);

@@ -942,7 +942,8 @@ static void test_wino2d_blocks(void **state)
  * (under 512 outputs), from 16 tiles over the batch; F(2x2, 3x3) where
  * 4x4 tiles are fewer than 16 and 2x2 ones are not (one 7x7 or 8x8
  * image), on one thread or more; each thread transforming the inputs
- * itself or sharing them (KC_WINOFLY_ALONE=0); output channels that are not whole vectors, input channels
+ * itself or sharing them (KC_WINOFLY_ALONE=0), the next piece of kernel
+ * fetched ahead or not (KC_WINOFLY_PREFETCH=0); output channels that are not whole vectors, input channels
  * that are not whole pieces of 64, partial tiles at the edges, "valid",
  * relu6 and elu (the caller's activation), 1 to 3 threads (parts of at
  * least two vectors), against the plain path. 4 tiles of 2x2, 48
@@ -992,12 +993,16 @@ static void test_wino_fly_layers(void **state)
         for (int t = 1; t <= 3; t++)
             expect_count_close(&r, want, got, peak, t, kc_wino_fly_parts, want_parts[i][t - 1],
                                "parts", c->what);
-        /* the threads sharing one buffer of transformed inputs */
-        setenv("KC_WINOFLY_ALONE", "0", 1);
-        for (int t = 2; t <= 3; t++)
-            expect_count_close(&r, want, got, peak, t, kc_wino_fly_parts, want_parts[i][t - 1],
-                               "parts (shared inputs)", c->what);
-        unsetenv("KC_WINOFLY_ALONE");
+        /* the threads sharing one buffer of transformed inputs; no
+         * kernel fetched ahead */
+        static const char *const ways[2] = {"KC_WINOFLY_ALONE", "KC_WINOFLY_PREFETCH"};
+        for (int w = 0; w < 2; w++) {
+            setenv(ways[w], "0", 1);
+            for (int t = 1 + (w == 0); t <= 3; t++)
+                expect_count_close(&r, want, got, peak, t, kc_wino_fly_parts,
+                                   want_parts[i][t - 1], ways[w], c->what);
+            unsetenv(ways[w]);
+        }
         for (int t = 1; t <= 2; t++)
             expect_count_close(&r, want, got, peak, t, kc_wino_fly_tile, want_tile[i], "tile",
                                c->what);
