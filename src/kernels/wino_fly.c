@@ -90,6 +90,7 @@ typedef struct kc_wf_state {
     int n_parts;
     int64_t vec_lo[KC_WF_MAX_PARTS + 1];
     int prefetch_l2;                 /* fetch the next piece of kernel ahead */
+    int alone;                       /* each part transforms its own inputs */
 } kc_wf_state;
 
 /* The distance between two of the 36 products' rows in a buffer of
@@ -344,6 +345,13 @@ typedef struct kc_wf_lines {
     int64_t n;
 } kc_wf_lines;
 
+/* Share i of n even shares of run (consecutive, together the run). */
+static kc_wf_lines kc_wf_lines_share(kc_wf_lines run, int64_t i, int64_t n)
+{
+    int64_t lo = run.n * i / n, hi = run.n * (i + 1) / n;
+    return (kc_wf_lines){run.at + lo * 64, hi - lo};
+}
+
 /* c[i][..] (+)= a[i][0..k) · b[0..k)[..] for mr rows of tiles and nv
  * vectors of channels; c's rows nv * 16 wide (the products buffer), a's
  * rows lda apart (the transformed inputs), b's rows nv * 16 wide. Inlined
@@ -401,16 +409,14 @@ kc_wf_product(const float *a, int64_t lda, const float *b, int64_t k, float *c, 
               int nv, int first, kc_wf_lines fetch)
 {
     int64_t width = 16 * nv, t = 0, blocks = (tiles + KC_WF_MR - 1) / KC_WF_MR, blk = 0;
-    int64_t share = (fetch.n + blocks - 1) / blocks;
-    const char *pf = fetch.at;
-    int64_t pl = share < fetch.n ? share : fetch.n;
+    kc_wf_lines mine = kc_wf_lines_share(fetch, blk, blocks);
+    const char *pf = mine.at;
+    int64_t pl = mine.n;
     for (; t + KC_WF_MR <= tiles; t += KC_WF_MR, a += KC_WF_MR * lda, c += KC_WF_MR * width) {
         KC_WF_NVS(8);
-        blk++;
-        pf += pl * 64;
-        pl = fetch.n - blk * share < share ? fetch.n - blk * share : share;
-        if (pl < 0)
-            pl = 0;
+        mine = kc_wf_lines_share(fetch, ++blk, blocks);
+        pf = mine.at;
+        pl = mine.n;
     }
     switch (tiles - t) {
     case 7: KC_WF_NVS(7); break;
@@ -476,8 +482,6 @@ static void kc_wf_outputs(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
     }
 }
 
-/* Output vectors v0 .. v0+nv-1 over the block's tiles, u and mt the
- * thread's kernel and products buffers. */
 /* A piece of the 3x3 kernel: output vectors v0 .. v0+nv-1 (nv 0: none),
  * input channels c0 .. c0+cn-1: nv runs of cn x 9 taps x 16 floats, 9
  * cache lines a channel. */
@@ -526,12 +530,14 @@ static kc_wf_lines kc_wf_fetch_share(const kc_wf_state *st, const kc_wf_piece *q
     int j = p * q->nv / products;                      /* the vector p serves */
     int first = (j * products + q->nv - 1) / q->nv;    /* its first product */
     int next = ((j + 1) * products + q->nv - 1) / q->nv;
-    int64_t lines = q->cn * 9, n = next - first, i = p - first;
-    int64_t lo = lines * i / n, hi = lines * (i + 1) / n;
-    const char *run = (const char *)(st->w + ((q->v0 + j) * st->c + q->c0) * 9 * 16);
-    return (kc_wf_lines){run + lo * 64, hi - lo};
+    kc_wf_lines run = {(const char *)(st->w + ((q->v0 + j) * st->c + q->c0) * 9 * 16),
+                       q->cn * 9};
+    return kc_wf_lines_share(run, p - first, next - first);
 }
 
+/* Output vectors v0 .. v0+nv-1 over the block's tiles, u and mt the
+ * thread's kernel and products buffers; `then` the piece after its last
+ * (kc_wf_next_piece). */
 static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0, int nv,
                           float *u, float *mt, kc_wf_piece then)
 {
@@ -615,28 +621,30 @@ static void kc_wf_alone_job(void *arg, int k)
     io->status[k] = kc_wf_part_alone(io->st, io, k);
 }
 
+/* The parts of `job` side by side, and the first part's failure. */
+static kc_status kc_wf_run_parts(const kc_wf_state *st, void (*job)(void *, int), kc_wf_io *io)
+{
+    kc_parallel(st->n_parts, job, io);
+    for (int k = 0; k < st->n_parts; k++)
+        if (io->status[k] != KC_OK)
+            return kc_fail(io->status[k], "part %d of a Winograd convolution failed", k);
+    return KC_OK;
+}
+
 static kc_status kc_wf_execute(const kc_wf_state *st, const kc_exec_ctx *ctx)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
     kc_wf_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], NULL, 0, 0,
                    {KC_OK}};
-    if (st->n_parts > 1 && !kc_env_off("KC_WINOFLY_ALONE")) {
-        kc_parallel(st->n_parts, kc_wf_alone_job, &io);
-        for (int k = 0; k < st->n_parts; k++)
-            if (io.status[k] != KC_OK)
-                return kc_fail(io.status[k], "part %d of a Winograd convolution failed", k);
-        return KC_OK;
-    }
+    if (st->n_parts > 1 && st->alone)
+        return kc_wf_run_parts(st, kc_wf_alone_job, &io);
     io.v = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, kc_wf_v_bytes(st));
     if (!io.v)
         return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
     for (io.t0 = 0; io.t0 < st->grid.tiles; io.t0 += st->block) {
         io.n = st->grid.tiles - io.t0 < st->block ? st->grid.tiles - io.t0 : st->block;
         kc_parallel(st->n_parts, kc_wf_inputs_job, &io);
-        kc_parallel(st->n_parts, kc_wf_vectors_job, &io);
-        for (int k = 0; k < st->n_parts; k++)
-            if (io.status[k] != KC_OK)
-                return kc_fail(io.status[k], "part %d of a Winograd convolution failed", k);
+        KC_TRY(kc_wf_run_parts(st, kc_wf_vectors_job, &io));
     }
     return KC_OK;
 }
@@ -671,6 +679,7 @@ kc_status kc_wino_fly_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         st->base.free = kc_wf_free;
         st->in_shape = ctx->in_shape[0];
         st->prefetch_l2 = !kc_env_off("KC_WINOFLY_PREFETCH");
+        st->alone = !kc_env_off("KC_WINOFLY_ALONE");
         kc_wf_plan(st);
         if (kc_wf_repack(ctx, st) != KC_OK) {
             kc_wf_free(&st->base);
