@@ -1,4 +1,5 @@
-/* kerasc's own Winograd convolutions, on oneDNN's batched matmul.
+/* kerasc's own Winograd convolutions: 1-D on oneDNN's batched matmul,
+ * 2-D on kerasc's own products (kc_wino2d_product, as wino_fly.c's).
  *
  * 1-D, F(m, r): the (1, 7) and (7, 1) layers that make up a quarter of
  * InceptionV3's work (and Conv1D, and other (1, r) / (r, 1) kernels),
@@ -95,6 +96,12 @@ typedef struct kc_w1_state {
     float bt[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA];
     float *packed;                  /* g · w in the product's layout */
     int act;                        /* 0 linear, 1 relu, 2 relu6, 3 the caller's */
+    /* own (2-D): the products by kc_wino2d_product rather than oneDNN's
+     * batched matmul (kc_w2_own); packed is then [prods][groups][c][16 *
+     * width of the group], the output vectors in groups of up to three. */
+    int own;
+    int64_t vecs, groups;           /* own: output vectors of 16, their groups */
+    int64_t mf;                     /* a product row's floats: f, or vecs * 16 (own) */
     size_t v_bytes, m_bytes;
     kc_wino_budget *budget;
     size_t paid;
@@ -436,6 +443,34 @@ static kc_status kc_w1_prim(const kc_w1_state *st, kc_dnnl_prim *p, dnnl_memory_
     return s;
 }
 
+/* Output vectors lo .. hi-1 of group g (kc_w2_own): the vectors evened
+ * out over the groups (8 vectors: 3, 3, 2). */
+static void kc_w2_group(const kc_w1_state *st, int64_t g, int64_t *lo, int64_t *hi)
+{
+    *lo = st->vecs * g / st->groups;
+    *hi = st->vecs * (g + 1) / st->groups;
+}
+
+/* The transformed kernel u ([prods][C][F]) into st->packed in the own
+ * products' layout, zero past F. Small pages, as kc_dnnl_pack's. */
+static kc_status kc_w2_own_pack(kc_w1_state *st, const float *u)
+{
+    int64_t cf = st->c * st->f, width_all = st->vecs * 16;
+    st->packed = kc_calloc((size_t)(st->prods * st->c * width_all), sizeof *st->packed);
+    if (!st->packed)
+        return KC_ERR_NOMEM;
+    float *dst = st->packed;
+    for (int p = 0; p < st->prods; p++)
+        for (int64_t g = 0; g < st->groups; g++) {
+            int64_t lo, hi;
+            kc_w2_group(st, g, &lo, &hi);
+            for (int64_t ci = 0; ci < st->c; ci++)
+                for (int64_t fo = lo * 16; fo < hi * 16; fo++)
+                    *dst++ = fo < st->f ? u[p * cf + ci * st->f + fo] : 0.0f;
+        }
+    return KC_OK;
+}
+
 /* g · w for every alpha point, [alpha][C][F] (2-D: g · w · g' for every
  * pair of points, [alpha^2][C][F]), packed into the product's layout w_md. */
 static kc_status kc_w1_pack_kernel(const kc_exec_ctx *ctx, kc_w1_state *st, const double *g,
@@ -460,6 +495,11 @@ static kc_status kc_w1_pack_kernel(const kc_exec_ctx *ctx, kc_w1_state *st, cons
                                (double)w[(k * st->r + l) * cf + i];
             u[p * cf + i] = (float)sum;
         }
+    }
+    if (st->own) {
+        kc_status s = kc_w2_own_pack(st, u);
+        kc_mem_free_pages(u, (size_t)(st->prods * cf) * sizeof *u);
+        return s;
     }
     dnnl_dims_t wd = {st->prods, st->c, st->f};
     dnnl_memory_desc_t plain;
@@ -520,7 +560,7 @@ static void kc_w1_plan(kc_w1_state *st)
     int64_t blocks = (per + max_block - 1) / max_block;
     st->block = (per + blocks - 1) / blocks;
     st->v_bytes = kc_dnnl_align64((size_t)(st->prods * st->block * st->c) * sizeof(float));
-    st->m_bytes = kc_dnnl_align64((size_t)(st->prods * st->block * st->f) * sizeof(float));
+    st->m_bytes = kc_dnnl_align64((size_t)(st->prods * st->block * st->mf) * sizeof(float));
 }
 
 static kc_status kc_w1_build(const kc_exec_ctx *ctx, kc_w1_state *st)
@@ -528,7 +568,17 @@ static kc_status kc_w1_build(const kc_exec_ctx *ctx, kc_w1_state *st)
     double g[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA];
     if (kc_w1_set_transforms(st, g))
         return kc_fail(KC_ERR_UNSUPPORTED, "no Winograd transform F(%d, %d)", st->m, st->r);
+    st->own = st->dims == 2 && !kc_env_off("KC_WINO_OWN");
+    st->vecs = (st->f + 15) / 16;
+    st->groups = (st->vecs + KC_WINO2D_NV - 1) / KC_WINO2D_NV;
+    st->mf = st->own ? st->vecs * 16 : st->f;
     kc_w1_plan(st);
+    if (st->own) {
+        size_t bytes = (size_t)(st->prods * st->c * st->vecs * 16) * sizeof(float);
+        if (!kc_w1_pay(st, bytes))
+            return kc_fail(KC_ERR_LIMIT, "the Winograd memory budget is spent");
+        return kc_w1_pack_kernel(ctx, st, g, NULL);
+    }
     dnnl_memory_desc_t w_md;
     for (int k = 0; k < st->n_parts; k++)
         KC_TRY(kc_w1_prim(st, &st->part[k].prim, &w_md));
@@ -852,8 +902,9 @@ static void kc_w_inputs(const kc_w1_state *st, const float *in, int64_t lo, int6
             kc_w1_in_tile(st, d, v + b * st->c, ldv);
         }
     }
-    /* a short last block: its unused rows enter the product; zero them */
-    for (int p = 0; p < st->prods && n < st->block; p++)
+    /* a short last block: its unused rows enter oneDNN's product; zero
+     * them (the own products take the n tiles alone) */
+    for (int p = 0; p < st->prods && n < st->block && !st->own; p++)
         memset(v + p * ldv + n * st->c, 0, (size_t)((st->block - n) * st->c) * sizeof *v);
 }
 
@@ -861,13 +912,13 @@ static void kc_w_inputs(const kc_w1_state *st, const float *in, int64_t lo, int6
 static void kc_w_outputs(const kc_w1_state *st, const float *mt, int64_t lo, int64_t n,
                          const float *bias, float *out)
 {
-    int64_t ldm = st->block * st->f;
+    int64_t ldm = st->block * st->mf;
     for (int64_t b = 0; b < n; b++) {
         float *y[16];
         if (st->dims == 2) {
             int vh, vw;
             kc_wino2d_dests(&st->grid, st->m, st->f, out, lo + b, y, &vh, &vw);
-            kc_w2_out_tile(st, mt + b * st->f, ldm, bias, y, vh, vw);
+            kc_w2_out_tile(st, mt + b * st->mf, ldm, bias, y, vh, vw);
         } else {
             int valid = kc_w1_dests(st, out, lo + b, y);
             kc_w1_out_tile(st, mt + b * st->f, ldm, bias, y, valid);
@@ -882,6 +933,42 @@ typedef struct kc_w1_io {
     kc_status status[KC_WINO_MAX_PARTS];
 } kc_w1_io;
 
+/* The products of a block of n tiles (own): for each point, each group
+ * of output vectors; the next piece of the transformed kernel (or, with
+ * `more` blocks to come, the first) fetched into L2 along the way.
+ *
+ * Why not oneDNN's batched matmul, as 1-D: on two threads each thread
+ * reads the whole transformed kernel (2.4 MB for 128 -> 128), from memory
+ * in a model larger than the caches, and oneDNN's product waited on it
+ * (single-thread 86% of this kernel's speed, on two threads 20% more
+ * time a thread). ResNet50 at batch 1 on two threads, `--stats` of five
+ * alternating runs: its seven such layers (56x56 and 28x28) 1.65 -> 1.44
+ * ms, the run 16.1 -> 15.6 ms; batch 8 13.9 -> 13.6 ms, InceptionV3 at
+ * batch 1 20.1 -> 19.8 ms (medians of 3-5). KC_WINO_OWN=0: oneDNN's. */
+static void kc_w2_own_products(const kc_w1_state *st, const float *v, float *mt, int64_t n,
+                               int more)
+{
+    int64_t ldv = st->block * st->c, ldm = st->block * st->mf;
+    const float *b = st->packed, *end = st->packed + st->prods * st->c * st->vecs * 16;
+    for (int p = 0; p < st->prods; p++)
+        for (int64_t g = 0; g < st->groups; g++) {
+            int64_t lo, hi;
+            kc_w2_group(st, g, &lo, &hi);
+            int nv = (int)(hi - lo);
+            const float *next = b + st->c * nv * 16;
+            kc_wino2d_lines fetch = {NULL, 0};
+            if (next < end || more) {
+                int64_t glo, ghi; /* the next piece's group */
+                kc_w2_group(st, g + 1 < st->groups ? g + 1 : 0, &glo, &ghi);
+                fetch.at = (const char *)(next < end ? next : st->packed);
+                fetch.n = st->c * (ghi - glo) * 16 * (int64_t)sizeof(float) / 64;
+            }
+            kc_wino2d_product(v + p * ldv, st->c, b, st->c, mt + p * ldm + lo * 16, st->mf, n, nv,
+                              1, fetch);
+            b = next;
+        }
+}
+
 static kc_status kc_w1_run_part(const kc_w1_state *st, kc_w1_part *pt, int lane,
                                 const kc_w1_io *io)
 {
@@ -892,8 +979,12 @@ static kc_status kc_w1_run_part(const kc_w1_state *st, kc_w1_part *pt, int lane,
     for (int64_t lo = pt->lo; lo < pt->hi; lo += st->block) {
         int64_t n = pt->hi - lo < st->block ? pt->hi - lo : st->block;
         kc_w_inputs(st, io->in, lo, n, v);
-        void *ptrs[3] = {v, st->packed, mt};
-        KC_TRY(kc_dnnl_run_lane(&pt->prim, ptrs, lane));
+        if (st->own) {
+            kc_w2_own_products(st, v, mt, n, lo + n < pt->hi);
+        } else {
+            void *ptrs[3] = {v, st->packed, mt};
+            KC_TRY(kc_dnnl_run_lane(&pt->prim, ptrs, lane));
+        }
         kc_w_outputs(st, mt, lo, n, io->bias, io->out);
     }
     return KC_OK;
@@ -987,4 +1078,11 @@ int kc_wino_dims(const kc_kernel_state *state)
     if (!state || state->free != kc_w1_free)
         return 0;
     return ((const kc_w1_state *)state)->dims;
+}
+
+int kc_wino_own(const kc_kernel_state *state)
+{
+    if (!state || state->free != kc_w1_free)
+        return 0;
+    return ((const kc_w1_state *)state)->own;
 }

@@ -40,6 +40,9 @@ int kc_wino_tile(const kc_kernel_state *state);
 int kc_wino_dims(const kc_kernel_state *state);
 /* ... and how many blocks of tiles its largest part runs in turn. */
 int kc_wino_blocks(const kc_kernel_state *state);
+/* ... and 1 when its products are kerasc's own (kc_wino2d_product), 0
+ * when oneDNN's batched matmul (or none). */
+int kc_wino_own(const kc_kernel_state *state);
 
 /* The transforms of F(m, r) (alpha = m + r - 1 <= KC_WINO_MAX_ALPHA):
  * at (m x alpha), g (alpha x r), bt (alpha x alpha), row-major, such that

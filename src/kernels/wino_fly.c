@@ -73,10 +73,9 @@
 /* Input channels per piece of transformed kernel: a row of it is
  * 6 x 64 x 48 floats, 74 KB, within a core's L2. */
 #define KC_WF_KERNEL_CHANNELS 64
-/* A block of products: 8 tiles x 3 vectors (24 accumulators, 3 kernel
- * vectors and a broadcast input in the 32 registers). */
-#define KC_WF_MR 8
-#define KC_WF_NV 3
+/* Output vectors a thread takes at once: the product's widest
+ * (kc_wino2d_product). */
+#define KC_WF_NV KC_WINO2D_NV
 
 typedef struct kc_wf_state {
     kc_kernel_state base;
@@ -372,97 +371,6 @@ kc_wf_kernel_4(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t cn
 
 /* ------------------------------------------------------------ products */
 
-/* A run of n cache lines from `at` to fetch into L2 (n 0: none). */
-typedef struct kc_wf_lines {
-    const char *at;
-    int64_t n;
-} kc_wf_lines;
-
-/* Share i of n even shares of run (consecutive, together the run). */
-static kc_wf_lines kc_wf_lines_share(kc_wf_lines run, int64_t i, int64_t n)
-{
-    int64_t lo = run.n * i / n, hi = run.n * (i + 1) / n;
-    return (kc_wf_lines){run.at + lo * 64, hi - lo};
-}
-
-/* c[i][..] (+)= a[i][0..k) · b[0..k)[..] for mr rows of tiles and nv
- * vectors of channels; c's rows nv * 16 wide (the products buffer), a's
- * rows lda apart (the transformed inputs), b's rows nv * 16 wide. Inlined
- * with mr and nv constants, the accumulators stay in registers. */
-__attribute__((target("avx512f"), always_inline)) static inline void
-kc_wf_tile_block(const float *a, int64_t lda, const float *b, int64_t k, float *c, int mr,
-                 int nv, int first, const char *pf, int64_t pf_lines)
-{
-    __m512 acc[KC_WF_MR][KC_WF_NV];
-    int64_t width = 16 * nv;
-    #pragma GCC unroll 8
-    for (int i = 0; i < mr; i++)
-        #pragma GCC unroll 3
-        for (int j = 0; j < nv; j++)
-            acc[i][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + i * width + 16 * j);
-    int64_t issued = 0;
-    for (int64_t kk = 0; kk < k; kk++, b += width) {
-        /* the run's lines spread evenly over the loop (kc_wf_fetch_share) */
-        for (; issued * k < pf_lines * (kk + 1); issued++)
-            _mm_prefetch(pf + issued * 64, _MM_HINT_T1);
-        __m512 bv[KC_WF_NV];
-        #pragma GCC unroll 3
-        for (int j = 0; j < nv; j++)
-            bv[j] = _mm512_loadu_ps(b + 16 * j);
-        #pragma GCC unroll 8
-        for (int i = 0; i < mr; i++) {
-            __m512 x = _mm512_set1_ps(a[i * lda + kk]);
-            #pragma GCC unroll 3
-            for (int j = 0; j < nv; j++)
-                acc[i][j] = _mm512_fmadd_ps(x, bv[j], acc[i][j]);
-        }
-    }
-    #pragma GCC unroll 8
-    for (int i = 0; i < mr; i++)
-        #pragma GCC unroll 3
-        for (int j = 0; j < nv; j++)
-            _mm512_storeu_ps(c + i * width + 16 * j, acc[i][j]);
-}
-
-#define KC_WF_NVS(mr_)                                                                            \
-    do {                                                                                           \
-        if (nv == 3)                                                                               \
-            kc_wf_tile_block(a, lda, b, k, c, mr_, 3, first, pf, pl);                             \
-        else if (nv == 2)                                                                          \
-            kc_wf_tile_block(a, lda, b, k, c, mr_, 2, first, pf, pl);                             \
-        else                                                                                       \
-            kc_wf_tile_block(a, lda, b, k, c, mr_, 1, first, pf, pl);                             \
-    } while (0)
-
-/* One product's [tiles x k] · [k x nv * 16] into (or onto) c; lines
- * `fetch` (or none) fetched into L2 along the way, a share per block of
- * tiles. */
-__attribute__((target("avx512f"))) static void
-kc_wf_product(const float *a, int64_t lda, const float *b, int64_t k, float *c, int64_t tiles,
-              int nv, int first, kc_wf_lines fetch)
-{
-    int64_t width = 16 * nv, t = 0, blocks = (tiles + KC_WF_MR - 1) / KC_WF_MR, blk = 0;
-    kc_wf_lines mine = kc_wf_lines_share(fetch, blk, blocks);
-    const char *pf = mine.at;
-    int64_t pl = mine.n;
-    for (; t + KC_WF_MR <= tiles; t += KC_WF_MR, a += KC_WF_MR * lda, c += KC_WF_MR * width) {
-        KC_WF_NVS(8);
-        mine = kc_wf_lines_share(fetch, ++blk, blocks);
-        pf = mine.at;
-        pl = mine.n;
-    }
-    switch (tiles - t) {
-    case 7: KC_WF_NVS(7); break;
-    case 6: KC_WF_NVS(6); break;
-    case 5: KC_WF_NVS(5); break;
-    case 4: KC_WF_NVS(4); break;
-    case 3: KC_WF_NVS(3); break;
-    case 2: KC_WF_NVS(2); break;
-    case 1: KC_WF_NVS(1); break;
-    default: break;
-    }
-}
-
 /* ------------------------------------------------------------ run */
 
 typedef struct kc_wf_io {
@@ -545,7 +453,7 @@ static kc_wf_piece kc_wf_next_piece(const kc_wf_state *st, int64_t v0, int nv, i
  * 512 on one thread spent 36% of its time there (at ~17 GB/s, near what
  * one core streams here) against 44% in the products. Fetched into L2
  * during the products of the piece before, one line every few of their
- * steps (kc_wf_tile_block), it is there when the transform comes.
+ * steps (kc_wino2d_product), it is there when the transform comes.
  * Standalone with caches flushed, alternating: that layer 0.80x the time
  * without on one thread, 0.88-0.94x on two; 14x14 images of 256 -> 256
  * level. ResNet50 batch 1, alternating `--stats`: its three 7x7 layers
@@ -554,18 +462,18 @@ static kc_wf_piece kc_wf_next_piece(const kc_wf_state *st, int64_t v0, int nv, i
  * level. The same lines fetched in bursts, a product's share at once
  * before it, gained nothing: the core stalled on its outstanding
  * misses. KC_WINOFLY_PREFETCH=0: none. */
-static kc_wf_lines kc_wf_fetch_share(const kc_wf_state *st, const kc_wf_piece *q, int p,
+static kc_wino2d_lines kc_wf_fetch_share(const kc_wf_state *st, const kc_wf_piece *q, int p,
                                      int products)
 {
-    kc_wf_lines none = {NULL, 0};
+    kc_wino2d_lines none = {NULL, 0};
     if (!st->prefetch_l2 || q->nv < 1)
         return none;
     int j = p * q->nv / products;                      /* the vector p serves */
     int first = (j * products + q->nv - 1) / q->nv;    /* its first product */
     int next = ((j + 1) * products + q->nv - 1) / q->nv;
-    kc_wf_lines run = {(const char *)(st->w + ((q->v0 + j) * st->c + q->c0) * 9 * 16),
+    kc_wino2d_lines run = {(const char *)(st->w + ((q->v0 + j) * st->c + q->c0) * 9 * 16),
                        q->cn * 9};
-    return kc_wf_lines_share(run, p - first, next - first);
+    return kc_wino2d_lines_share(run, p - first, next - first);
 }
 
 /* Output vectors v0 .. v0+nv-1 over the block's tiles, u and mt the
@@ -586,10 +494,10 @@ static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
                 kc_wf_kernel(st, v0, nv, c0, cn, i, u);
             for (int j = 0; j < st->alpha; j++) {
                 int p = i * st->alpha + j;
-                kc_wf_product(io->v + p * kc_wf_ld(io->n * st->c) + c0, st->c,
-                              u + (all ? p : j) * kc_wf_ld(cn * width), cn,
-                              mt + p * kc_wf_ld(io->n * width), io->n, nv, c0 == 0,
-                              kc_wf_fetch_share(st, &next, p, products));
+                kc_wino2d_product(io->v + p * kc_wf_ld(io->n * st->c) + c0, st->c,
+                                  u + (all ? p : j) * kc_wf_ld(cn * width), cn,
+                                  mt + p * kc_wf_ld(io->n * width), width, io->n, nv, c0 == 0,
+                                  kc_wf_fetch_share(st, &next, p, products));
             }
         }
     }

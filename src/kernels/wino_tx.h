@@ -67,4 +67,32 @@ void kc_wino2d_in_tile(int alpha, const float *bt, int64_t c_all, const float *c
 void kc_wino2d_out_tile(int m, const float *at, int64_t f_all, const float *mt, int64_t ldm,
                         const float *bias, int act, float *const *y, int valid_h, int valid_w);
 
+/* A run of n cache lines from `at` to fetch into L2 (n 0: none). */
+typedef struct kc_wino2d_lines {
+    const char *at;
+    int64_t n;
+} kc_wino2d_lines;
+
+/* Share i of n even shares of run (consecutive, together the run). */
+static inline kc_wino2d_lines kc_wino2d_lines_share(kc_wino2d_lines run, int64_t i, int64_t n)
+{
+    int64_t lo = run.n * i / n, hi = run.n * (i + 1) / n;
+    return (kc_wino2d_lines){run.at + lo * 64, hi - lo};
+}
+
+/* The products' register block: 8 tiles x up to 3 vectors of 16 output
+ * channels (24 accumulators, 3 kernel vectors and a broadcast input in
+ * the 32 registers). */
+#define KC_WINO2D_MR 8
+#define KC_WINO2D_NV 3
+
+/* One Winograd product, c[t][..] (+)= a[t][0..k) · b[0..k)[..] for t <
+ * tiles: a's rows lda apart (transformed inputs), b's rows nv * 16 wide
+ * (transformed kernel, nv <= KC_WINO2D_NV), c's rows ldc apart (first:
+ * written, else added onto); the lines of `fetch` (or none) fetched into
+ * L2 along the way, spread evenly over the loop. AVX-512
+ * (wino_product.c). */
+void kc_wino2d_product(const float *a, int64_t lda, const float *b, int64_t k, float *c,
+                       int64_t ldc, int64_t tiles, int nv, int first, kc_wino2d_lines fetch);
+
 #endif

@@ -810,7 +810,8 @@ static void test_wino_state_handover(void **state)
 
 /* 2-D, F(4x4, 3x3) and F(2x2, 5x5): "same" and "valid", partial tiles at the right and
  * bottom edges, channels that are not a multiple of 16, relu6 and elu,
- * 1 to 3 threads, against the plain path, also 32 -> 64 (oneDNN would
+ * 1 to 3 threads, with the own products and with oneDNN's (KC_WINO_OWN=0,
+ * the state built again each time: the states differ), against the plain path, also 32 -> 64 (oneDNN would
  * run it direct) and 64 -> 64 (oneDNN's F(4x4) was slower); 16 channels,
  * under 512 outputs an image, stride 2, --exact and KC_WINO2D=0 keep it
  * out. */
@@ -864,6 +865,18 @@ static void test_wino2d_layers(void **state)
                 fail_msg("%s, %d threads: Winograd on %d axes, expected %d", c->what, t, dims,
                          want_dims[i]);
             expect_close(got, want, r.out_count, 1e-4f * peak, "%s, %d threads", c->what, t);
+            int own = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
+                                  kc_wino_own);
+            if (own != (want_dims[i] == 2))
+                fail_msg("%s, %d threads: own products %d", c->what, t, own);
+            setenv("KC_WINO_OWN", "0", 1); /* oneDNN's batched matmul */
+            own = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
+                              kc_wino_own);
+            unsetenv("KC_WINO_OWN");
+            if (own)
+                fail_msg("%s, %d threads: own products although KC_WINO_OWN=0", c->what, t);
+            expect_close(got, want, r.out_count, 1e-4f * peak, "%s, %d threads, KC_WINO_OWN=0",
+                         c->what, t);
         }
         kc_threads_enter(2);
         if (exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 1, 0, kc_wino_dims))
