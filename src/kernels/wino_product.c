@@ -56,30 +56,33 @@ kc_w2p_block(const float *a, int64_t lda, const float *b, int64_t k, float *c, i
             kc_w2p_block(a, lda, b, k, c, ldc, mr_, 1, first, pf, pl);                           \
     } while (0)
 
-/* `fetch`'s lines: a share per block of tiles. */
+/* The tiles in blocks of at most KC_WINO2D_MR, evened out (25 tiles: 7,
+ * 6, 6, 6, not 8, 8, 8, 1): a block of one or two tiles has too few
+ * accumulators to cover the multiply-add's latency (3 or 6 chains, each
+ * a step every 4 cycles, where 8 keep the two FMA pipes busy), and ran
+ * at a third of the full blocks' speed. `fetch`'s lines: a share per
+ * block. */
 __attribute__((target("avx512f"))) void
-kc_wino2d_product(const float *a, int64_t lda, const float *b, int64_t k, float *c, int64_t ldc,
+kc_wino2d_product(const float *a0, int64_t lda, const float *b, int64_t k, float *c0, int64_t ldc,
                   int64_t tiles, int nv, int first, kc_wino2d_lines fetch)
 {
-    int64_t t = 0, blocks = (tiles + KC_WINO2D_MR - 1) / KC_WINO2D_MR, blk = 0;
-    kc_wino2d_lines mine = kc_wino2d_lines_share(fetch, blk, blocks);
-    const char *pf = mine.at;
-    int64_t pl = mine.n;
-    for (; t + KC_WINO2D_MR <= tiles;
-         t += KC_WINO2D_MR, a += KC_WINO2D_MR * lda, c += KC_WINO2D_MR * ldc) {
-        KC_W2P_NVS(8);
-        mine = kc_wino2d_lines_share(fetch, ++blk, blocks);
-        pf = mine.at;
-        pl = mine.n;
-    }
-    switch (tiles - t) {
-    case 7: KC_W2P_NVS(7); break;
-    case 6: KC_W2P_NVS(6); break;
-    case 5: KC_W2P_NVS(5); break;
-    case 4: KC_W2P_NVS(4); break;
-    case 3: KC_W2P_NVS(3); break;
-    case 2: KC_W2P_NVS(2); break;
-    case 1: KC_W2P_NVS(1); break;
-    default: break;
+    int64_t blocks = (tiles + KC_WINO2D_MR - 1) / KC_WINO2D_MR;
+    for (int64_t blk = 0; blk < blocks; blk++) {
+        int64_t lo = tiles * blk / blocks, hi = tiles * (blk + 1) / blocks;
+        const float *a = a0 + lo * lda;
+        float *c = c0 + lo * ldc;
+        kc_wino2d_lines mine = kc_wino2d_lines_share(fetch, blk, blocks);
+        const char *pf = mine.at;
+        int64_t pl = mine.n;
+        switch (hi - lo) {
+        case 8: KC_W2P_NVS(8); break;
+        case 7: KC_W2P_NVS(7); break;
+        case 6: KC_W2P_NVS(6); break;
+        case 5: KC_W2P_NVS(5); break;
+        case 4: KC_W2P_NVS(4); break;
+        case 3: KC_W2P_NVS(3); break;
+        case 2: KC_W2P_NVS(2); break;
+        default: KC_W2P_NVS(1); break;
+        }
     }
 }
