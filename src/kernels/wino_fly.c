@@ -19,10 +19,10 @@
  * (kc_wf_part_alone). Then each thread takes a run of 16-channel output
  * vectors, up to three at a time (48 channels: 8 tiles x 3 vectors of
  * accumulators in registers), and for each piece of 64 input channels
- * and each row of the 6x6 products transforms that row's kernel into its
- * buffer (6 x 64 x 48 floats, 74 KB, in L2) and adds the row's 6
- * products [tiles x 64] · [64 x 48] into its products buffer, fetching
- * the next piece of 3x3 kernel into L2 meanwhile (kc_wf_fetch_share);
+ * transforms the piece's kernel into its buffer (36 x 64 x 48 floats,
+ * 442 KB, in L2; kc_wf_kernel_a) and adds the 36 products [tiles x 64]
+ * · [64 x 48] into its products buffer, fetching the next piece of 3x3
+ * kernel into L2 meanwhile (kc_wf_fetch_share);
  * then the output transform (at · M · at'), the bias and the activation
  * write its channels of the output.
  *
@@ -39,9 +39,7 @@
  * set: 7x7 layers at four images 5.2 -> 3.0 ms), 8 tiles a block rather
  * than 6 (16 tiles: two blocks, not 6 + 6 + 4), and the repacked kernel
  * on small pages (on kc_alloc_array's 2 MiB ones other layers of
- * InceptionV3 ran up to 6x slower). A row of the transformed kernel at a
- * time rather than all 36 keeps a thread's buffer at 74 KB rather than
- * 442 KB; its speed was the same within the noise.
+ * InceptionV3 ran up to 6x slower).
  *
  * Rounding: the same transforms as wino.c's F(4x4, 3x3), the kernel's
  * made in float rather than double: against wino.c's outputs differ by
@@ -265,29 +263,8 @@ kc_wf_g_all(int alpha, const __m512 *x, float *y, int64_t ldy)
     _mm512_storeu_ps(y + (alpha - 1) * ldy, x[2]);
 }
 
-/* Row i of the transformed kernel of input channel ci for output vector
- * v: u[j * ldu] = sum over taps of g[i][ky] g[j][kx] w[ky][kx], j < 6,
- * first along the kernel's rows, then its columns. Inlined with i a
- * constant, the taps g's zeros skip are not loaded. */
-__attribute__((target("avx512f"), always_inline)) static inline void
-kc_wf_kernel_row(const kc_wf_state *st, int64_t v, int64_t ci, int i, float *u, int64_t ldu)
-{
-    const float *src = st->w + (v * st->c + ci) * 9 * 16;
-    __m512 t[3]; /* t[kx] = sum_ky g[i][ky] w[ky][kx] */
-    #pragma GCC unroll 3
-    for (int kx = 0; kx < 3; kx++) {
-        __m512 col[3]; /* loads g's zeros skip are dead, and dropped */
-        #pragma GCC unroll 3
-        for (int ky = 0; ky < 3; ky++)
-            col[ky] = _mm512_loadu_ps(src + (ky * 3 + kx) * 16);
-        t[kx] = kc_wf_g_row(6, i, col);
-    }
-    kc_wf_g_all(6, t, u, ldu);
-}
-
 /* Input channel ci's taps for output vector v, fetched into L1 ahead of
- * row 0's transform, the first to read them (later rows find them in
- * L2). KC_WF_PREFETCH channels ahead: 9 KB a vector. Its loads were the
+ * the transform. KC_WF_PREFETCH channels ahead: 9 KB a vector. Its loads were the
  * transform's hot spots; in-process alternation, the fly layers ran 2-7%
  * faster (four 7x7 images of 512 -> 512 on one thread: 1.02-1.04 in
  * nine runs; 14x14 images of 256 -> 256: 1.02-1.07). */
@@ -300,50 +277,24 @@ __attribute__((always_inline)) static inline void kc_wf_prefetch(const kc_wf_sta
         _mm_prefetch(taps + line * 64, _MM_HINT_T0);
 }
 
-/* F(4x4, 3x3): row i of the transformed kernel of input channels c0 ..
- * c0+cn-1 and output vectors v0 .. v0+nv-1 into u: [6][cn][nv * 16], rows
- * ldu apart (F(2x2) makes all its rows at once: kc_wf_kernel_4).
- * A row at a time: the buffer is 74 KB where all 36 products of 64
- * channels were 442 KB, at the same speed. The transform's time against
- * the products' (rdtsc, standalone): two thirds at four 7x7 images of
- * 512 -> 512 (its loads of the 9.4 MB 3x3 kernel are the hot spots), a
- * fifth at four 14x14 images of 256 -> 256, half at one. */
-__attribute__((target("avx512f"))) static void
-kc_wf_kernel(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t cn, int i, float *u)
-{
-    int64_t width = 16 * nv, ldu = kc_wf_ld(cn * width);
-    for (int64_t k = 0; k < cn; k++)
-        for (int j = 0; j < nv; j++) {
-            float *dst = u + k * width + 16 * j;
-            if (i == 0 && k + KC_WF_PREFETCH < cn)
-                kc_wf_prefetch(st, v0 + j, c0 + k + KC_WF_PREFETCH);
-            switch (i) { /* row constants: the inlined rows skip g's zeros */
-            case 0: kc_wf_kernel_row(st, v0 + j, c0 + k, 0, dst, ldu); break;
-            case 1: kc_wf_kernel_row(st, v0 + j, c0 + k, 1, dst, ldu); break;
-            case 2: kc_wf_kernel_row(st, v0 + j, c0 + k, 2, dst, ldu); break;
-            case 3: kc_wf_kernel_row(st, v0 + j, c0 + k, 3, dst, ldu); break;
-            case 4: kc_wf_kernel_row(st, v0 + j, c0 + k, 4, dst, ldu); break;
-            default: kc_wf_kernel_row(st, v0 + j, c0 + k, 5, dst, ldu); break;
-            }
-        }
-}
-
-/* Whether the kernel's transform makes all its rows at once
- * (kc_wf_kernel_4, F(2x2)) rather than a row before its products
- * (kc_wf_kernel, F(4x4)). */
-static int kc_wf_all_rows(const kc_wf_state *st) { return st->alpha == 4; }
-
-/* F(2x2, 3x3): all 4 rows of the transformed kernel of input channels
- * c0 .. c0+cn-1 and output vectors v0 .. v0+nv-1 into u: [16][cn][nv *
- * 16], rows ldu apart, from one load of each tap (a row at a time reads
- * the taps four times, three of them from L2). Its buffer is 197 KB
- * against 49 KB. One 7x7 image of 512 -> 512 on one thread: 0.82x the
- * direct convolution's time against 0.92x a row at a time; one 8x8 of
- * 448 -> 384: 0.77x against 0.88x (in-process alternation, medians of
- * 60-100). For F(4x4) the same change measured level (four 7x7 images
- * of 512 -> 512 on one thread, 0.57-0.61x direct either way). */
-__attribute__((target("avx512f"))) static void
-kc_wf_kernel_4(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t cn, float *u)
+/* All alpha rows of the transformed kernel of input channels c0 ..
+ * c0+cn-1 and output vectors v0 .. v0+nv-1 into u: [alpha^2][cn][nv *
+ * 16], rows ldu apart, from one load of each tap (alpha a constant where
+ * inlined: kc_wf_kernel_all).
+ *
+ * Why all rows at once: the taps load once. A row at a time (a buffer of
+ * 6 x 64 x 48 floats, 74 KB, rather than 36 x, 442 KB, both in L2) read
+ * them from L2 again for every row, 42 loads a channel and vector against
+ * 9; with the transform made of adds (kc_wf_g_row) those loads were its
+ * cost. ResNet50 at batch 1, `--stats` of six alternating runs: its six
+ * 14x14 layers 1.97 -> 1.80 ms on two threads, 3.60 -> 3.25 ms on one
+ * (three runs); batch 8 and InceptionV3 level. With multiply-adds the
+ * two had measured level. For F(2x2) (a buffer of 197 KB against 49 KB):
+ * one 7x7 image of 512 -> 512 on one thread 0.82x the direct
+ * convolution's time against 0.92x a row at a time; one 8x8 of 448 ->
+ * 384 0.77x against 0.88x. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+kc_wf_kernel_a(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t cn, float *u, int alpha)
 {
     int64_t width = 16 * nv, ldu = kc_wf_ld(cn * width);
     for (int64_t k = 0; k < cn; k++)
@@ -358,15 +309,24 @@ kc_wf_kernel_4(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t cn
                 #pragma GCC unroll 3
                 for (int kx = 0; kx < 3; kx++)
                     w[kx][ky] = _mm512_loadu_ps(src + (ky * 3 + kx) * 16);
-            #pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) {
+            #pragma GCC unroll 6
+            for (int i = 0; i < alpha; i++) {
                 __m512 t[3];
                 #pragma GCC unroll 3
                 for (int kx = 0; kx < 3; kx++)
-                    t[kx] = kc_wf_g_row(4, i, w[kx]);
-                kc_wf_g_all(4, t, dst + i * 4 * ldu, ldu);
+                    t[kx] = kc_wf_g_row(alpha, i, w[kx]);
+                kc_wf_g_all(alpha, t, dst + i * alpha * ldu, ldu);
             }
         }
+}
+
+__attribute__((target("avx512f"))) static void
+kc_wf_kernel_all(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t cn, float *u)
+{
+    if (st->alpha == 4)
+        kc_wf_kernel_a(st, v0, nv, c0, cn, u, 4);
+    else
+        kc_wf_kernel_a(st, v0, nv, c0, cn, u, 6);
 }
 
 /* ------------------------------------------------------------ products */
@@ -483,23 +443,16 @@ static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
                           float *u, float *mt, kc_wf_piece then)
 {
     int64_t width = 16 * nv;
-    int all = kc_wf_all_rows(st), products = st->alpha * st->alpha;
+    int products = st->alpha * st->alpha;
     for (int64_t c0 = 0; c0 < st->c; c0 += KC_WF_KERNEL_CHANNELS) {
         int64_t cn = st->c - c0 < KC_WF_KERNEL_CHANNELS ? st->c - c0 : KC_WF_KERNEL_CHANNELS;
         kc_wf_piece next = kc_wf_next_piece(st, v0, nv, c0, then);
-        if (all)
-            kc_wf_kernel_4(st, v0, nv, c0, cn, u);
-        for (int i = 0; i < st->alpha; i++) {
-            if (!all)
-                kc_wf_kernel(st, v0, nv, c0, cn, i, u);
-            for (int j = 0; j < st->alpha; j++) {
-                int p = i * st->alpha + j;
-                kc_wino2d_product(io->v + p * kc_wf_ld(io->n * st->c) + c0, st->c,
-                                  u + (all ? p : j) * kc_wf_ld(cn * width), cn,
-                                  mt + p * kc_wf_ld(io->n * width), width, io->n, nv, c0 == 0,
-                                  kc_wf_fetch_share(st, &next, p, products));
-            }
-        }
+        kc_wf_kernel_all(st, v0, nv, c0, cn, u);
+        for (int p = 0; p < products; p++)
+            kc_wino2d_product(io->v + p * kc_wf_ld(io->n * st->c) + c0, st->c,
+                              u + p * kc_wf_ld(cn * width), cn, mt + p * kc_wf_ld(io->n * width),
+                              width, io->n, nv, c0 == 0,
+                              kc_wf_fetch_share(st, &next, p, products));
     }
     kc_wf_outputs(st, io, v0, nv, mt);
 }
@@ -509,8 +462,7 @@ static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
 static kc_status kc_wf_part(const kc_wf_state *st, const kc_wf_io *io, int k)
 {
     int64_t lo = st->vec_lo[k], hi = st->vec_lo[k + 1];
-    /* a row of the transformed kernel (alpha products), or all of them */
-    int rows = kc_wf_all_rows(st) ? st->alpha * st->alpha : st->alpha;
+    int rows = st->alpha * st->alpha; /* the transformed kernel's, for a piece */
     size_t u_floats = (size_t)(rows * kc_wf_ld(KC_WF_KERNEL_CHANNELS * 16 * KC_WF_NV));
     size_t m_floats = (size_t)(st->alpha * st->alpha * kc_wf_ld(io->n * 16 * KC_WF_NV));
     float *u = kc_dnnl_workspace(KC_DNNL_SLOT_DST, (u_floats + m_floats) * sizeof(float));
