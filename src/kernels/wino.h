@@ -33,6 +33,9 @@ kc_status kc_wino_fly_conv(const kc_exec_ctx *ctx, int *handled, int *act_done);
 int kc_wino_fly_parts(const kc_kernel_state *state);
 /* Its output tile (4 or 2), 0 for another kernel's state. */
 int kc_wino_fly_tile(const kc_kernel_state *state);
+/* 1 when its threads transform the inputs each for itself, 0 when they
+ * share one buffer (or for another kernel's state). */
+int kc_wino_fly_alone(const kc_kernel_state *state);
 
 /* For tests and reports: the output tile m of a node's Winograd state and
  * how many axes it spans (1 or 2); 0 when state is none. */

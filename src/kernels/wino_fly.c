@@ -50,6 +50,7 @@
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/env.h"
 #include "base/mem.h"
@@ -492,8 +493,10 @@ static void kc_wf_vectors_job(void *arg, int k)
  * buffer both then read, with a meeting in between and half of every
  * product's inputs in the other core's cache. ResNet50 at batch 1 on two
  * threads, alternating runs: its six 14x14 layers 0.54-0.57 -> 0.49-0.52
- * ms each, the run 20.9 -> 20.3 ms (medians of five). KC_WINOFLY_ALONE=0:
- * shared. */
+ * ms each, the run 20.9 -> 20.3 ms (medians of five). Only where a
+ * thread's own transformed inputs and its piece of transformed kernel fit
+ * its core's L2 together (kc_wf_alone_fits). KC_WINOFLY_ALONE=0: shared;
+ * =1: each its own. */
 static kc_status kc_wf_part_alone(const kc_wf_state *st, const kc_wf_io *shared, int k)
 {
     kc_wf_io io = *shared;
@@ -506,6 +509,28 @@ static kc_status kc_wf_part_alone(const kc_wf_state *st, const kc_wf_io *shared,
         KC_TRY(kc_wf_part(st, &io, k));
     }
     return KC_OK;
+}
+
+/* A core's L2 in bytes (1 MiB where the system does not say). */
+static int64_t kc_wf_l2_bytes(void)
+{
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 > 0 ? (int64_t)l2 : (int64_t)1 << 20;
+}
+
+/* Whether a thread's own transformed inputs (a block of tiles, all input
+ * channels) and its piece of transformed kernel fit its core's L2. Since
+ * the kernel's transform makes a piece whole (kc_wf_kernel_a: 442 KB for
+ * F(4x4)), ResNet50's 14x14 layers (590 KB of inputs) no longer do, and
+ * ran faster sharing one buffer: 1.80 -> 1.71 ms for the six at batch 1
+ * on two threads in eight alternating runs, 1.79 -> 1.76 in six more
+ * (medians); its 7x7 ones (F(2x2): 524 + 197 KB) level either way, as
+ * batch 8 (13.1 -> 12.9 ms) and InceptionV3 (19.0 -> 19.1). */
+static int kc_wf_alone_fits(const kc_wf_state *st)
+{
+    int64_t u = (int64_t)(st->alpha * st->alpha) *
+                kc_wf_ld(KC_WF_KERNEL_CHANNELS * 16 * KC_WF_NV) * (int64_t)sizeof(float);
+    return (int64_t)kc_wf_v_bytes(st) + u <= kc_wf_l2_bytes();
 }
 
 static void kc_wf_alone_job(void *arg, int k)
@@ -573,8 +598,9 @@ kc_status kc_wino_fly_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         st->base.free = kc_wf_free;
         st->in_shape = ctx->in_shape[0];
         st->prefetch_l2 = !kc_env_off("KC_WINOFLY_PREFETCH");
-        st->alone = !kc_env_off("KC_WINOFLY_ALONE");
         kc_wf_plan(st);
+        const char *alone = getenv("KC_WINOFLY_ALONE");
+        st->alone = alone ? strcmp(alone, "0") != 0 : kc_wf_alone_fits(st);
         if (kc_wf_repack(ctx, st) != KC_OK) {
             kc_wf_free(&st->base);
             return KC_ERR_NOMEM;
@@ -600,4 +626,11 @@ int kc_wino_fly_tile(const kc_kernel_state *state)
     if (!state || state->free != kc_wf_free)
         return 0;
     return ((const kc_wf_state *)state)->m;
+}
+
+int kc_wino_fly_alone(const kc_kernel_state *state)
+{
+    if (!state || state->free != kc_wf_free)
+        return 0;
+    return ((const kc_wf_state *)state)->alone;
 }

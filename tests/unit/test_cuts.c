@@ -955,7 +955,8 @@ static void test_wino2d_blocks(void **state)
  * (under 512 outputs), from 16 tiles over the batch; F(2x2, 3x3) where
  * 4x4 tiles are fewer than 16 and 2x2 ones are not (one 7x7 or 8x8
  * image), on one thread or more; each thread transforming the inputs
- * itself or sharing them (KC_WINOFLY_ALONE=0), the next piece of kernel
+ * itself or sharing them (KC_WINOFLY_ALONE=1 / 0; by default itself where
+ * that fits L2), the next piece of kernel
  * fetched ahead or not (KC_WINOFLY_PREFETCH=0); output channels that are not whole vectors, input channels
  * that are not whole pieces of 64, partial tiles at the edges, "valid",
  * relu6 and elu (the caller's activation), 1 to 3 threads (parts of at
@@ -1006,16 +1007,27 @@ static void test_wino_fly_layers(void **state)
         for (int t = 1; t <= 3; t++)
             expect_count_close(&r, want, got, peak, t, kc_wino_fly_parts, want_parts[i][t - 1],
                                "parts", c->what);
-        /* the threads sharing one buffer of transformed inputs; no
-         * kernel fetched ahead */
-        static const char *const ways[2] = {"KC_WINOFLY_ALONE", "KC_WINOFLY_PREFETCH"};
-        for (int w = 0; w < 2; w++) {
-            setenv(ways[w], "0", 1);
-            for (int t = 1 + (w == 0); t <= 3; t++)
+        /* the threads sharing one buffer of transformed inputs, each
+         * making its own; no kernel fetched ahead */
+        static const char *const ways[3][2] = {{"KC_WINOFLY_ALONE", "0"},
+                                               {"KC_WINOFLY_ALONE", "1"},
+                                               {"KC_WINOFLY_PREFETCH", "0"}};
+        for (int w = 0; w < 3; w++) {
+            setenv(ways[w][0], ways[w][1], 1);
+            for (int t = 1 + (w < 2); t <= 3; t++) {
                 expect_count_close(&r, want, got, peak, t, kc_wino_fly_parts,
-                                   want_parts[i][t - 1], ways[w], c->what);
-            unsetenv(ways[w]);
+                                   want_parts[i][t - 1], ways[w][0], c->what);
+                if (w < 2 && want_parts[i][t - 1] > 1)
+                    expect_count_close(&r, want, got, peak, t, kc_wino_fly_alone,
+                                       ways[w][1][0] == '1', "alone", c->what);
+            }
+            unsetenv(ways[w][0]);
         }
+        /* by default, each its own where its inputs and piece of kernel
+         * fit the core's L2 (kc_wf_alone_fits): the one 7x7 image of 128
+         * channels (131 + 197 KB) on any L2 of 512 KB or more */
+        if (i == 3)
+            expect_count_close(&r, want, got, peak, 2, kc_wino_fly_alone, 1, "alone", c->what);
         for (int t = 1; t <= 2; t++)
             expect_count_close(&r, want, got, peak, t, kc_wino_fly_tile, want_tile[i], "tile",
                                c->what);
