@@ -963,8 +963,8 @@ static void kc_w2_own_products(const kc_w1_state *st, const float *v, float *mt,
                 fetch.at = (const char *)(next < end ? next : st->packed);
                 fetch.n = st->c * (ghi - glo) * 16 * (int64_t)sizeof(float) / 64;
             }
-            kc_wino2d_product(v + p * ldv, st->c, b, st->c, mt + p * ldm + lo * 16, st->mf, n, nv,
-                              1, fetch);
+            kc_wino2d_product(v + p * ldv, st->c, b, st->c, mt + p * ldm + lo * 16, st->mf, n,
+                              nv, 1, fetch);
             b = next;
         }
 }

@@ -295,7 +295,8 @@ __attribute__((always_inline)) static inline void kc_wf_prefetch(const kc_wf_sta
  * convolution's time against 0.92x a row at a time; one 8x8 of 448 ->
  * 384 0.77x against 0.88x. */
 __attribute__((target("avx512f"), always_inline)) static inline void
-kc_wf_kernel_a(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t cn, float *u, int alpha)
+kc_wf_kernel_a(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t cn, float *u,
+               int alpha)
 {
     int64_t width = 16 * nv, ldu = kc_wf_ld(cn * width);
     for (int64_t k = 0; k < cn; k++)
