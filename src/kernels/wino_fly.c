@@ -11,8 +11,8 @@
  * products 36 multiply-adds per tile: from 16 tiles on (one 14x14 image,
  * four 7x7 ones) that is a seventh of the products' work or less, and
  * F(4x4) multiplies 36 times per 16 outputs where direct convolution
- * multiplies 144 times. The state
- * keeps only the 3x3 kernel (repacked: the same bytes as Keras's).
+ * multiplies 144 times. The state keeps only the 3x3 kernel (repacked:
+ * the same bytes as Keras's).
  *
  * How: the tiles (at most 4 MB of transformed inputs at once) are
  * transformed first (bt · d · bt'), by each thread for itself
@@ -69,8 +69,9 @@
 /* Transformed inputs of a block of tiles: read by every thread's
  * channels, from the shared cache. */
 #define KC_WF_TILES_BYTES ((int64_t)4 << 20)
-/* Input channels per piece of transformed kernel: a row of it is
- * 6 x 64 x 48 floats, 74 KB, within a core's L2. */
+/* Input channels per piece of transformed kernel: for F(4x4) and 48
+ * output channels it is 36 x 64 x 48 floats, 442 KB, within a core's L2
+ * (kc_wf_u_floats). */
 #define KC_WF_KERNEL_CHANNELS 64
 /* Output vectors a thread takes at once: the product's widest
  * (kc_wino2d_product). */
@@ -246,27 +247,19 @@ kc_wf_g_row(int alpha, int row, const __m512 *x)
     return row == 3 ? _mm512_add_ps(even, odd) : _mm512_sub_ps(even, odd);
 }
 
-/* All alpha rows of g applied to x[0..2], stored at y + j * ldy, the
- * pairs' sums shared. */
+/* All alpha rows of g applied to x[0..2], stored at y + j * ldy (inlined
+ * with alpha a constant: the pairs' common sums are made once). */
 __attribute__((target("avx512f"), always_inline)) static inline void
 kc_wf_g_all(int alpha, const __m512 *x, float *y, int64_t ldy)
 {
-    __m512 even = _mm512_add_ps(x[0], x[2]);
-    _mm512_storeu_ps(y, x[0]);
-    _mm512_storeu_ps(y + ldy, _mm512_add_ps(even, x[1]));
-    _mm512_storeu_ps(y + 2 * ldy, _mm512_sub_ps(even, x[1]));
-    if (alpha == 6) {
-        __m512 even2 = _mm512_fmadd_ps(x[2], _mm512_set1_ps(4.0f), x[0]);
-        __m512 odd2 = _mm512_add_ps(x[1], x[1]);
-        _mm512_storeu_ps(y + 3 * ldy, _mm512_add_ps(even2, odd2));
-        _mm512_storeu_ps(y + 4 * ldy, _mm512_sub_ps(even2, odd2));
-    }
-    _mm512_storeu_ps(y + (alpha - 1) * ldy, x[2]);
+    #pragma GCC unroll 6
+    for (int j = 0; j < alpha; j++)
+        _mm512_storeu_ps(y + j * ldy, kc_wf_g_row(alpha, j, x));
 }
 
 /* Input channel ci's taps for output vector v, fetched into L1 ahead of
- * the transform. KC_WF_PREFETCH channels ahead: 9 KB a vector. Its loads were the
- * transform's hot spots; in-process alternation, the fly layers ran 2-7%
+ * the transform. KC_WF_PREFETCH channels ahead: 9 KB a vector. Its
+ * loads were the transform's hot spots; in-process alternation, the fly layers ran 2-7%
  * faster (four 7x7 images of 512 -> 512 on one thread: 1.02-1.04 in
  * nine runs; 14x14 images of 256 -> 256: 1.02-1.07). */
 #define KC_WF_PREFETCH 16
@@ -330,8 +323,6 @@ kc_wf_kernel_all(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t 
     else
         kc_wf_kernel_a(st, v0, nv, c0, cn, u, 6);
 }
-
-/* ------------------------------------------------------------ products */
 
 /* ------------------------------------------------------------ run */
 
@@ -425,7 +416,7 @@ static kc_wf_piece kc_wf_next_piece(const kc_wf_state *st, int64_t v0, int nv, i
  * before it, gained nothing: the core stalled on its outstanding
  * misses. KC_WINOFLY_PREFETCH=0: none. */
 static kc_wino2d_lines kc_wf_fetch_share(const kc_wf_state *st, const kc_wf_piece *q, int p,
-                                     int products)
+                                         int products)
 {
     kc_wino2d_lines none = {NULL, 0};
     if (!st->prefetch_l2 || q->nv < 1)
@@ -434,7 +425,7 @@ static kc_wino2d_lines kc_wf_fetch_share(const kc_wf_state *st, const kc_wf_piec
     int first = (j * products + q->nv - 1) / q->nv;    /* its first product */
     int next = ((j + 1) * products + q->nv - 1) / q->nv;
     kc_wino2d_lines run = {(const char *)(st->w + ((q->v0 + j) * st->c + q->c0) * 9 * 16),
-                       q->cn * 9};
+                           q->cn * 9};
     return kc_wino2d_lines_share(run, p - first, next - first);
 }
 
@@ -459,13 +450,20 @@ static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
     kc_wf_outputs(st, io, v0, nv, mt);
 }
 
+/* Floats of a thread's buffer for a piece of transformed kernel: all
+ * alpha^2 rows of KC_WF_KERNEL_CHANNELS input channels and the widest run
+ * of output vectors (kc_wf_kernel_a). */
+static size_t kc_wf_u_floats(const kc_wf_state *st)
+{
+    return (size_t)(st->alpha * st->alpha * kc_wf_ld(KC_WF_KERNEL_CHANNELS * 16 * KC_WF_NV));
+}
+
 /* Part k's output vectors, three at a time (the last pieces evened out:
  * 8 vectors run as 3, 3, 2). */
 static kc_status kc_wf_part(const kc_wf_state *st, const kc_wf_io *io, int k)
 {
     int64_t lo = st->vec_lo[k], hi = st->vec_lo[k + 1];
-    int rows = st->alpha * st->alpha; /* the transformed kernel's, for a piece */
-    size_t u_floats = (size_t)(rows * kc_wf_ld(KC_WF_KERNEL_CHANNELS * 16 * KC_WF_NV));
+    size_t u_floats = kc_wf_u_floats(st);
     size_t m_floats = (size_t)(st->alpha * st->alpha * kc_wf_ld(io->n * 16 * KC_WF_NV));
     float *u = kc_dnnl_workspace(KC_DNNL_SLOT_DST, (u_floats + m_floats) * sizeof(float));
     if (!u)
@@ -529,9 +527,8 @@ static int64_t kc_wf_l2_bytes(void)
  * batch 8 (13.1 -> 12.9 ms) and InceptionV3 (19.0 -> 19.1). */
 static int kc_wf_alone_fits(const kc_wf_state *st)
 {
-    int64_t u = (int64_t)(st->alpha * st->alpha) *
-                kc_wf_ld(KC_WF_KERNEL_CHANNELS * 16 * KC_WF_NV) * (int64_t)sizeof(float);
-    return (int64_t)kc_wf_v_bytes(st) + u <= kc_wf_l2_bytes();
+    size_t bytes = kc_wf_v_bytes(st) + kc_wf_u_floats(st) * sizeof(float);
+    return (int64_t)bytes <= kc_wf_l2_bytes();
 }
 
 static void kc_wf_alone_job(void *arg, int k)
