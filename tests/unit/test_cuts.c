@@ -808,13 +808,13 @@ static void test_wino_state_handover(void **state)
     teardown(&r);
 }
 
-/* 2-D, F(4x4, 3x3) and F(2x2, 5x5): "same" and "valid", partial tiles at the right and
- * bottom edges, channels that are not a multiple of 16, relu6 and elu,
- * 1 to 3 threads, with the own products and with oneDNN's (KC_WINO_OWN=0,
- * the state built again each time: the states differ), against the plain path, also 32 -> 64 (oneDNN would
- * run it direct) and 64 -> 64 (oneDNN's F(4x4) was slower); 16 channels,
- * under 512 outputs an image, stride 2, --exact and KC_WINO2D=0 keep it
- * out. */
+/* 2-D, F(4x4, 3x3) and F(2x2, 5x5): "same" and "valid", partial tiles at
+ * the right and bottom edges, channels that are not a multiple of 16,
+ * relu6 and elu, 1 to 3 threads, with the own products and with oneDNN's
+ * (KC_WINO_OWN=0, the state built again each time: the states differ),
+ * against the plain path, also 32 -> 64 (oneDNN would run it direct) and
+ * 64 -> 64 (oneDNN's F(4x4) was slower); 16 channels, under 512 outputs
+ * an image, stride 2, --exact and KC_WINO2D=0 keep it out. */
 static void test_wino2d_layers(void **state)
 {
     (void)state;
@@ -956,9 +956,9 @@ static void test_wino2d_blocks(void **state)
  * 4x4 tiles are fewer than 16 and 2x2 ones are not (one 7x7 or 8x8
  * image), on one thread or more; each thread transforming the inputs
  * itself or sharing them (KC_WINOFLY_ALONE=1 / 0; by default itself where
- * that fits L2), the next piece of kernel
- * fetched ahead or not (KC_WINOFLY_PREFETCH=0); output channels that are not whole vectors, input channels
- * that are not whole pieces of 64, partial tiles at the edges, "valid",
+ * that fits L2), the next piece of kernel fetched ahead or not
+ * (KC_WINOFLY_PREFETCH=0); output channels that are not whole vectors,
+ * input channels that are not whole pieces of 64, partial tiles at the edges, "valid",
  * relu6 and elu (the caller's activation), 1 to 3 threads (parts of at
  * least two vectors), against the plain path. 4 tiles of 2x2, 48
  * channels, stride 2, --exact, KC_WINOFLY=0 and KC_WINO2D=0 keep it out
