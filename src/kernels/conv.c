@@ -9,6 +9,7 @@
 #include "kernels/dnnl_conv.h"
 #include "kernels/kernel.h"
 #include "kernels/irb.h"
+#include "kernels/pw.h"
 #include "kernels/wino.h"
 #include "ops/conv.h"
 
@@ -248,6 +249,8 @@ static kc_status kc_conv(const kc_exec_ctx *ctx)
     KC_TRY(kc_wino_conv(ctx, &handled, &act_done));
     if (!handled)
         KC_TRY(kc_wino_fly_conv(ctx, &handled, &act_done));
+    if (!handled)
+        KC_TRY(kc_pw_conv(ctx, &handled, &act_done));
     if (!handled)
         KC_TRY(kc_dnnl_conv(ctx, &handled, &act_done));
     if (handled && act_done)

@@ -39,6 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/balance.h"
+#include "base/clock.h"
 #include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
@@ -293,6 +295,9 @@ typedef struct kc_irb_state {
     kc_irb_geom g;
     float *packed;            /* we, wp, be, bp, wd, bd: one allocation */
     kc_irb_w w;
+    /* one image: rows (or channel blocks) cut where the threads' measured
+     * speeds even their times (kc_balance) */
+    kc_balance cut;
 } kc_irb_state;
 
 static void kc_irb_free(kc_kernel_state *s)
@@ -495,6 +500,7 @@ typedef struct kc_irb_run {
     int n_parts;
     kc_irb_part part[KC_IRB_MAX_PARTS];
     int failed[KC_IRB_MAX_PARTS];
+    double seconds[KC_BALANCE_MAX_PARTS]; /* each part's time in its main pass */
 } kc_irb_run;
 
 static int64_t kc_irb_row_floats(const kc_irb_geom *g) { return g->w * g->cm; }
@@ -606,6 +612,7 @@ static void kc_irb_images(const kc_irb_run *run, float *ex, float *dw, int64_t i
 static void kc_irb_job(void *arg, int k)
 {
     kc_irb_run *run = arg;
+    double start = kc_now();
     kc_irb_part *pt = &run->part[k];
     float *dw_band, *ex = kc_irb_buffers(run, &dw_band);
     if (!ex) {
@@ -620,6 +627,7 @@ static void kc_irb_job(void *arg, int k)
             kc_irb_rows(run, pt, ex, dw_band, img);
         img += n;
     }
+    run->seconds[k] = kc_now() - start;
 }
 
 /* First pass of an in-place block cut by rows: part k expands the input
@@ -646,6 +654,7 @@ static void kc_irb_halo_job(void *arg, int k)
 static void kc_irb_chan_job(void *arg, int k)
 {
     kc_irb_run *run = arg;
+    double start = kc_now();
     const kc_irb_part *pt = &run->part[k];
     const kc_irb_geom *g = run->g;
     int64_t nc = pt->c1 - pt->c0, pixels = g->ho * g->wo;
@@ -666,6 +675,7 @@ static void kc_irb_chan_job(void *arg, int k)
     kc_irb_mm p = {nc, dw, nc, run->w.wp, NULL, run->partial + k * pixels * g->cout, g->cout,
                    NULL, 0, g->cm, pt->c0};
     kc_irb_gemm(&p, pixels, g->cout);
+    run->seconds[k] = kc_now() - start;
 }
 
 /* Second pass: part k sums the partials of its output pixels, with the
@@ -706,7 +716,7 @@ static int kc_irb_by_channel(const kc_irb_geom *g, int parts)
            weights >= KC_IRB_CHANNEL_RATIO * g->h * g->w * g->cm;
 }
 
-static void kc_irb_cut_channels(kc_irb_run *run, int parts)
+static void kc_irb_cut_channels(kc_irb_run *run, int parts, const kc_balance *cut)
 {
     const kc_irb_geom *g = run->g;
     int64_t blocks = (g->cm + KC_IRB_NR - 1) / KC_IRB_NR, pixels = g->ho * g->wo;
@@ -715,8 +725,9 @@ static void kc_irb_cut_channels(kc_irb_run *run, int parts)
     for (int k = 0; k < parts; k++) {
         kc_irb_part *pt = &run->part[k];
         *pt = (kc_irb_part){0, 1, 0, g->ho, {-1, -1}, NULL, 0, 0, 0, 0};
-        pt->c0 = blocks * k / parts * KC_IRB_NR;
-        pt->c1 = blocks * (k + 1) / parts * KC_IRB_NR;
+        int even = !cut || cut->parts != parts || cut->units != blocks;
+        pt->c0 = (even ? blocks * k / parts : cut->lo[k]) * KC_IRB_NR;
+        pt->c1 = (even ? blocks * (k + 1) / parts : cut->lo[k + 1]) * KC_IRB_NR;
         pt->c1 = pt->c1 > g->cm ? g->cm : pt->c1;
         pt->p0 = pixels * k / parts;
         pt->p1 = pixels * (k + 1) / parts;
@@ -725,14 +736,15 @@ static void kc_irb_cut_channels(kc_irb_run *run, int parts)
 
 /* Cut the run: one image at a time by rows (in place: with the border
  * rows each part reads outside its own), else by images; and each part's
- * rows into bands. */
-static void kc_irb_cut(kc_irb_run *run, int threads, int in_place)
+ * rows into bands. One image's rows or channel blocks go where `cut`
+ * says when it holds as many parts and units (else evenly). */
+static void kc_irb_cut(kc_irb_run *run, int threads, int in_place, const kc_balance *cut)
 {
     const kc_irb_geom *g = run->g;
     int64_t n = g->n == 1 ? g->ho : g->n;
     int parts = threads < 1 ? 1 : threads > KC_IRB_MAX_PARTS ? KC_IRB_MAX_PARTS : threads;
     if (kc_irb_by_channel(g, parts)) {
-        kc_irb_cut_channels(run, parts);
+        kc_irb_cut_channels(run, parts, cut);
         return;
     }
     if (parts > n)
@@ -742,7 +754,9 @@ static void kc_irb_cut(kc_irb_run *run, int threads, int in_place)
     run->band = fit > 2 + g->s ? (fit - 2) / g->s : 1;
     for (int k = 0; k < parts; k++) {
         kc_irb_part *pt = &run->part[k];
-        int64_t lo = n * k / parts, hi = n * (k + 1) / parts;
+        int even = g->n != 1 || !cut || cut->parts != parts || cut->units != n;
+        int64_t lo = even ? n * k / parts : cut->lo[k];
+        int64_t hi = even ? n * (k + 1) / parts : cut->lo[k + 1];
         *pt = (kc_irb_part){0, g->n, 0, g->ho, {-1, -1}, NULL, 0, 0, 0, 0};
         if (g->n != 1) {
             pt->i0 = lo;
@@ -775,8 +789,19 @@ static kc_status kc_irb_check(const kc_irb_run *run)
     return KC_OK;
 }
 
+/* The units an image's cut divides (channel blocks or output rows) and
+ * the parts, as kc_irb_cut made them; st->cut set to them where it
+ * differs (a first run). */
+static void kc_irb_cut_units(kc_irb_state *st, const kc_irb_run *run)
+{
+    const kc_irb_geom *g = &st->g;
+    int64_t units = run->by_channel ? (g->cm + KC_IRB_NR - 1) / KC_IRB_NR : g->ho;
+    if (g->n == 1 && (st->cut.units != units || st->cut.parts != run->n_parts))
+        kc_balance_init(&st->cut, units, run->n_parts, 1);
+}
+
 /* One run of the block with state st (built for this input shape). */
-static kc_status kc_irb_execute(const kc_exec_ctx *ctx, const kc_irb_state *st)
+static kc_status kc_irb_execute(const kc_exec_ctx *ctx, kc_irb_state *st)
 {
     const kc_irb_geom *g = &st->g;
     const kc_conv_attrs *p = ((const kc_conv_attrs *)ctx->layer->attrs)->post_pw->attrs;
@@ -786,7 +811,9 @@ static kc_status kc_irb_execute(const kc_exec_ctx *ctx, const kc_irb_state *st)
     if (in_place && (g->s != 1 || g->ho != g->h || g->wo != g->w || g->cin != g->cout ||
                      !run.residual))
         return kc_fail(KC_ERR_SHAPE, "a block written over its input must keep its shape");
-    kc_irb_cut(&run, kc_parallel_width(), in_place);
+    kc_irb_cut(&run, kc_parallel_width(), in_place, NULL);
+    kc_irb_cut_units(st, &run);
+    kc_irb_cut(&run, kc_parallel_width(), in_place, &st->cut);
     if (run.by_channel) {
         run.partial = kc_dnnl_workspace(KC_DNNL_SLOT_SCRATCHPAD,
                                         (size_t)(run.n_parts * g->ho * g->wo * g->cout) *
@@ -795,6 +822,8 @@ static kc_status kc_irb_execute(const kc_exec_ctx *ctx, const kc_irb_state *st)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a fused block's rows");
         kc_parallel(run.n_parts, kc_irb_chan_job, &run);
         KC_TRY(kc_irb_check(&run));
+        if (g->n == 1)
+            kc_balance_update(&st->cut, run.seconds);
         kc_parallel(run.n_parts, kc_irb_sum_job, &run);
         return KC_OK;
     }
@@ -807,7 +836,15 @@ static kc_status kc_irb_execute(const kc_exec_ctx *ctx, const kc_irb_state *st)
         kc_parallel(run.n_parts, kc_irb_halo_job, &run);
     }
     kc_parallel(run.n_parts, kc_irb_job, &run);
-    return kc_irb_check(&run);
+    KC_TRY(kc_irb_check(&run));
+    if (g->n == 1)
+        kc_balance_update(&st->cut, run.seconds);
+    return KC_OK;
+}
+
+kc_balance *kc_irb_balance(kc_kernel_state *state)
+{
+    return state && state->free == kc_irb_free ? &((kc_irb_state *)state)->cut : NULL;
 }
 
 kc_status kc_irb_conv(const kc_exec_ctx *ctx)

@@ -31,6 +31,10 @@ kc_status kc_wino_fly_conv(const kc_exec_ctx *ctx, int *handled, int *act_done);
 /* For tests: how many threads' parts a node's state of that kernel runs
  * in; 0 when the state is not one. */
 int kc_wino_fly_parts(const kc_kernel_state *state);
+
+/* For tests: the cut of a fly state (its parts' runs of output vectors,
+ * moved by their times after each run), NULL for another state. */
+struct kc_balance *kc_wino_fly_balance(kc_kernel_state *state);
 /* Its output tile (4 or 2), 0 for another kernel's state. */
 int kc_wino_fly_tile(const kc_kernel_state *state);
 /* 1 when its threads transform the inputs each for itself, 0 when they

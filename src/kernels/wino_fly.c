@@ -52,6 +52,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/balance.h"
+#include "base/clock.h"
 #include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
@@ -65,7 +67,6 @@
 /* Fewer tiles: the kernel's transform outweighs what the products save
  * (a 7x7 image at batch 1 has 4). */
 #define KC_WF_MIN_TILES 16
-#define KC_WF_MAX_PARTS 8
 /* Transformed inputs of a block of tiles: read by every thread's
  * channels, from the shared cache. */
 #define KC_WF_TILES_BYTES ((int64_t)4 << 20)
@@ -87,8 +88,7 @@ typedef struct kc_wf_state {
     int act;                         /* 0 linear, 1 relu, 2 relu6, 3 the caller's */
     float at[24], bt[36], g[18];
     float *w;                        /* [vecs][c][9 taps][16], zero past f */
-    int n_parts;
-    int64_t vec_lo[KC_WF_MAX_PARTS + 1];
+    kc_balance cut;                  /* parts: runs of output vectors, one per thread */
     int prefetch_l2;                 /* fetch the next piece of kernel ahead */
     int alone;                       /* each part transforms its own inputs */
 } kc_wf_state;
@@ -186,19 +186,11 @@ static kc_status kc_wf_repack(const kc_exec_ctx *ctx, kc_wf_state *st)
 }
 
 /* Parts: runs of output vectors, one per thread, at least two vectors
- * each; the block of tiles. */
+ * each, cut where the threads' measured speeds even their times
+ * (kc_balance: ResNet50's 1x1 layers on kc_pw_conv); the block of tiles. */
 static void kc_wf_plan(kc_wf_state *st)
 {
-    int64_t parts = kc_parallel_width();
-    if (parts > st->vecs / 2)
-        parts = st->vecs / 2;
-    if (parts > KC_WF_MAX_PARTS)
-        parts = KC_WF_MAX_PARTS;
-    if (parts < 1)
-        parts = 1;
-    st->n_parts = (int)parts;
-    for (int k = 0; k <= st->n_parts; k++)
-        st->vec_lo[k] = st->vecs * k / st->n_parts;
+    kc_balance_init(&st->cut, st->vecs, kc_parallel_width(), 2);
     int64_t tile_bytes = st->alpha * st->alpha * st->c * (int64_t)sizeof(float);
     int64_t most = KC_WF_TILES_BYTES / tile_bytes;
     if (most < KC_WF_MIN_TILES)
@@ -332,7 +324,8 @@ typedef struct kc_wf_io {
     float *out;
     float *v;                        /* [alpha^2][n][c]: tiles t0 .. t0+n-1 */
     int64_t t0, n;
-    kc_status status[KC_WF_MAX_PARTS];
+    kc_status status[KC_BALANCE_MAX_PARTS];
+    double seconds[KC_BALANCE_MAX_PARTS]; /* each part's time in the run */
 } kc_wf_io;
 
 /* Bytes of a block's transformed inputs. */
@@ -357,7 +350,7 @@ static void kc_wf_inputs_job(void *arg, int k)
 {
     kc_wf_io *io = arg;
     const kc_wf_state *st = io->st;
-    kc_wf_inputs(st, io, io->n * k / st->n_parts, io->n * (k + 1) / st->n_parts);
+    kc_wf_inputs(st, io, io->n * k / st->cut.parts, io->n * (k + 1) / st->cut.parts);
 }
 
 /* The block's products for output vectors v0 .. v0+nv-1 back into the
@@ -462,7 +455,7 @@ static size_t kc_wf_u_floats(const kc_wf_state *st)
  * 8 vectors run as 3, 3, 2). */
 static kc_status kc_wf_part(const kc_wf_state *st, const kc_wf_io *io, int k)
 {
-    int64_t lo = st->vec_lo[k], hi = st->vec_lo[k + 1];
+    int64_t lo = st->cut.lo[k], hi = st->cut.lo[k + 1];
     size_t u_floats = kc_wf_u_floats(st);
     size_t m_floats = (size_t)(st->alpha * st->alpha * kc_wf_ld(io->n * 16 * KC_WF_NV));
     float *u = kc_dnnl_workspace(KC_DNNL_SLOT_DST, (u_floats + m_floats) * sizeof(float));
@@ -482,7 +475,9 @@ static kc_status kc_wf_part(const kc_wf_state *st, const kc_wf_io *io, int k)
 static void kc_wf_vectors_job(void *arg, int k)
 {
     kc_wf_io *io = arg;
+    double start = kc_now();
     io->status[k] = kc_wf_part(io->st, io, k);
+    io->seconds[k] += kc_now() - start;
 }
 
 /* Part k over every block with transformed inputs of its own: each
@@ -534,34 +529,42 @@ static int kc_wf_alone_fits(const kc_wf_state *st)
 static void kc_wf_alone_job(void *arg, int k)
 {
     kc_wf_io *io = arg;
+    double start = kc_now();
     io->status[k] = kc_wf_part_alone(io->st, io, k);
+    io->seconds[k] += kc_now() - start;
 }
 
 /* The parts of `job` side by side, and the first part's failure. */
 static kc_status kc_wf_run_parts(const kc_wf_state *st, void (*job)(void *, int), kc_wf_io *io)
 {
-    kc_parallel(st->n_parts, job, io);
-    for (int k = 0; k < st->n_parts; k++)
+    kc_parallel(st->cut.parts, job, io);
+    for (int k = 0; k < st->cut.parts; k++)
         if (io->status[k] != KC_OK)
             return kc_fail(io->status[k], "part %d of a Winograd convolution failed", k);
     return KC_OK;
 }
 
-static kc_status kc_wf_execute(const kc_wf_state *st, const kc_exec_ctx *ctx)
+/* One run; the parts' vectors then cut again by their times (the
+ * transforms of shared inputs, cut by tiles, are not counted). */
+static kc_status kc_wf_execute(kc_wf_state *st, const kc_exec_ctx *ctx)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
     kc_wf_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], NULL, 0, 0,
-                   {KC_OK}};
-    if (st->n_parts > 1 && st->alone)
-        return kc_wf_run_parts(st, kc_wf_alone_job, &io);
+                   {KC_OK}, {0}};
+    if (st->cut.parts > 1 && st->alone) {
+        KC_TRY(kc_wf_run_parts(st, kc_wf_alone_job, &io));
+        kc_balance_update(&st->cut, io.seconds);
+        return KC_OK;
+    }
     io.v = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, kc_wf_v_bytes(st));
     if (!io.v)
         return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
     for (io.t0 = 0; io.t0 < st->grid.tiles; io.t0 += st->block) {
         io.n = st->grid.tiles - io.t0 < st->block ? st->grid.tiles - io.t0 : st->block;
-        kc_parallel(st->n_parts, kc_wf_inputs_job, &io);
+        kc_parallel(st->cut.parts, kc_wf_inputs_job, &io);
         KC_TRY(kc_wf_run_parts(st, kc_wf_vectors_job, &io));
     }
+    kc_balance_update(&st->cut, io.seconds);
     return KC_OK;
 }
 
@@ -612,11 +615,16 @@ kc_status kc_wino_fly_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     return KC_OK;
 }
 
+kc_balance *kc_wino_fly_balance(kc_kernel_state *state)
+{
+    return state && state->free == kc_wf_free ? &((kc_wf_state *)state)->cut : NULL;
+}
+
 int kc_wino_fly_parts(const kc_kernel_state *state)
 {
     if (!state || state->free != kc_wf_free)
         return 0;
-    return ((const kc_wf_state *)state)->n_parts;
+    return ((const kc_wf_state *)state)->cut.parts;
 }
 
 int kc_wino_fly_tile(const kc_kernel_state *state)

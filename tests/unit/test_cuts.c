@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "base/balance.h"
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
 #include "kernels/dnnl_conv.h"
@@ -29,6 +30,7 @@
 #include "kernels/irb.h"
 #include "kernels/kernel.h"
 #include "kernels/maxpool_nhwc.h"
+#include "kernels/pw.h"
 #include "kernels/wino.h"
 #include "ops/conv.h"
 #include "ops/core.h"
@@ -900,19 +902,56 @@ static void test_wino2d_layers(void **state)
     }
 }
 
-/* r's layer on `threads` threads into got: what count_of reads from its
- * state (`counted`, e.g. "parts") must be `expected`, the outputs within
- * the fidelity tolerance of want's. */
+/* r's layer on `threads` threads into got (holding r's residual first,
+ * when it sums one): what count_of reads from its state (`counted`, e.g.
+ * "parts") must be `expected`, the outputs within the fidelity tolerance
+ * of want's. */
 static void expect_count_close(conv_run *r, const float *want, float *got, float peak,
                                int threads, int (*count_of)(const kc_kernel_state *),
                                int expected, const char *counted, const char *what)
 {
     const float *ins[1] = {r->x};
     kc_threads_enter(threads);
+    if (r->residual)
+        memcpy(got, r->residual, (size_t)r->out_count * sizeof *got);
     int count = exec_kernel(&r->layer, ins, &r->in_shape, 1, got, &r->out_shape, 0, 0, count_of);
     if (count != expected)
         fail_msg("%s, %d threads: %d %s, expected %d", what, threads, count, counted, expected);
     expect_close(got, want, r->out_count, 1e-4f * peak, "%s, %d threads", what, threads);
+}
+
+/* Every cut of b as far toward the first parts as it goes: each part but
+ * the last at its least units, the last with the rest (where a slow
+ * first thread would have sent them). */
+static void skew_cut(kc_balance *b)
+{
+    for (int k = 1; k < b->parts; k++)
+        b->lo[k] = b->min_units * k;
+}
+
+/* r's layer on `threads` threads twice on one state, the second time cut
+ * where skew_cut puts it (the state's kc_balance, read by balance_of):
+ * both outputs within the fidelity tolerance of want's. */
+static void expect_skewed_close(conv_run *r, const float *want, float *got, float peak,
+                                int threads, kc_balance *(*balance_of)(kc_kernel_state *),
+                                const char *what)
+{
+    const float *ins[1] = {r->x};
+    kc_kernel_state *state = NULL;
+    kc_threads_enter(threads);
+    for (int round = 0; round < 2; round++) {
+        if (r->residual)
+            memcpy(got, r->residual, (size_t)r->out_count * sizeof *got);
+        exec_in_slot(&r->layer, ins, &r->in_shape, 1, got, &r->out_shape, 0, 0, &state);
+        expect_close(got, want, r->out_count, 1e-4f * peak, "%s, %d threads%s", what, threads,
+                     round ? ", skewed cut" : "");
+        kc_balance *b = balance_of(state);
+        if (!b)
+            fail_msg("%s, %d threads: no cut", what, threads);
+        if (!round)
+            skew_cut(b);
+    }
+    state->free(state);
 }
 
 /* A transformed kernel larger than the L2-sized block (128 -> 128: 2.4
@@ -965,6 +1004,69 @@ static void test_wino2d_blocks(void **state)
  * (KC_WINOFLY_F2=0 the 2x2 tiles); 576 outputs go to the kept kernel.
  * The state reads its own copy of the kernel: a second run with the
  * layer's array spoiled gives the same outputs. */
+/* 1x1 stride-1 layers of at most 256 pixels and 64+ channels in and out
+ * run on kc_pw_conv when cut between 2+ threads (one thread, or a lane
+ * of a batch, keeps oneDNN's), the output vectors split into parts of at
+ * least 4: bias, relu / relu6 / linear, a residual sum, output channels
+ * that are not whole vectors, an activation the caller applies (elu);
+ * larger images, fewer channels, strides, KC_PW=0 and whole runs keep
+ * the other kernels. Outputs as the plain path's, also with the parts'
+ * cut moved as far as it goes (kc_balance). */
+static void test_pw_layers(void **state)
+{
+    (void)state;
+    static const conv_case cases[] = {
+        {"1x1 1024 -> 256 on one 14x14", "Conv2D", KC_CONV_PLAIN, 2, 1, 14, 14, 1024, 256, 1, 1,
+         1, 1, 0, 0, "relu", 1},
+        {"1x1 256 -> 1024 + sum on one 14x14", "Conv2D", KC_CONV_PLAIN, 2, 1, 14, 14, 256, 1024,
+         1, 1, 1, 1, 0, 1, "relu", 1},
+        {"1x1 2048 -> 512 on one 7x7, linear", "Conv2D", KC_CONV_PLAIN, 2, 1, 7, 7, 2048, 512, 1,
+         1, 1, 0, 0, 0, "linear", 1},
+        {"1x1 100 -> 200 + sum on two 8x8, relu6", "Conv2D", KC_CONV_PLAIN, 2, 2, 8, 8, 100, 200,
+         1, 1, 1, 1, 0, 1, "relu6", 1},
+        {"1x1 64 -> 72 on 3x5, elu", "Conv2D", KC_CONV_PLAIN, 2, 1, 3, 5, 64, 72, 1, 1, 1, 1, 0,
+         0, "elu", 1},
+        {"1x1 64 -> 64 on one 17x17: 289 pixels", "Conv2D", KC_CONV_PLAIN, 2, 1, 17, 17, 64, 64,
+         1, 1, 1, 1, 0, 0, "relu", 1},
+        {"1x1 48 -> 64 on 8x8: 48 channels in", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 48, 64, 1,
+         1, 1, 1, 0, 0, "relu", 1},
+        {"1x1 128 -> 128 stride 2 on 16x16", "Conv2D", KC_CONV_PLAIN, 2, 1, 16, 16, 128, 128, 1,
+         2, 1, 1, 0, 0, "relu", 1},
+    };
+    static const int want_parts[][3] = {{0, 2, 3}, {0, 2, 3}, {0, 2, 3}, {0, 2, 3},
+                                        {0, 1, 1}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
+    if (!__builtin_cpu_supports("avx512f"))
+        skip();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const conv_case *c = &cases[i];
+        conv_run r;
+        setup(c, &r);
+        float *want = plain_output(&r);
+        float *got = malloc((size_t)r.out_count * sizeof *got);
+        float peak = peak_of(want, r.out_count);
+        for (int t = 1; t <= 3; t++) {
+            expect_count_close(&r, want, got, peak, t, kc_pw_parts, want_parts[i][t - 1],
+                               "parts", c->what);
+            if (want_parts[i][t - 1] > 1)
+                expect_skewed_close(&r, want, got, peak, t, kc_pw_balance, c->what);
+        }
+        if (i == 0) {
+            setenv("KC_PW", "0", 1);
+            expect_count_close(&r, want, got, peak, 2, kc_pw_parts, 0, "parts, KC_PW=0",
+                               c->what);
+            unsetenv("KC_PW");
+            kc_threads_enter(2);
+            if (run(&r, 0, 1, got) != 1) /* oneDNN's, whole */
+                fail_msg("%s: not run whole when told to", c->what);
+            expect_close(got, want, r.out_count, 1e-4f * peak, "%s, whole", c->what);
+        }
+        kc_threads_enter(0);
+        free(want);
+        free(got);
+        teardown(&r);
+    }
+}
+
 static void test_wino_fly_layers(void **state)
 {
     (void)state;
@@ -1004,9 +1106,12 @@ static void test_wino_fly_layers(void **state)
         float *want = plain_output(&r);
         float *got = malloc((size_t)r.out_count * sizeof *got);
         float peak = peak_of(want, r.out_count);
-        for (int t = 1; t <= 3; t++)
+        for (int t = 1; t <= 3; t++) {
             expect_count_close(&r, want, got, peak, t, kc_wino_fly_parts, want_parts[i][t - 1],
                                "parts", c->what);
+            if (want_parts[i][t - 1] > 1)
+                expect_skewed_close(&r, want, got, peak, t, kc_wino_fly_balance, c->what);
+        }
         /* the threads sharing one buffer of transformed inputs, each
          * making its own; no kernel fetched ahead */
         static const char *const ways[3][2] = {{"KC_WINOFLY_ALONE", "0"},
@@ -1613,6 +1718,35 @@ static void check_irb_case(const irb_case *c)
         qa.accumulate = 0;
         expect_close(got, want, out_n, 1e-4f * peak, "%s, %d threads", c->what, threads[t]);
     }
+    /* one image on 2 and 3 threads, run again on one state with the
+     * parts' rows (or channel blocks) cut as far as they go (kc_balance):
+     * in place, the border rows follow the cut */
+    for (int t = 2; fusable && c->n == 1 && t <= 3; t++) {
+        kc_threads_enter(t);
+        kc_kernel_state *st = NULL;
+        for (int round = 0; round < 2; round++) {
+            qa.accumulate = c->residual != 0;
+            r.pa.post_dw = &r.dl;
+            r.pa.post_pw = &ql;
+            const float *ins[1] = {r.x};
+            if (c->residual == 1) {
+                memcpy(got, r.x, (size_t)out_n * sizeof *got);
+                ins[0] = got;
+            } else if (c->residual == 2)
+                memcpy(got, other, (size_t)out_n * sizeof *got);
+            exec_in_slot(&r.pl, ins, &r.in, 1, got, &r.mid, 0, 0, &st);
+            r.pa.post_dw = r.pa.post_pw = NULL;
+            qa.accumulate = 0;
+            expect_close(got, want, out_n, 1e-4f * peak, "%s, %d threads%s", c->what, t,
+                         round ? ", skewed cut" : "");
+            kc_balance *b = kc_irb_balance(st);
+            if (!b)
+                fail_msg("%s: no cut", c->what);
+            if (!round)
+                skew_cut(b);
+        }
+        st->free(st);
+    }
     kc_threads_enter(0);
     free(got);
     free(want);
@@ -2086,6 +2220,7 @@ int main(void)
         cmocka_unit_test(test_wino_transforms),
         cmocka_unit_test(test_wino1d_layers),
         cmocka_unit_test(test_wino2d_layers),
+        cmocka_unit_test(test_pw_layers),
         cmocka_unit_test(test_wino_fly_layers),
         cmocka_unit_test(test_wino2d_blocks),
         cmocka_unit_test(test_wino_state_handover),

@@ -1,0 +1,25 @@
+/* 1x1 stride-1 convolutions on few pixels, the output channels split
+ * between the threads, the weights packed once into 48-channel panels
+ * (pw.c). */
+#ifndef KC_KERNELS_PW_H
+#define KC_KERNELS_PW_H
+
+#include "kernels/kernel.h"
+#include "ops/conv.h"
+
+/* Run the layer of ctx on this kernel where it qualifies (*handled 1),
+ * else leave it to the next (*handled 0). *act_done: its activation was
+ * applied too. Needs ctx->state (the kernel's packed weights); never
+ * with ctx->w_ext or ctx->whole, nor with KC_PW=0. */
+kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done);
+
+/* For tests: the parts (threads) a state of this kernel runs in, 0 for
+ * another kernel's state. */
+int kc_pw_parts(const kc_kernel_state *state);
+
+/* For tests: the cut of a state of this kernel (its parts' runs of
+ * output vectors, moved by their times after each run), NULL for another
+ * kernel's state. */
+struct kc_balance *kc_pw_balance(kc_kernel_state *state);
+
+#endif
