@@ -295,8 +295,8 @@ typedef struct kc_irb_state {
     kc_irb_geom g;
     float *packed;            /* we, wp, be, bp, wd, bd: one allocation */
     kc_irb_w w;
-    /* one image: rows (or channel blocks) cut where the threads' measured
-     * speeds even their times (kc_balance) */
+    /* one image cut by rows: where the threads' measured speeds even
+     * their times (kc_balance) */
     kc_balance cut;
 } kc_irb_state;
 
@@ -500,7 +500,7 @@ typedef struct kc_irb_run {
     int n_parts;
     kc_irb_part part[KC_IRB_MAX_PARTS];
     int failed[KC_IRB_MAX_PARTS];
-    double seconds[KC_BALANCE_MAX_PARTS]; /* each part's time in its main pass */
+    double seconds[KC_BALANCE_MAX_PARTS]; /* cut by rows: each part's time */
 } kc_irb_run;
 
 static int64_t kc_irb_row_floats(const kc_irb_geom *g) { return g->w * g->cm; }
@@ -654,7 +654,6 @@ static void kc_irb_halo_job(void *arg, int k)
 static void kc_irb_chan_job(void *arg, int k)
 {
     kc_irb_run *run = arg;
-    double start = kc_now();
     const kc_irb_part *pt = &run->part[k];
     const kc_irb_geom *g = run->g;
     int64_t nc = pt->c1 - pt->c0, pixels = g->ho * g->wo;
@@ -675,7 +674,6 @@ static void kc_irb_chan_job(void *arg, int k)
     kc_irb_mm p = {nc, dw, nc, run->w.wp, NULL, run->partial + k * pixels * g->cout, g->cout,
                    NULL, 0, g->cm, pt->c0};
     kc_irb_gemm(&p, pixels, g->cout);
-    run->seconds[k] = kc_now() - start;
 }
 
 /* Second pass: part k sums the partials of its output pixels, with the
@@ -716,7 +714,7 @@ static int kc_irb_by_channel(const kc_irb_geom *g, int parts)
            weights >= KC_IRB_CHANNEL_RATIO * g->h * g->w * g->cm;
 }
 
-static void kc_irb_cut_channels(kc_irb_run *run, int parts, const kc_balance *cut)
+static void kc_irb_cut_channels(kc_irb_run *run, int parts)
 {
     const kc_irb_geom *g = run->g;
     int64_t blocks = (g->cm + KC_IRB_NR - 1) / KC_IRB_NR, pixels = g->ho * g->wo;
@@ -725,9 +723,8 @@ static void kc_irb_cut_channels(kc_irb_run *run, int parts, const kc_balance *cu
     for (int k = 0; k < parts; k++) {
         kc_irb_part *pt = &run->part[k];
         *pt = (kc_irb_part){0, 1, 0, g->ho, {-1, -1}, NULL, 0, 0, 0, 0};
-        int even = !cut || cut->parts != parts || cut->units != blocks;
-        pt->c0 = (even ? blocks * k / parts : cut->lo[k]) * KC_IRB_NR;
-        pt->c1 = (even ? blocks * (k + 1) / parts : cut->lo[k + 1]) * KC_IRB_NR;
+        pt->c0 = blocks * k / parts * KC_IRB_NR;
+        pt->c1 = blocks * (k + 1) / parts * KC_IRB_NR;
         pt->c1 = pt->c1 > g->cm ? g->cm : pt->c1;
         pt->p0 = pixels * k / parts;
         pt->p1 = pixels * (k + 1) / parts;
@@ -736,15 +733,17 @@ static void kc_irb_cut_channels(kc_irb_run *run, int parts, const kc_balance *cu
 
 /* Cut the run: one image at a time by rows (in place: with the border
  * rows each part reads outside its own), else by images; and each part's
- * rows into bands. One image's rows or channel blocks go where `cut`
- * says when it holds as many parts and units (else evenly). */
+ * rows into bands. One image's rows go where `cut` says when it holds
+ * as many parts and units (else evenly); channel blocks always evenly:
+ * their partial sums are added in part order, so a moved cut would move
+ * the output's last bits. */
 static void kc_irb_cut(kc_irb_run *run, int threads, int in_place, const kc_balance *cut)
 {
     const kc_irb_geom *g = run->g;
     int64_t n = g->n == 1 ? g->ho : g->n;
     int parts = threads < 1 ? 1 : threads > KC_IRB_MAX_PARTS ? KC_IRB_MAX_PARTS : threads;
     if (kc_irb_by_channel(g, parts)) {
-        kc_irb_cut_channels(run, parts, cut);
+        kc_irb_cut_channels(run, parts);
         return;
     }
     if (parts > n)
@@ -789,15 +788,14 @@ static kc_status kc_irb_check(const kc_irb_run *run)
     return KC_OK;
 }
 
-/* The units an image's cut divides (channel blocks or output rows) and
- * the parts, as kc_irb_cut made them; st->cut set to them where it
- * differs (a first run). */
+/* One image cut by rows: st->cut set to its rows and parts, as
+ * kc_irb_cut made them, where it differs (a first run). */
 static void kc_irb_cut_units(kc_irb_state *st, const kc_irb_run *run)
 {
     const kc_irb_geom *g = &st->g;
-    int64_t units = run->by_channel ? (g->cm + KC_IRB_NR - 1) / KC_IRB_NR : g->ho;
-    if (g->n == 1 && (st->cut.units != units || st->cut.parts != run->n_parts))
-        kc_balance_init(&st->cut, units, run->n_parts, 1);
+    if (g->n == 1 && !run->by_channel &&
+        (st->cut.units != g->ho || st->cut.parts != run->n_parts))
+        kc_balance_init(&st->cut, g->ho, run->n_parts, 1);
 }
 
 /* One run of the block with state st (built for this input shape). */
@@ -822,8 +820,6 @@ static kc_status kc_irb_execute(const kc_exec_ctx *ctx, kc_irb_state *st)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a fused block's rows");
         kc_parallel(run.n_parts, kc_irb_chan_job, &run);
         KC_TRY(kc_irb_check(&run));
-        if (g->n == 1)
-            kc_balance_update(&st->cut, run.seconds);
         kc_parallel(run.n_parts, kc_irb_sum_job, &run);
         return KC_OK;
     }

@@ -22,9 +22,9 @@ int kc_irb_fusable(const kc_conv_attrs *ex, const kc_layer *dw, const kc_layer *
  * accumulates (it may be ctx->in[0] itself). */
 kc_status kc_irb_conv(const kc_exec_ctx *ctx);
 
-/* For tests: the cut of a block's state (one image's rows, or channel
- * blocks, moved by the parts' times after each run; set on the first
- * run), NULL for another kernel's state. */
+/* For tests: the cut of a block's state (one image's rows, moved by the
+ * parts' times after each run; set on the first run; none, 0 parts, for
+ * a block cut by channels), NULL for another kernel's state. */
 struct kc_balance *kc_irb_balance(kc_kernel_state *state);
 
 #endif

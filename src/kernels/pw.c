@@ -1,30 +1,32 @@
-/* 1x1 stride-1 convolutions on few pixels (ResNet50's 14x14 and 7x7
- * stages, InceptionV3's 8x8 one, MobileNetV2's last 1x1, at batch 1):
- * kerasc's own product, the output channels split between the threads.
+/* 1x1 convolutions on few output pixels (7x7 and 8x8 images at batch 1:
+ * ResNet50's last stage, InceptionV3's 8x8 one, MobileNetV2's last 1x1;
+ * strided ones up to 256: ResNet50's block1_0 and block1_1 shortcuts and
+ * reductions): kerasc's own product, the output channels split between
+ * the threads.
  *
- * There the weights outweigh the image (ResNet50's 7x7 2048 -> 512: 4 MB
- * of weights against 0.4 MB of input) and come from memory on every run
- * (the model's 100 MB stay in no cache). oneDNN 2.6's brgconv_1x1, run
- * on its own threads, took 0.32-0.40 ms for ResNet50's 14x14 and 7x7
- * 1x1 layers on the 2-core Zen 5 of bench/results, where ONNX Runtime's
- * pointwise kernel (output channels split between threads) took 0.28-
- * 0.31. Here each thread owns a run of 16-channel output vectors, their
- * kernel packed once at build ([vector][input channel][16]), and reads
- * only those, in panels of up to 3 vectors over all the pixels, register
- * blocks of 8 pixels x 48 channels; while a panel runs, the part's next
- * one is fetched into L2, a share of its lines in each block's loop (the
- * 7x7 layers 0.33-0.36 ms with the fetch against 0.37-0.40 without).
- * The parts' cut follows the threads' measured speeds (kc_balance): one
- * vCPU ran 10-20% slower than the other here, and with even halves the
- * 14x14 layers took 0.32-0.38 ms against 0.30-0.35 balanced. Bias, the
- * residual already in the output and relu / relu6 are applied as each
- * block is stored.
+ * There the weights outweigh the image (ResNet50's 7x7 512 -> 2048: 4 MB
+ * of weights against 0.1 MB of input) and come from memory on every run
+ * (the model's 100 MB stay in no cache), and oneDNN 2.6's brgconv_1x1,
+ * on its own threads, has both threads read all of them. Here each thread
+ * owns a run of 16-channel output vectors, their kernel packed once at
+ * build ([vector][input channel][16]), and reads only those, in panels of
+ * up to 3 vectors over all the pixels, register blocks of 8 pixels x 48
+ * channels; while a panel runs, the part's next one is fetched into L2, a
+ * share of its lines in each block's loop. The parts' cut follows the
+ * threads' measured speeds (kc_balance). A strided layer first gathers
+ * the pixels it reads into a buffer of its own, its threads a share each.
+ * On the 2-core Zen 5 of bench/results, ResNet50 batch 1, `--stats`,
+ * alternating: its 7x7 1024 -> 2048 shortcut 0.75-0.77 -> 0.62-0.69 ms
+ * (oneDNN on the subsampled input, dnnl_conv.c's gather), its 14x14
+ * 512 -> 256 reduction 0.24-0.25 -> 0.20-0.21, its 7x7 512 -> 2048 ones
+ * 0.39-0.41 -> 0.38-0.39; MobileNetV2's last 1x1 0.175 -> 0.152.
+ * Stride-1 images of 14x14 stay on oneDNN's (level there).
  *
- * Only cut between 2+ threads: in a lane of a batch (one thread, four
- * images) oneDNN's kernel was level or ahead (ResNet50 batch 8, its 7x7
- * layers 2.55-2.72 against 2.53-2.83 ms). Plain float32 sums over the
- * input channels in order: the same rounding class as oneDNN's direct
- * kernel, so `exact` keeps it. */
+ * The sums: over the input channels in order, the bias then the residual
+ * added after, as oneDNN's: its outputs equal oneDNN's bit for bit up to
+ * KC_PW_MAX_CHANNELS input channels, so that no output depends on which
+ * of the two ran a layer (one thread, a lane of a batch, a pipeline stage
+ * keep oneDNN's: in a lane of four images it was 10-30% slower). */
 #include "kernels/pw.h"
 
 #include <immintrin.h>
@@ -41,18 +43,33 @@
 
 #define KC_PW_MR 8           /* pixels a register block */
 #define KC_PW_NR 48          /* output channels a panel: 3 vectors */
-/* At most this many pixels (images x rows x columns) in a call: beyond
- * that the image outweighs the weights and oneDNN's kernel, which cuts
- * pixels, is level or ahead. */
-#define KC_PW_MAX_PIXELS 256
+/* At most this many output pixels (images x rows x columns) in a call:
+ * beyond that the image outweighs the weights and oneDNN's kernel, which
+ * cuts pixels, is level or ahead (ResNet50's 14x14 stride-1 layers, 196
+ * pixels, 0.33-0.35 ms against oneDNN's 0.33-0.34); for a strided layer
+ * KC_PW_MAX_PIXELS_STRIDED (oneDNN's subsampled or strided input is
+ * slower: ResNet50's 14x14 reductions 0.20 against 0.25 ms). */
+#define KC_PW_MAX_PIXELS 64
+#define KC_PW_MAX_PIXELS_STRIDED 256
 /* At least this many input and output channels: below, the weights are
  * small enough to stay in cache and the product too thin. */
 #define KC_PW_MIN_CHANNELS 64
+/* At most this many input channels: up to here the sums below equal
+ * oneDNN 2.6's brgconv_1x1 bit for bit (checked from 48 to 1280 input
+ * channels, strides 1 to 3: test_pw_layers), so that a layer's output
+ * does not depend on which of the two ran it (one thread, a lane of a
+ * batch, a pipeline stage take oneDNN's). With 2048 oneDNN sums in
+ * another order (2.6e-5 apart on ResNet50's 7x7 2048 -> 512). */
+#define KC_PW_MAX_CHANNELS 1280
 
 typedef struct kc_pw_state {
     kc_kernel_state base;
     kc_shape in_shape;
-    int64_t pixels, k, n;    /* pixels, input channels, output channels */
+    int64_t pixels, k, n;    /* output pixels, input channels, output channels */
+    /* strided: the input's rows and columns, the stride; its pixels taken
+     * into `gathered` (pixels x k) before the product */
+    int64_t in_h, in_w, out_h, out_w, stride;
+    float *gathered;
     int64_t vectors;         /* of 16 output channels, the last maybe partly zeros */
     float *w;                /* packed: vector v's k rows of 16 at w + k * 16 * v */
     int act;                 /* kc_wino_act's codes; 3: applied by the caller */
@@ -73,23 +90,30 @@ typedef struct kc_pw_io {
 
 static int kc_pw_off(void) { return kc_env_off("KC_PW"); }
 
-/* A plain 2-D 1x1 convolution, stride 1, unpadded, on NHWC of at most
- * KC_PW_MAX_PIXELS pixels in all. */
+/* A plain 2-D 1x1 convolution, unpadded, equal strides, of at most
+ * KC_PW_MAX_PIXELS output pixels in all (NHWC). */
 static int kc_pw_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_pw_state *st)
 {
     const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
     if (a->kind != KC_CONV_PLAIN || a->spatial != 2 || a->groups != 1 || a->post_dw ||
         a->post_pw || a->pre_pool || in->rank != 4 || out->rank != 4)
         return 0;
+    st->stride = a->strides[0];
     for (int i = 0; i < 2; i++)
-        if (a->kernel[i] != 1 || a->strides[i] != 1 || a->dilation[i] != 1 ||
-            a->pad_before[i] || a->pad_after[i] || in->dims[1 + i] != out->dims[1 + i])
-            return 0;
-    st->pixels = in->dims[0] * in->dims[1] * in->dims[2];
+        if (a->kernel[i] != 1 || a->strides[i] != st->stride || st->stride < 1 ||
+            a->dilation[i] != 1 || a->pad_before[i] || a->pad_after[i] ||
+            out->dims[1 + i] != (in->dims[1 + i] + st->stride - 1) / st->stride)
+            return 0; /* a 1x1 kernel pads nothing: "same" and "valid" agree */
+    st->in_h = in->dims[1];
+    st->in_w = in->dims[2];
+    st->out_h = out->dims[1];
+    st->out_w = out->dims[2];
+    st->pixels = out->dims[0] * out->dims[1] * out->dims[2];
     st->k = in->dims[3];
     st->n = out->dims[3];
-    if (st->pixels < 1 || st->pixels > KC_PW_MAX_PIXELS || st->k < KC_PW_MIN_CHANNELS ||
-        st->n < KC_PW_MIN_CHANNELS || out->dims[0] != in->dims[0] || kc_parallel_width() < 2)
+    int64_t most = st->stride > 1 ? KC_PW_MAX_PIXELS_STRIDED : KC_PW_MAX_PIXELS;
+    if (st->pixels < 1 || st->pixels > most || st->k < KC_PW_MIN_CHANNELS ||
+        st->n < KC_PW_MIN_CHANNELS || st->k > KC_PW_MAX_CHANNELS || out->dims[0] != in->dims[0])
         return 0;
     st->vectors = (st->n + 15) / 16;
     st->act = kc_wino_act(a->activation);
@@ -103,6 +127,7 @@ static void kc_pw_free(kc_kernel_state *s)
 {
     kc_pw_state *st = (kc_pw_state *)s;
     free(st->w);
+    free(st->gathered);
     free(st);
 }
 
@@ -159,15 +184,11 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
     const kc_pw_state *st = io->st;
     int64_t k = st->k, ldc = st->n;
     __m512 acc[KC_PW_MR][3];
-    #pragma GCC unroll 3
-    for (int j = 0; j < nv; j++) {
-        __mmask16 mask = j == nv - 1 ? last : (__mmask16)0xFFFF;
-        __m512 bias = io->bias ? _mm512_maskz_loadu_ps(mask, io->bias + n0 + 16 * j)
-                               : _mm512_setzero_ps();
-        #pragma GCC unroll 8
-        for (int i = 0; i < mr; i++)
-            acc[i][j] = bias;
-    }
+    #pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+        #pragma GCC unroll 3
+        for (int j = 0; j < nv; j++)
+            acc[i][j] = _mm512_setzero_ps();
     const float *a = io->in + p0 * k;
     const char *pf = fetch.at;
     int64_t issued = 0;
@@ -193,6 +214,8 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
             __mmask16 mask = j == nv - 1 ? last : (__mmask16)0xFFFF;
             float *c = io->out + (p0 + i) * ldc + n0 + 16 * j;
             __m512 v = acc[i][j];
+            if (io->bias)
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, io->bias + n0 + 16 * j));
             if (st->residual)
                 v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, c));
             _mm512_mask_storeu_ps(c, mask, kc_pw_apply(v, st->act));
@@ -261,6 +284,21 @@ static void kc_pw_vectors_job(void *arg, int part)
     io->seconds[part] = kc_now() - start;
 }
 
+/* Strided: part `part`'s share of the output pixels' input pixels into
+ * the gathered buffer (rows of k), for the product to read as stride 1. */
+static void kc_pw_gather_job(void *arg, int part)
+{
+    const kc_pw_io *io = arg;
+    const kc_pw_state *st = io->st;
+    int64_t lo = st->pixels * part / st->cut.parts, hi = st->pixels * (part + 1) / st->cut.parts;
+    for (int64_t p = lo; p < hi; p++) {
+        int64_t x = p % st->out_w, y = p / st->out_w % st->out_h, img = p / st->out_w / st->out_h;
+        const float *from =
+            io->in + ((img * st->in_h + y * st->stride) * st->in_w + x * st->stride) * st->k;
+        memcpy(st->gathered + p * st->k, from, (size_t)st->k * sizeof *from);
+    }
+}
+
 kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
@@ -269,9 +307,25 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     if (!ctx->state)
         return KC_OK;
     kc_pw_state *st = (kc_pw_state *)*ctx->state;
-    if (st && st->base.free != kc_pw_free)
-        return KC_OK; /* another kernel's state: the layer was built another way */
-    if (ctx->w_ext || ctx->whole || kc_pw_off() || !__builtin_cpu_supports("avx512f")) {
+    /* one thread (a lane of a batch) keeps oneDNN's, even where a state of
+     * this kernel is there from a run on the whole team: a lane's image
+     * has the shape of a batch of one */
+    int usable = !ctx->w_ext && !ctx->whole && !kc_pw_off() && kc_parallel_width() >= 2 &&
+                 __builtin_cpu_supports("avx512f");
+    if (st && st->base.free != kc_pw_free) {
+        /* another kernel's state (built for another shape, or while this
+         * kernel was off): kept where this kernel does not take the layer,
+         * else dropped, so that the kernel a shape gets does not depend on
+         * the runs before (batch 1, then 2, then 1 again: oneDNN's state
+         * from batch 2 kept the layer, and its output differed in the last
+         * bits from a fresh session's) */
+        kc_pw_state probe;
+        memset(&probe, 0, sizeof probe);
+        if (!usable || !kc_pw_geometry(ctx, a, &probe))
+            return KC_OK;
+        st = kc_kernel_state_drop(ctx);
+    }
+    if (!usable) {
         if (st)
             kc_kernel_state_drop(ctx);
         return KC_OK;
@@ -292,6 +346,9 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         st->prefetch = !kc_env_off("KC_PW_PREFETCH");
         kc_balance_init(&st->cut, st->vectors, kc_parallel_width(), 4);
         kc_status packed = kc_pw_pack(ctx, st);
+        if (packed == KC_OK && st->stride > 1 &&
+            !(st->gathered = kc_calloc((size_t)(st->pixels * st->k), sizeof(float))))
+            packed = KC_ERR_NOMEM;
         if (packed != KC_OK) {
             kc_pw_free(&st->base);
             return packed;
@@ -300,6 +357,10 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         *ctx->state = &st->base;
     }
     kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], {0}};
+    if (st->gathered) {
+        kc_parallel(st->cut.parts, kc_pw_gather_job, &io);
+        io.in = st->gathered;
+    }
     kc_parallel(st->cut.parts, kc_pw_vectors_job, &io);
     kc_balance_update(&st->cut, io.seconds);
     *handled = 1;

@@ -1,4 +1,4 @@
-/* 1x1 stride-1 convolutions on few pixels, the output channels split
+/* 1x1 convolutions on few output pixels, the output channels split
  * between the threads, the weights packed once into 48-channel panels
  * (pw.c). */
 #ifndef KC_KERNELS_PW_H

@@ -577,7 +577,8 @@ static void test_residual_add_after(void **state)
  * conv4_block1_0 and conv5_block1_0): whole, in row parts (one image on
  * 2 threads), several images a part; odd sizes (the last row and column
  * read); not narrower, not with fewer outputs, not 3x3, not with
- * KC_GATHER=0. Every variant equals the plain path. */
+ * KC_GATHER=0. Every variant equals the plain path. With KC_PW=0: on 2
+ * threads kc_pw_conv takes these sizes (test_pw_layers). */
 static void test_strided_gather(void **state)
 {
     (void)state;
@@ -602,9 +603,11 @@ static void test_strided_gather(void **state)
     };
     if (!kc_dnnl_ready())
         skip();
+    setenv("KC_PW", "0", 1);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         expect_switched_parts(&cases[i].c, cases[i].threads, cases[i].want, "KC_GATHER",
                               kc_dnnl_conv_gather_parts, "gather");
+    unsetenv("KC_PW");
 }
 
 static void test_conv1d_cuts(void **state)
@@ -1004,37 +1007,72 @@ static void test_wino2d_blocks(void **state)
  * (KC_WINOFLY_F2=0 the 2x2 tiles); 576 outputs go to the kept kernel.
  * The state reads its own copy of the kernel: a second run with the
  * layer's array spoiled gives the same outputs. */
-/* 1x1 stride-1 layers of at most 256 pixels and 64+ channels in and out
- * run on kc_pw_conv when cut between 2+ threads (one thread, or a lane
- * of a batch, keeps oneDNN's), the output vectors split into parts of at
- * least 4: bias, relu / relu6 / linear, a residual sum, output channels
- * that are not whole vectors, an activation the caller applies (elu);
- * larger images, fewer channels, strides, KC_PW=0 and whole runs keep
- * the other kernels. Outputs as the plain path's, also with the parts'
- * cut moved as far as it goes (kc_balance). */
+/* r's layer on 2 threads on kc_pw_conv and on oneDNN (KC_PW=0): the same
+ * bits, so that no output depends on which ran it (kc_pw_conv does not
+ * run on one thread, in a lane of a batch or a pipeline stage). */
+static void expect_same_as_onednn(conv_run *r, const char *what)
+{
+    float *mine = malloc((size_t)r->out_count * sizeof *mine);
+    float *onednn = malloc((size_t)r->out_count * sizeof *onednn);
+    kc_threads_enter(2);
+    run(r, 0, 0, mine);
+    setenv("KC_PW", "0", 1);
+    run(r, 0, 0, onednn);
+    unsetenv("KC_PW");
+    for (int64_t i = 0; i < r->out_count; i++)
+        if (memcmp(&mine[i], &onednn[i], sizeof *mine))
+            fail_msg("%s: element %lld is %.9g, oneDNN's %.9g", what, (long long)i, mine[i],
+                     onednn[i]);
+    free(mine);
+    free(onednn);
+}
+
+/* 1x1 layers of at most 64 output pixels (256 strided), 64 to 1280
+ * input channels and 64+ output channels run on kc_pw_conv when cut
+ * between 2+ threads (one thread, or a lane of a batch, keeps oneDNN's),
+ * the output vectors split into parts of at least 4: bias, relu / relu6 /
+ * linear, a residual sum, output channels that are not whole vectors, an
+ * activation the caller applies (elu), strides 2 and 3 on even and odd
+ * sizes; larger images, fewer than 64 or more than 1280 input channels,
+ * KC_PW=0 and whole runs keep the other kernels. Outputs as the plain
+ * path's, also with the parts' cut moved as far as it goes (kc_balance),
+ * and equal to oneDNN's bit for bit. */
 static void test_pw_layers(void **state)
 {
     (void)state;
     static const conv_case cases[] = {
-        {"1x1 1024 -> 256 on one 14x14", "Conv2D", KC_CONV_PLAIN, 2, 1, 14, 14, 1024, 256, 1, 1,
+        {"1x1 1024 -> 256 on one 8x8", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 1024, 256, 1, 1,
          1, 1, 0, 0, "relu", 1},
-        {"1x1 256 -> 1024 + sum on one 14x14", "Conv2D", KC_CONV_PLAIN, 2, 1, 14, 14, 256, 1024,
+        {"1x1 256 -> 1024 + sum on one 7x7", "Conv2D", KC_CONV_PLAIN, 2, 1, 7, 7, 256, 1024,
          1, 1, 1, 1, 0, 1, "relu", 1},
-        {"1x1 2048 -> 512 on one 7x7, linear", "Conv2D", KC_CONV_PLAIN, 2, 1, 7, 7, 2048, 512, 1,
+        {"1x1 512 -> 2048 on one 7x7, linear", "Conv2D", KC_CONV_PLAIN, 2, 1, 7, 7, 512, 2048, 1,
          1, 1, 0, 0, 0, "linear", 1},
-        {"1x1 100 -> 200 + sum on two 8x8, relu6", "Conv2D", KC_CONV_PLAIN, 2, 2, 8, 8, 100, 200,
+        {"1x1 100 -> 200 + sum on two 5x6, relu6", "Conv2D", KC_CONV_PLAIN, 2, 2, 5, 6, 100, 200,
          1, 1, 1, 1, 0, 1, "relu6", 1},
         {"1x1 64 -> 72 on 3x5, elu", "Conv2D", KC_CONV_PLAIN, 2, 1, 3, 5, 64, 72, 1, 1, 1, 1, 0,
          0, "elu", 1},
-        {"1x1 64 -> 64 on one 17x17: 289 pixels", "Conv2D", KC_CONV_PLAIN, 2, 1, 17, 17, 64, 64,
+        {"1x1 256 -> 256 on one 9x9: 81 pixels", "Conv2D", KC_CONV_PLAIN, 2, 1, 9, 9, 256, 256,
          1, 1, 1, 1, 0, 0, "relu", 1},
         {"1x1 48 -> 64 on 8x8: 48 channels in", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 48, 64, 1,
          1, 1, 1, 0, 0, "relu", 1},
-        {"1x1 128 -> 128 stride 2 on 16x16", "Conv2D", KC_CONV_PLAIN, 2, 1, 16, 16, 128, 128, 1,
-         2, 1, 1, 0, 0, "relu", 1},
+        {"1x1 2048 -> 512 on one 7x7: 2048 channels in", "Conv2D", KC_CONV_PLAIN, 2, 1, 7, 7,
+         2048, 512, 1, 1, 1, 1, 0, 0, "relu", 1},
+        {"1x1 1280 -> 384 on one 8x8", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 1280, 384, 1, 1, 1,
+         1, 0, 0, "relu", 1},
+        {"1x1 64 -> 64 stride 2 on 34x34: 289 pixels out", "Conv2D", KC_CONV_PLAIN, 2, 1, 34,
+         34, 64, 64, 1, 2, 1, 1, 0, 0, "relu", 1},
+        /* strided: the input's pixels gathered first */
+        {"1x1 1024 -> 2048 stride 2 on one 14x14", "Conv2D", KC_CONV_PLAIN, 2, 1, 14, 14, 1024,
+         2048, 1, 2, 1, 1, 0, 0, "linear", 1},
+        {"1x1 128 -> 136 stride 2 + sum on two odd 15x13, same", "Conv2D", KC_CONV_PLAIN, 2, 2,
+         15, 13, 128, 136, 1, 2, 1, 1, 0, 1, "relu", 1},
+        {"1x1 96 -> 128 stride 3 on 10x11, valid", "Conv2D", KC_CONV_PLAIN, 2, 1, 10, 11, 96,
+         128, 1, 3, 1, 0, 0, 0, "relu6", 1},
     };
     static const int want_parts[][3] = {{0, 2, 3}, {0, 2, 3}, {0, 2, 3}, {0, 2, 3},
-                                        {0, 1, 1}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
+                                        {0, 1, 1}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0},
+                                        {0, 2, 3}, {0, 0, 0}, {0, 2, 3}, {0, 2, 2},
+                                        {0, 2, 2}};
     if (!__builtin_cpu_supports("avx512f"))
         skip();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1050,6 +1088,8 @@ static void test_pw_layers(void **state)
             if (want_parts[i][t - 1] > 1)
                 expect_skewed_close(&r, want, got, peak, t, kc_pw_balance, c->what);
         }
+        if (want_parts[i][1] > 0)
+            expect_same_as_onednn(&r, c->what);
         if (i == 0) {
             setenv("KC_PW", "0", 1);
             expect_count_close(&r, want, got, peak, 2, kc_pw_parts, 0, "parts, KC_PW=0",
@@ -1719,8 +1759,8 @@ static void check_irb_case(const irb_case *c)
         expect_close(got, want, out_n, 1e-4f * peak, "%s, %d threads", c->what, threads[t]);
     }
     /* one image on 2 and 3 threads, run again on one state with the
-     * parts' rows (or channel blocks) cut as far as they go (kc_balance):
-     * in place, the border rows follow the cut */
+     * parts' rows cut as far as they go (kc_balance): in place, the border
+     * rows follow the cut; a block cut by channels keeps its even cut */
     for (int t = 2; fusable && c->n == 1 && t <= 3; t++) {
         kc_threads_enter(t);
         kc_kernel_state *st = NULL;
@@ -1741,9 +1781,9 @@ static void check_irb_case(const irb_case *c)
                          round ? ", skewed cut" : "");
             kc_balance *b = kc_irb_balance(st);
             if (!b)
-                fail_msg("%s: no cut", c->what);
+                fail_msg("%s: no state", c->what);
             if (!round)
-                skew_cut(b);
+                skew_cut(b); /* no parts: nothing moves */
         }
         st->free(st);
     }
