@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/env.h"
 
 /* libgomp's API, declared here so that the library needs no -fopenmp
@@ -101,4 +102,24 @@ void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg)
      * directly so that the library needs no -fopenmp (see above). */
     kc_parallel_job job = {fn, arg, n};
     GOMP_parallel(kc_parallel_body, &job, (unsigned)n, 0);
+}
+
+typedef struct kc_timed_job {
+    void (*fn)(void *arg, int index);
+    void *arg;
+    double *seconds;
+} kc_timed_job;
+
+static void kc_timed_body(void *data, int index)
+{
+    const kc_timed_job *job = data;
+    double start = kc_now();
+    job->fn(job->arg, index);
+    job->seconds[index] += kc_now() - start;
+}
+
+void kc_parallel_timed(int n, void (*fn)(void *arg, int index), void *arg, double *seconds)
+{
+    kc_timed_job job = {fn, arg, seconds};
+    kc_parallel(n, kc_timed_body, &job);
 }

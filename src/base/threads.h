@@ -24,6 +24,10 @@ int kc_threads_wanted(int threads);
  * libgomp would allocate a nested team of one on every call. */
 void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg);
 
+/* kc_parallel, adding to seconds[i] the time index i took on its thread
+ * (what kc_balance cuts by). */
+void kc_parallel_timed(int n, void (*fn)(void *arg, int index), void *arg, double *seconds);
+
 /* How many of kc_parallel's indexes run side by side from here: 1 inside
  * a team (a batch lane, lane 0 included), else kc_threads_max(). */
 int kc_parallel_width(void);

@@ -40,7 +40,6 @@
 #include <string.h>
 
 #include "base/balance.h"
-#include "base/clock.h"
 #include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
@@ -500,7 +499,6 @@ typedef struct kc_irb_run {
     int n_parts;
     kc_irb_part part[KC_IRB_MAX_PARTS];
     int failed[KC_IRB_MAX_PARTS];
-    double seconds[KC_BALANCE_MAX_PARTS]; /* cut by rows: each part's time */
 } kc_irb_run;
 
 static int64_t kc_irb_row_floats(const kc_irb_geom *g) { return g->w * g->cm; }
@@ -612,7 +610,6 @@ static void kc_irb_images(const kc_irb_run *run, float *ex, float *dw, int64_t i
 static void kc_irb_job(void *arg, int k)
 {
     kc_irb_run *run = arg;
-    double start = kc_now();
     kc_irb_part *pt = &run->part[k];
     float *dw_band, *ex = kc_irb_buffers(run, &dw_band);
     if (!ex) {
@@ -627,7 +624,6 @@ static void kc_irb_job(void *arg, int k)
             kc_irb_rows(run, pt, ex, dw_band, img);
         img += n;
     }
-    run->seconds[k] = kc_now() - start;
 }
 
 /* First pass of an in-place block cut by rows: part k expands the input
@@ -733,11 +729,11 @@ static void kc_irb_cut_channels(kc_irb_run *run, int parts)
 
 /* Cut the run: one image at a time by rows (in place: with the border
  * rows each part reads outside its own), else by images; and each part's
- * rows into bands. One image's rows go where `cut` says when it holds
- * as many parts and units (else evenly); channel blocks always evenly:
- * their partial sums are added in part order, so a moved cut would move
- * the output's last bits. */
-static void kc_irb_cut(kc_irb_run *run, int threads, int in_place, const kc_balance *cut)
+ * rows into bands. One image's rows go where `cut` says (set to an even
+ * cut of them where it holds other rows or parts: a first run); images
+ * and channel blocks always evenly: channel blocks' partial sums are
+ * added in part order, so a moved cut would move the output's last bits. */
+static void kc_irb_cut(kc_irb_run *run, int threads, int in_place, kc_balance *cut)
 {
     const kc_irb_geom *g = run->g;
     int64_t n = g->n == 1 ? g->ho : g->n;
@@ -751,11 +747,12 @@ static void kc_irb_cut(kc_irb_run *run, int threads, int in_place, const kc_bala
     run->n_parts = parts;
     int64_t fit = KC_IRB_BAND_BYTES / (kc_irb_row_floats(g) * (int64_t)sizeof(float));
     run->band = fit > 2 + g->s ? (fit - 2) / g->s : 1;
+    if (g->n == 1 && (cut->units != n || cut->parts != parts))
+        kc_balance_init(cut, n, parts, 1);
     for (int k = 0; k < parts; k++) {
         kc_irb_part *pt = &run->part[k];
-        int even = g->n != 1 || !cut || cut->parts != parts || cut->units != n;
-        int64_t lo = even ? n * k / parts : cut->lo[k];
-        int64_t hi = even ? n * (k + 1) / parts : cut->lo[k + 1];
+        int64_t lo = g->n == 1 ? cut->lo[k] : n * k / parts;
+        int64_t hi = g->n == 1 ? cut->lo[k + 1] : n * (k + 1) / parts;
         *pt = (kc_irb_part){0, g->n, 0, g->ho, {-1, -1}, NULL, 0, 0, 0, 0};
         if (g->n != 1) {
             pt->i0 = lo;
@@ -788,16 +785,6 @@ static kc_status kc_irb_check(const kc_irb_run *run)
     return KC_OK;
 }
 
-/* One image cut by rows: st->cut set to its rows and parts, as
- * kc_irb_cut made them, where it differs (a first run). */
-static void kc_irb_cut_units(kc_irb_state *st, const kc_irb_run *run)
-{
-    const kc_irb_geom *g = &st->g;
-    if (g->n == 1 && !run->by_channel &&
-        (st->cut.units != g->ho || st->cut.parts != run->n_parts))
-        kc_balance_init(&st->cut, g->ho, run->n_parts, 1);
-}
-
 /* One run of the block with state st (built for this input shape). */
 static kc_status kc_irb_execute(const kc_exec_ctx *ctx, kc_irb_state *st)
 {
@@ -809,8 +796,6 @@ static kc_status kc_irb_execute(const kc_exec_ctx *ctx, kc_irb_state *st)
     if (in_place && (g->s != 1 || g->ho != g->h || g->wo != g->w || g->cin != g->cout ||
                      !run.residual))
         return kc_fail(KC_ERR_SHAPE, "a block written over its input must keep its shape");
-    kc_irb_cut(&run, kc_parallel_width(), in_place, NULL);
-    kc_irb_cut_units(st, &run);
     kc_irb_cut(&run, kc_parallel_width(), in_place, &st->cut);
     if (run.by_channel) {
         run.partial = kc_dnnl_workspace(KC_DNNL_SLOT_SCRATCHPAD,
@@ -831,10 +816,11 @@ static kc_status kc_irb_execute(const kc_exec_ctx *ctx, kc_irb_state *st)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a fused block's rows");
         kc_parallel(run.n_parts, kc_irb_halo_job, &run);
     }
-    kc_parallel(run.n_parts, kc_irb_job, &run);
+    double seconds[KC_BALANCE_MAX_PARTS] = {0};
+    kc_parallel_timed(run.n_parts, kc_irb_job, &run, seconds);
     KC_TRY(kc_irb_check(&run));
     if (g->n == 1)
-        kc_balance_update(&st->cut, run.seconds);
+        kc_balance_update(&st->cut, seconds);
     return KC_OK;
 }
 

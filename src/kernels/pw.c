@@ -34,7 +34,6 @@
 #include <string.h>
 
 #include "base/balance.h"
-#include "base/clock.h"
 #include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
@@ -83,7 +82,6 @@ typedef struct kc_pw_io {
     const kc_pw_state *st;
     const float *in, *bias;
     float *out;
-    double seconds[KC_BALANCE_MAX_PARTS]; /* each part's time this run */
 } kc_pw_io;
 
 /* ------------------------------------------------------------ geometry */
@@ -232,21 +230,20 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
             kc_pw_block(io, b, lo, n0, mr_, 1, last, mine);                                        \
     } while (0)
 
-/* The panel of nv vectors from v0 over pixels [p_lo, p_hi), in blocks of
- * at most KC_PW_MR evened out (as kc_wino2d_product's: a block of one or
- * two pixels has too few accumulator chains to cover the multiply-add's
+/* The panel of nv vectors from v0 over all the pixels, in blocks of at
+ * most KC_PW_MR evened out (as kc_wino2d_product's: a block of one or two
+ * pixels has too few accumulator chains to cover the multiply-add's
  * latency); `fetch` (the next panel) a share per block. */
 __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, int64_t v0, int nv,
-                                                           int64_t p_lo, int64_t p_hi,
                                                            kc_wino2d_lines fetch)
 {
     const kc_pw_state *st = io->st;
     int64_t n0 = 16 * v0, rem = st->n - 16 * (v0 + nv - 1);
     __mmask16 last = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1);
     const float *b = st->w + st->k * 16 * v0;
-    int64_t pixels = p_hi - p_lo, blocks = (pixels + KC_PW_MR - 1) / KC_PW_MR;
+    int64_t pixels = st->pixels, blocks = (pixels + KC_PW_MR - 1) / KC_PW_MR;
     for (int64_t blk = 0; blk < blocks; blk++) {
-        int64_t lo = p_lo + pixels * blk / blocks, hi = p_lo + pixels * (blk + 1) / blocks;
+        int64_t lo = pixels * blk / blocks, hi = pixels * (blk + 1) / blocks;
         kc_wino2d_lines mine = kc_wino2d_lines_share(fetch, blk, blocks);
         switch (hi - lo) {
         case 8: KC_PW_NVS(8); break;
@@ -261,12 +258,11 @@ __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, i
     }
 }
 
-/* Cut by vectors: part `part`'s panels over all the pixels, each
- * fetching the next into L2 as it runs. */
+/* Part `part`'s panels over all the pixels, each fetching the next into
+ * L2 as it runs. */
 static void kc_pw_vectors_job(void *arg, int part)
 {
-    kc_pw_io *io = arg;
-    double start = kc_now();
+    const kc_pw_io *io = arg;
     const kc_pw_state *st = io->st;
     int64_t v0, next_v0, lo = st->cut.lo[part], count = st->cut.lo[part + 1] - lo;
     int nv = kc_pw_panel_at(lo, count, 0, &v0);
@@ -277,11 +273,10 @@ static void kc_pw_vectors_job(void *arg, int part)
             fetch.at = (const char *)(st->w + st->k * 16 * next_v0);
             fetch.n = st->k * 16 * next_nv * (int64_t)sizeof(float) / 64;
         }
-        kc_pw_panel(io, v0, nv, 0, st->pixels, fetch);
+        kc_pw_panel(io, v0, nv, fetch);
         nv = next_nv;
         v0 = next_v0;
     }
-    io->seconds[part] = kc_now() - start;
 }
 
 /* Strided: part `part`'s share of the output pixels' input pixels into
@@ -299,6 +294,31 @@ static void kc_pw_gather_job(void *arg, int part)
     }
 }
 
+/* The state for geometry *probe: the kernel packed, the cut even, the
+ * gather buffer of a strided layer. */
+static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, kc_pw_state **out)
+{
+    kc_pw_state *st = kc_calloc(1, sizeof *st);
+    if (!st)
+        return KC_ERR_NOMEM;
+    *st = *probe;
+    st->base.free = kc_pw_free;
+    st->in_shape = ctx->in_shape[0];
+    st->prefetch = !kc_env_off("KC_PW_PREFETCH");
+    kc_balance_init(&st->cut, st->vectors, kc_parallel_width(), 4);
+    kc_status packed = kc_pw_pack(ctx, st);
+    if (packed == KC_OK && st->stride > 1 &&
+        !(st->gathered = kc_calloc((size_t)(st->pixels * st->k), sizeof(float))))
+        packed = KC_ERR_NOMEM;
+    if (packed != KC_OK) {
+        kc_pw_free(&st->base);
+        return packed;
+    }
+    st->base.weights_cached = 1; /* the packed kernel is the one read now */
+    *out = st;
+    return KC_OK;
+}
+
 kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
@@ -307,62 +327,41 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     if (!ctx->state)
         return KC_OK;
     kc_pw_state *st = (kc_pw_state *)*ctx->state;
+    int mine = st && st->base.free == kc_pw_free;
     /* one thread (a lane of a batch) keeps oneDNN's, even where a state of
      * this kernel is there from a run on the whole team: a lane's image
      * has the shape of a batch of one */
-    int usable = !ctx->w_ext && !ctx->whole && !kc_pw_off() && kc_parallel_width() >= 2 &&
-                 __builtin_cpu_supports("avx512f");
-    if (st && st->base.free != kc_pw_free) {
-        /* another kernel's state (built for another shape, or while this
-         * kernel was off): kept where this kernel does not take the layer,
-         * else dropped, so that the kernel a shape gets does not depend on
-         * the runs before (batch 1, then 2, then 1 again: oneDNN's state
-         * from batch 2 kept the layer, and its output differed in the last
-         * bits from a fresh session's) */
-        kc_pw_state probe;
-        memset(&probe, 0, sizeof probe);
-        if (!usable || !kc_pw_geometry(ctx, a, &probe))
-            return KC_OK;
-        st = kc_kernel_state_drop(ctx);
-    }
-    if (!usable) {
-        if (st)
+    if (ctx->w_ext || ctx->whole || kc_pw_off() || kc_parallel_width() < 2 ||
+        !__builtin_cpu_supports("avx512f")) {
+        if (mine)
             kc_kernel_state_drop(ctx);
         return KC_OK;
     }
-    if (st && !kc_shape_equal(&st->in_shape, &ctx->in_shape[0]))
-        st = kc_kernel_state_drop(ctx);
-    if (!st) {
+    if (!mine || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])) {
         kc_pw_state probe;
         memset(&probe, 0, sizeof probe);
-        if (!kc_pw_geometry(ctx, a, &probe))
+        int takes = kc_pw_geometry(ctx, a, &probe);
+        /* a state of this kernel for another shape goes; another kernel's
+         * (built for another shape, or while this one was off) goes only
+         * where this kernel takes the layer, so that the kernel a shape
+         * gets does not depend on the runs before (batch 1, then 2, then 1
+         * again: oneDNN's state from batch 2 kept the layer, and its output
+         * differed in the last bits from a fresh session's) */
+        if (st && (mine || takes))
+            kc_kernel_state_drop(ctx);
+        if (!takes)
             return KC_OK;
-        st = kc_calloc(1, sizeof *st);
-        if (!st)
-            return KC_ERR_NOMEM;
-        *st = probe;
-        st->base.free = kc_pw_free;
-        st->in_shape = ctx->in_shape[0];
-        st->prefetch = !kc_env_off("KC_PW_PREFETCH");
-        kc_balance_init(&st->cut, st->vectors, kc_parallel_width(), 4);
-        kc_status packed = kc_pw_pack(ctx, st);
-        if (packed == KC_OK && st->stride > 1 &&
-            !(st->gathered = kc_calloc((size_t)(st->pixels * st->k), sizeof(float))))
-            packed = KC_ERR_NOMEM;
-        if (packed != KC_OK) {
-            kc_pw_free(&st->base);
-            return packed;
-        }
-        st->base.weights_cached = 1; /* the packed kernel is the one read now */
+        KC_TRY(kc_pw_build(ctx, &probe, &st));
         *ctx->state = &st->base;
     }
-    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], {0}};
+    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0]};
     if (st->gathered) {
         kc_parallel(st->cut.parts, kc_pw_gather_job, &io);
         io.in = st->gathered;
     }
-    kc_parallel(st->cut.parts, kc_pw_vectors_job, &io);
-    kc_balance_update(&st->cut, io.seconds);
+    double seconds[KC_BALANCE_MAX_PARTS] = {0};
+    kc_parallel_timed(st->cut.parts, kc_pw_vectors_job, &io, seconds);
+    kc_balance_update(&st->cut, seconds);
     *handled = 1;
     *act_done = st->act != 3;
     return KC_OK;

@@ -53,7 +53,6 @@
 #include <unistd.h>
 
 #include "base/balance.h"
-#include "base/clock.h"
 #include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
@@ -475,9 +474,7 @@ static kc_status kc_wf_part(const kc_wf_state *st, const kc_wf_io *io, int k)
 static void kc_wf_vectors_job(void *arg, int k)
 {
     kc_wf_io *io = arg;
-    double start = kc_now();
     io->status[k] = kc_wf_part(io->st, io, k);
-    io->seconds[k] += kc_now() - start;
 }
 
 /* Part k over every block with transformed inputs of its own: each
@@ -529,15 +526,14 @@ static int kc_wf_alone_fits(const kc_wf_state *st)
 static void kc_wf_alone_job(void *arg, int k)
 {
     kc_wf_io *io = arg;
-    double start = kc_now();
     io->status[k] = kc_wf_part_alone(io->st, io, k);
-    io->seconds[k] += kc_now() - start;
 }
 
-/* The parts of `job` side by side, and the first part's failure. */
+/* The parts of `job` side by side, their times added to io->seconds,
+ * and the first part's failure. */
 static kc_status kc_wf_run_parts(const kc_wf_state *st, void (*job)(void *, int), kc_wf_io *io)
 {
-    kc_parallel(st->cut.parts, job, io);
+    kc_parallel_timed(st->cut.parts, job, io, io->seconds);
     for (int k = 0; k < st->cut.parts; k++)
         if (io->status[k] != KC_OK)
             return kc_fail(io->status[k], "part %d of a Winograd convolution failed", k);

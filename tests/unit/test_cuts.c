@@ -957,6 +957,21 @@ static void expect_skewed_close(conv_run *r, const float *want, float *got, floa
     state->free(state);
 }
 
+/* r's layer on 1, 2 and 3 threads: parts_of's count of its state must be
+ * want[t - 1] (expect_count_close), and where it has 2+ parts the run
+ * again with the cut skewed (expect_skewed_close). */
+static void expect_parts_1_to_3(conv_run *r, const float *want, float *got, float peak,
+                                int (*parts_of)(const kc_kernel_state *),
+                                kc_balance *(*balance_of)(kc_kernel_state *),
+                                const int want_parts[3], const char *what)
+{
+    for (int t = 1; t <= 3; t++) {
+        expect_count_close(r, want, got, peak, t, parts_of, want_parts[t - 1], "parts", what);
+        if (want_parts[t - 1] > 1)
+            expect_skewed_close(r, want, got, peak, t, balance_of, what);
+    }
+}
+
 /* A transformed kernel larger than the L2-sized block (128 -> 128: 2.4
  * MB) sets the block size instead: ResNet50's 28x28 layers run each
  * part's tiles in one block, reading that kernel once rather than once
@@ -1082,12 +1097,8 @@ static void test_pw_layers(void **state)
         float *want = plain_output(&r);
         float *got = malloc((size_t)r.out_count * sizeof *got);
         float peak = peak_of(want, r.out_count);
-        for (int t = 1; t <= 3; t++) {
-            expect_count_close(&r, want, got, peak, t, kc_pw_parts, want_parts[i][t - 1],
-                               "parts", c->what);
-            if (want_parts[i][t - 1] > 1)
-                expect_skewed_close(&r, want, got, peak, t, kc_pw_balance, c->what);
-        }
+        expect_parts_1_to_3(&r, want, got, peak, kc_pw_parts, kc_pw_balance, want_parts[i],
+                            c->what);
         if (want_parts[i][1] > 0)
             expect_same_as_onednn(&r, c->what);
         if (i == 0) {
@@ -1146,12 +1157,8 @@ static void test_wino_fly_layers(void **state)
         float *want = plain_output(&r);
         float *got = malloc((size_t)r.out_count * sizeof *got);
         float peak = peak_of(want, r.out_count);
-        for (int t = 1; t <= 3; t++) {
-            expect_count_close(&r, want, got, peak, t, kc_wino_fly_parts, want_parts[i][t - 1],
-                               "parts", c->what);
-            if (want_parts[i][t - 1] > 1)
-                expect_skewed_close(&r, want, got, peak, t, kc_wino_fly_balance, c->what);
-        }
+        expect_parts_1_to_3(&r, want, got, peak, kc_wino_fly_parts, kc_wino_fly_balance,
+                            want_parts[i], c->what);
         /* the threads sharing one buffer of transformed inputs, each
          * making its own; no kernel fetched ahead */
         static const char *const ways[3][2] = {{"KC_WINOFLY_ALONE", "0"},
