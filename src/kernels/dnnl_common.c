@@ -62,6 +62,11 @@ int kc_dnnl_ready(void)
 
 dnnl_engine_t kc_dnnl_engine(void) { return kc_engine; }
 
+int kc_dnnl_avx512(void)
+{
+    return dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core;
+}
+
 dnnl_primitive_attr_t kc_dnnl_attr_new(void)
 {
     dnnl_primitive_attr_t attr = NULL;

@@ -121,6 +121,10 @@ void *kc_dnnl_workspace(int slot, size_t bytes);
 
 /* 1 when oneDNN may be used (KC_DNNL is not 0 and the engine exists). */
 int kc_dnnl_ready(void);
+
+/* Whether oneDNN runs its AVX-512 kernels on this CPU (brgconv, Winograd,
+ * blocked matmul); below, its AVX2 ones, with other strengths. */
+int kc_dnnl_avx512(void);
 dnnl_engine_t kc_dnnl_engine(void);
 /* A new attr with the scratchpad managed by kerasc (see dnnl_common.c). */
 dnnl_primitive_attr_t kc_dnnl_attr_new(void);

@@ -626,7 +626,11 @@ static int kc_dnnl_add_after(const kc_conv_attrs *a, const kc_dnnl_window *g)
  * ms, one image on two threads 0.83 -> 0.65; 512 -> 2048 15.4 -> 9.6;
  * 1024 -> 2048 from 14x14 level. Narrower layers gained less or lost
  * (256 -> 512 from 56x56: -4% on one thread, +15% on two; 256 -> 128:
- * +10%) and keep the strided kernel. KC_GATHER=0: never. */
+ * +10%) and keep the strided kernel. Without AVX-512 oneDNN has no
+ * strided 1x1 kernel (jit_1x1:avx2 refuses most; its direct jit:avx2
+ * took 3.8 ms for ResNet50's 256 -> 512 from 56x56 at batch 1 on an AVX2
+ * AMD EPYC, where its stride-1 1x1 kernel takes the same work in 1.7), so
+ * there every unpadded strided 1x1 layer is gathered. KC_GATHER=0: never. */
 #define KC_DNNL_GATHER_MIN_CHANNELS 512
 static int kc_dnnl_gather_wanted(const kc_conv_attrs *a, const kc_dnnl_window *g)
 {
@@ -636,8 +640,10 @@ static int kc_dnnl_gather_wanted(const kc_conv_attrs *a, const kc_dnnl_window *g
     for (int i = 0; i < 2; i++)
         if (a->kernel[i] != 1 || g->pad_l[i] || g->pad_r[i])
             return 0;
-    return (g->strides[0] > 1 || g->strides[1] > 1) &&
-           g->src[1] >= KC_DNNL_GATHER_MIN_CHANNELS && g->dst[1] >= 2 * g->src[1];
+    if (g->strides[0] < 2 && g->strides[1] < 2)
+        return 0;
+    return !kc_dnnl_avx512() ||
+           (g->src[1] >= KC_DNNL_GATHER_MIN_CHANNELS && g->dst[1] >= 2 * g->src[1]);
 }
 
 /* The part's one-image window `one` turned into the stride-1 window over

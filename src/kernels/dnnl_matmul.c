@@ -11,7 +11,15 @@
  * 128 x 3072 x 768 2.32 -> 1.74 ms, 32 x 4096 x 4096 7.0 -> 3.9 ms. With
  * fewer rows the product is bound by reading W either way (1 x 2048 x
  * 1000: 0.15-0.27 ms both), so W is read in place, as it always is when
- * streamed (ctx->w_ext). */
+ * streamed (ctx->w_ext).
+ *
+ * Without AVX-512 oneDNN 2.6's matmul is its gemm:jit, whose sums for one
+ * row (a gemv) and for several run in different orders: a batch of two
+ * on two threads and the same images in lanes of one (runtime/lanes.c)
+ * differed in the last bits of ResNet50's classifier, where the whole
+ * and the split runs must agree bit for bit (test_stage). There each row
+ * runs on its own, as a lane of one image runs it (gemv's sums do not
+ * depend on the thread count: its threads take columns). */
 #include "kernels/dnnl_matmul.h"
 
 #include <stdlib.h>
@@ -28,6 +36,7 @@ typedef struct kc_dnnl_matmul_state {
     kc_dnnl_prim prim;
     int has_bias;
     int w_plain;            /* built for streamed weights (ctx->w_ext) */
+    int64_t rows, calls;    /* rows per run of the primitive, runs per layer */
     float *packed;          /* W in the primitive's layout, or NULL: Keras's */
 } kc_dnnl_matmul_state;
 
@@ -44,7 +53,7 @@ static kc_status kc_dnnl_matmul_build(const kc_exec_ctx *ctx, kc_dnnl_matmul_sta
     const kc_dense_attrs *a = ctx->layer->attrs;
     const kc_shape *in = &ctx->in_shape[0];
     int64_t k = in->dims[in->rank - 1];
-    dnnl_dims_t src = {kc_count(in) / (k ? k : 1), k}, w = {k, a->units}, dst = {src[0], a->units};
+    dnnl_dims_t src = {st->rows, k}, w = {k, a->units}, dst = {src[0], a->units};
     dnnl_dims_t b = {1, a->units};
     dnnl_memory_desc_t src_md, w_md, b_md, dst_md, keras_w_md;
     int pack = !ctx->w_ext && src[0] >= KC_DNNL_MATMUL_PACK_ROWS;
@@ -97,8 +106,11 @@ kc_status kc_dnnl_dense(const kc_exec_ctx *ctx, int *handled)
         st->base.free = kc_dnnl_matmul_free;
         const kc_dense_attrs *a = ctx->layer->attrs;
         const kc_shape *in = &ctx->in_shape[0];
-        int solo = kc_dnnl_small(kc_count(in) * a->units,
-                                 (int64_t)sizeof(float) * in->dims[in->rank - 1] * a->units);
+        int64_t k = in->dims[in->rank - 1], rows = k > 0 ? kc_count(in) / k : 0;
+        int by_row = !kc_dnnl_avx512();
+        st->rows = by_row ? 1 : rows;
+        st->calls = by_row ? rows : 1;
+        int solo = kc_dnnl_small(st->rows * a->units, (int64_t)sizeof(float) * k * a->units);
         int prev = kc_dnnl_solo_enter(solo);
         kc_status bst = kc_dnnl_matmul_build(ctx, st);
         kc_dnnl_solo_leave(solo, prev);
@@ -111,8 +123,13 @@ kc_status kc_dnnl_dense(const kc_exec_ctx *ctx, int *handled)
         *ctx->state = &st->base;
     }
     const float *w = st->packed ? st->packed : kc_w(ctx, 0);
-    void *ptrs[4] = {(void *)ctx->in[0], (void *)w, ctx->out[0], (void *)kc_w(ctx, 1)};
-    KC_TRY(kc_dnnl_run(&st->prim, ptrs));
+    const kc_shape *in = &ctx->in_shape[0];
+    int64_t k = in->dims[in->rank - 1], units = ((const kc_dense_attrs *)ctx->layer->attrs)->units;
+    for (int64_t c = 0; c < st->calls; c++) {
+        void *ptrs[4] = {(void *)(ctx->in[0] + c * st->rows * k), (void *)w,
+                         ctx->out[0] + c * st->rows * units, (void *)kc_w(ctx, 1)};
+        KC_TRY(kc_dnnl_run(&st->prim, ptrs));
+    }
     *handled = 1;
     return KC_OK;
 }

@@ -231,7 +231,7 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
     } while (0)
 
 /* The panel of nv vectors from v0 over all the pixels, in blocks of at
- * most KC_PW_MR evened out (as kc_wino2d_product's: a block of one or two
+ * most KC_PW_MR evened out (as kc_wino_simd's product: a block of one or two
  * pixels has too few accumulator chains to cover the multiply-add's
  * latency); `fetch` (the next panel) a share per block. */
 __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, int64_t v0, int nv,

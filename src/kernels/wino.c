@@ -1,5 +1,5 @@
 /* kerasc's own Winograd convolutions: 1-D on oneDNN's batched matmul,
- * 2-D on kerasc's own products (kc_wino2d_product, as wino_fly.c's).
+ * 2-D on kerasc's own products (kc_wino_simd's product, as wino_fly.c's).
  *
  * 1-D, F(m, r): the (1, 7) and (7, 1) layers that make up a quarter of
  * InceptionV3's work (and Conv1D, and other (1, r) / (r, 1) kernels),
@@ -41,14 +41,13 @@
  * The tiles are cut into parts, one per thread, each part into blocks
  * whose transformed inputs and products stay within KC_WINO_BLOCK_BYTES
  * (or the transformed kernel's size, when larger), in the thread's
- * workspaces. The transforms use AVX-512 (with the
- * loops over the tile unrolled, the values stay in registers: without,
- * they took half the 2-D layers' time); without it the layer runs on
- * oneDNN's kernels. */
+ * workspaces. The transforms and products are wino_simd.inc's, for
+ * AVX-512 or AVX2 (with the loops over the tile unrolled, the values stay
+ * in registers: without, they took half the 2-D layers' time); without
+ * either the layer runs on oneDNN's kernels. */
 #include "kernels/wino.h"
 #include "kernels/wino_tx.h"
 
-#include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,7 +95,8 @@ typedef struct kc_w1_state {
     float bt[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA];
     float *packed;                  /* g · w in the product's layout */
     int act;                        /* 0 linear, 1 relu, 2 relu6, 3 the caller's */
-    /* own (2-D): the products by kc_wino2d_product rather than oneDNN's
+    const kc_wino_simd *simd;       /* the transforms and products for this CPU */
+    /* own (2-D): the products by kc_wino_simd's rather than oneDNN's
      * batched matmul (kc_w2_own); packed is then [prods][groups][c][16 *
      * width of the group], the output vectors in groups of up to three. */
     int own;
@@ -350,31 +350,13 @@ static void kc_w1_free(kc_kernel_state *s)
     free(st);
 }
 
-/* The 2-D transforms' zeros (points 0, 1, -1, 2, -2 and infinity for
- * alpha = 6; 0, 1, -1 and infinity for alpha = 4): bt's first row reads
- * the even inputs, its last the odd ones, the others 1 to alpha - 2;
- * at's first row reads products 0 to alpha - 2, its last (row m - 1) 1 to
- * alpha - 1, the others 1 to alpha - 2. Constants where the transforms
- * are inlined, so the unrolled loops skip the zero terms: 22 of bt's 36
- * and 18 of at's 24 (m = 4) multiply-adds remain, the same sums in the
- * same order (kc_w2_zeros_ok checks the zeros are there). */
-static inline int kc_w2_bt_nz(int alpha, int xi, int j)
-{
-    return xi == 0 ? j % 2 == 0 : xi == alpha - 1 ? j % 2 == 1 : j >= 1 && j <= alpha - 2;
-}
-
-static inline int kc_w2_at_nz(int q, int m, int alpha, int eta)
-{
-    return q == 0 ? eta <= alpha - 2 : q == m - 1 ? eta >= 1 : eta >= 1 && eta <= alpha - 2;
-}
-
 /* Whether the 2-D transforms' zeros (at: m x alpha, bt: alpha x alpha)
  * are where the unrolled loops skip them. */
 static int kc_w2_zeros_ok(const float *at, const float *bt, int m, int alpha)
 {
     for (int i = 0; i < alpha * alpha; i++)
-        if ((bt[i] != 0.0f) != kc_w2_bt_nz(alpha, i / alpha, i % alpha) ||
-            (i < m * alpha && (at[i] != 0.0f) != kc_w2_at_nz(i / alpha, m, alpha, i % alpha)))
+        if ((bt[i] != 0.0f) != kc_wino2d_bt_nz(alpha, i / alpha, i % alpha) ||
+            (i < m * alpha && (at[i] != 0.0f) != kc_wino2d_at_nz(i / alpha, m, alpha, i % alpha)))
             return 0;
     return 1;
 }
@@ -590,100 +572,6 @@ static kc_status kc_w1_build(const kc_exec_ctx *ctx, kc_w1_state *st)
 
 /* ------------------------------------------------------------ run */
 
-/* The lanes of channels k .. c-1 in one 16-float vector. */
-static __mmask16 kc_w1_lanes(int64_t k, int64_t c)
-{
-    return c - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (c - k)) - 1);
-}
-
-/* One tile's input transform: v[xi * ldv + c] = sum_j bt[xi][j] d[j][c],
- * d[j] NULL where the tile reads padding. Inlined with alpha a constant
- * (kc_w1_in_tile), the loops unroll and the alpha inputs stay in
- * registers: with a runtime alpha they went through the stack and the
- * transforms took a fifth of the layer's time. */
-__attribute__((target("avx512f"), always_inline)) static inline void
-kc_w1_in_n(const float *bt, int64_t c_all, const float *const *d, float *v, int64_t ldv,
-           int alpha)
-{
-    for (int64_t c = 0; c < c_all; c += 16) {
-        __mmask16 mask = kc_w1_lanes(c, c_all);
-        __m512 x[KC_WINO_MAX_ALPHA] = {0}; /* past alpha unused (GCC cannot tell) */
-        #pragma GCC unroll 12
-        for (int j = 0; j < alpha; j++)
-            x[j] = d[j] ? _mm512_maskz_loadu_ps(mask, d[j] + c) : _mm512_setzero_ps();
-        #pragma GCC unroll 12
-        for (int xi = 0; xi < alpha; xi++) {
-            __m512 acc = _mm512_mul_ps(_mm512_set1_ps(bt[xi * alpha]), x[0]);
-            #pragma GCC unroll 12
-            for (int j = 1; j < alpha; j++)
-                acc = _mm512_fmadd_ps(_mm512_set1_ps(bt[xi * alpha + j]), x[j], acc);
-            _mm512_mask_storeu_ps(v + xi * ldv + c, mask, acc);
-        }
-    }
-}
-
-/* One tile's output transform into its `valid` outputs y[q] (q < valid
- * <= m), with the bias and the activation (act: see kc_w1_state). */
-__attribute__((target("avx512f"), always_inline)) static inline void
-kc_w1_out_n(const float *at, int64_t f_all, const float *mt, int64_t ldm, const float *bias,
-            int act, float *const *y, int valid, int m, int alpha)
-{
-    __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
-    for (int64_t f = 0; f < f_all; f += 16) {
-        __mmask16 mask = kc_w1_lanes(f, f_all);
-        __m512 x[KC_WINO_MAX_ALPHA] = {0}; /* past alpha unused (GCC cannot tell) */
-        #pragma GCC unroll 12
-        for (int xi = 0; xi < alpha; xi++)
-            x[xi] = _mm512_maskz_loadu_ps(mask, mt + xi * ldm + f);
-        __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + f) : zero;
-        #pragma GCC unroll 12
-        for (int q = 0; q < m; q++) {
-            if (q >= valid)
-                break;
-            __m512 acc = b;
-            #pragma GCC unroll 12
-            for (int xi = 0; xi < alpha; xi++)
-                acc = _mm512_fmadd_ps(_mm512_set1_ps(at[q * alpha + xi]), x[xi], acc);
-            if (act == 1 || act == 2)
-                acc = _mm512_max_ps(acc, zero);
-            if (act == 2)
-                acc = _mm512_min_ps(acc, six);
-            _mm512_mask_storeu_ps(y[q] + f, mask, acc);
-        }
-    }
-}
-
-/* The transforms with (m, alpha) constants for the tiles kc_w1_pick_tile
- * picks most (F(4, 7), F(2, 7), F(3, 7), F(4, 3), F(6, 3), F(4, 5)), the
- * same code with them at run time otherwise. */
-#define KC_W1_SHAPES(X) X(4, 10) X(2, 8) X(3, 9) X(4, 6) X(6, 8) X(4, 8)
-
-__attribute__((target("avx512f"))) static void
-kc_w1_in_tile(const kc_w1_state *st, const float *const *d, float *v, int64_t ldv)
-{
-    switch (st->alpha) {
-#define KC_W1_IN_CASE(m_, a_)                                                                      \
-    case a_: kc_w1_in_n(st->bt, st->c, d, v, ldv, a_); return;
-        KC_W1_IN_CASE(0, 6) KC_W1_IN_CASE(0, 8) KC_W1_IN_CASE(0, 9) KC_W1_IN_CASE(0, 10)
-#undef KC_W1_IN_CASE
-    default: kc_w1_in_n(st->bt, st->c, d, v, ldv, st->alpha);
-    }
-}
-
-__attribute__((target("avx512f"))) static void
-kc_w1_out_tile(const kc_w1_state *st, const float *mt, int64_t ldm, const float *bias,
-               float *const *y, int valid)
-{
-#define KC_W1_OUT_CASE(m_, a_)                                                                     \
-    if (st->m == m_ && st->alpha == a_) {                                                          \
-        kc_w1_out_n(st->at, st->f, mt, ldm, bias, st->act, y, valid, m_, a_);                      \
-        return;                                                                                    \
-    }
-    KC_W1_SHAPES(KC_W1_OUT_CASE)
-#undef KC_W1_OUT_CASE
-    kc_w1_out_n(st->at, st->f, mt, ldm, bias, st->act, y, valid, st->m, st->alpha);
-}
-
 /* Tile t's line (outer index o, inner index i) and position j on it. */
 static void kc_w1_tile_at(const kc_w1_state *st, int64_t t, int64_t *o, int64_t *j, int64_t *i)
 {
@@ -715,141 +603,6 @@ static int kc_w1_dests(const kc_w1_state *st, float *out, int64_t t, float **y)
     for (; valid < st->m && j * st->m + valid < st->len_out; valid++)
         y[valid] = out + ((o * st->len_out + j * st->m + valid) * st->inner + i) * st->f;
     return valid;
-}
-
-/* acc + coef * x where bt or at has a coefficient, acc unchanged where it
- * has none; a first term starts the sum. */
-#define KC_W2_TERM(nz, first, acc, coef, x)                                                       \
-    do {                                                                                           \
-        if (nz) {                                                                                  \
-            acc = (first) ? _mm512_mul_ps(_mm512_set1_ps(coef), x)                                 \
-                          : _mm512_fmadd_ps(_mm512_set1_ps(coef), x, acc);                         \
-            first = 0;                                                                             \
-        }                                                                                          \
-    } while (0)
-
-/* 2-D: one tile's input transform, bt · d · bt' over its alpha x alpha
- * inputs (d row-major, NULL where padding), into the alpha^2 rows
- * v[(xi * alpha + eta) * ldv + c]; rows first, then columns. alpha a
- * constant where inlined (kc_wino2d_in_tile). */
-__attribute__((target("avx512f"), always_inline)) static inline void
-kc_w2_in_a(const float *bt, int64_t c_all, const float *const *d, float *v, int64_t ldv,
-           int alpha)
-{
-    for (int64_t c = 0; c < c_all; c += 16) {
-        __mmask16 mask = kc_w1_lanes(c, c_all);
-        __m512 t[6][6]; /* t[i][eta] = sum_j bt[eta][j] d[i][j] */
-        #pragma GCC unroll 6
-        for (int i = 0; i < alpha; i++) {
-            __m512 x[6];
-            #pragma GCC unroll 6
-            for (int j = 0; j < alpha; j++)
-                x[j] = d[i * alpha + j] ? _mm512_maskz_loadu_ps(mask, d[i * alpha + j] + c)
-                                        : _mm512_setzero_ps();
-            #pragma GCC unroll 6
-            for (int eta = 0; eta < alpha; eta++) {
-                __m512 acc = _mm512_setzero_ps();
-                int first = 1;
-                #pragma GCC unroll 6
-                for (int j = 0; j < alpha; j++)
-                    KC_W2_TERM(kc_w2_bt_nz(alpha, eta, j), first, acc, bt[eta * alpha + j], x[j]);
-                t[i][eta] = acc;
-            }
-        }
-        #pragma GCC unroll 6
-        for (int xi = 0; xi < alpha; xi++)
-            #pragma GCC unroll 6
-            for (int eta = 0; eta < alpha; eta++) {
-                __m512 acc = _mm512_setzero_ps();
-                int first = 1;
-                #pragma GCC unroll 6
-                for (int i = 0; i < alpha; i++)
-                    KC_W2_TERM(kc_w2_bt_nz(alpha, xi, i), first, acc, bt[xi * alpha + i],
-                               t[i][eta]);
-                _mm512_mask_storeu_ps(v + (xi * alpha + eta) * ldv + c, mask, acc);
-            }
-    }
-}
-
-__attribute__((target("avx512f"))) void
-kc_wino2d_in_tile(int alpha, const float *bt, int64_t c_all, const float *const *d, float *v,
-                  int64_t ldv)
-{
-    if (alpha == 6)
-        kc_w2_in_a(bt, c_all, d, v, ldv, 6);
-    else
-        kc_w2_in_a(bt, c_all, d, v, ldv, 4);
-}
-
-/* 2-D: one tile's output transform, at · M · at' (at: m x alpha), into
- * its outputs y[p * 4 + q] for p < valid_h, q < valid_w (both <= m), with
- * the bias and the activation; m and alpha constants where inlined
- * (kc_w2_out_tile, kc_wino2d_out_tile). */
-__attribute__((target("avx512f"), always_inline)) static inline void
-kc_w2_out_m(const float *at, int64_t f_all, const float *mt, int64_t ldm, const float *bias,
-            int act, float *const *y, int valid_h, int valid_w, int m, int alpha)
-{
-    __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
-    for (int64_t f = 0; f < f_all; f += 16) {
-        __mmask16 mask = kc_w1_lanes(f, f_all);
-        __m512 s[6][4]; /* s[xi][q] = sum_eta M[xi][eta] at[q][eta] */
-#pragma GCC unroll 6
-        for (int xi = 0; xi < alpha; xi++) {
-            __m512 x[6];
-#pragma GCC unroll 6
-            for (int eta = 0; eta < alpha; eta++)
-                x[eta] = _mm512_maskz_loadu_ps(mask, mt + (xi * alpha + eta) * ldm + f);
-#pragma GCC unroll 4
-            for (int q = 0; q < m; q++) {
-                __m512 acc = _mm512_setzero_ps();
-                int first = 1;
-#pragma GCC unroll 6
-                for (int eta = 0; eta < alpha; eta++)
-                    KC_W2_TERM(kc_w2_at_nz(q, m, alpha, eta), first, acc, at[q * alpha + eta],
-                               x[eta]);
-                s[xi][q] = acc;
-            }
-        }
-        __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + f) : zero;
-#pragma GCC unroll 4
-        for (int p = 0; p < m; p++)
-#pragma GCC unroll 4
-            for (int q = 0; q < m; q++) {
-                if (p >= valid_h || q >= valid_w)
-                    continue;
-                __m512 acc = b;
-                int first = 0; /* after the bias */
-#pragma GCC unroll 6
-                for (int xi = 0; xi < alpha; xi++)
-                    KC_W2_TERM(kc_w2_at_nz(p, m, alpha, xi), first, acc, at[p * alpha + xi],
-                               s[xi][q]);
-                if (act == 1 || act == 2)
-                    acc = _mm512_max_ps(acc, zero);
-                if (act == 2)
-                    acc = _mm512_min_ps(acc, six);
-                _mm512_mask_storeu_ps(y[p * 4 + q] + f, mask, acc);
-            }
-    }
-}
-
-__attribute__((target("avx512f"))) void
-kc_wino2d_out_tile(int m, const float *at, int64_t f_all, const float *mt, int64_t ldm,
-                   const float *bias, int act, float *const *y, int valid_h, int valid_w)
-{
-    if (m == 4)
-        kc_w2_out_m(at, f_all, mt, ldm, bias, act, y, valid_h, valid_w, 4, 6);
-    else
-        kc_w2_out_m(at, f_all, mt, ldm, bias, act, y, valid_h, valid_w, 2, 4);
-}
-
-__attribute__((target("avx512f"))) static void
-kc_w2_out_tile(const kc_w1_state *st, const float *mt, int64_t ldm, const float *bias,
-               float *const *y, int valid_h, int valid_w)
-{
-    if (st->m == 4)
-        kc_w2_out_m(st->at, st->f, mt, ldm, bias, st->act, y, valid_h, valid_w, 4, 6);
-    else
-        kc_w2_out_m(st->at, st->f, mt, ldm, bias, st->act, y, valid_h, valid_w, 2, 6);
 }
 
 /* 2-D tile t's image and top-left output. */
@@ -896,10 +649,10 @@ static void kc_w_inputs(const kc_w1_state *st, const float *in, int64_t lo, int6
         const float *d[36];
         if (st->dims == 2) {
             kc_wino2d_cells(&st->grid, st->m, 6, st->c, in, lo + b, d);
-            kc_wino2d_in_tile(6, st->bt, st->c, d, v + b * st->c, ldv);
+            st->simd->in2d(6, st->bt, st->c, d, v + b * st->c, ldv);
         } else {
             kc_w1_cells(st, in, lo + b, d);
-            kc_w1_in_tile(st, d, v + b * st->c, ldv);
+            st->simd->in1d(st->alpha, st->bt, st->c, d, v + b * st->c, ldv);
         }
     }
     /* a short last block: its unused rows enter oneDNN's product; zero
@@ -918,10 +671,12 @@ static void kc_w_outputs(const kc_w1_state *st, const float *mt, int64_t lo, int
         if (st->dims == 2) {
             int vh, vw;
             kc_wino2d_dests(&st->grid, st->m, st->f, out, lo + b, y, &vh, &vw);
-            kc_w2_out_tile(st, mt + b * st->mf, ldm, bias, y, vh, vw);
+            st->simd->out2d(st->m, st->alpha, st->at, st->f, mt + b * st->mf, ldm, bias, st->act,
+                            y, vh, vw);
         } else {
             int valid = kc_w1_dests(st, out, lo + b, y);
-            kc_w1_out_tile(st, mt + b * st->f, ldm, bias, y, valid);
+            st->simd->out1d(st->m, st->alpha, st->at, st->f, mt + b * st->f, ldm, bias, st->act, y,
+                            valid);
         }
     }
 }
@@ -963,7 +718,7 @@ static void kc_w2_own_products(const kc_w1_state *st, const float *v, float *mt,
                 fetch.at = (const char *)(next < end ? next : st->packed);
                 fetch.n = st->c * (ghi - glo) * 16 * (int64_t)sizeof(float) / 64;
             }
-            kc_wino2d_product(v + p * ldv, st->c, b, st->c, mt + p * ldm + lo * 16, st->mf, n,
+            st->simd->product(v + p * ldv, st->c, b, st->c, mt + p * ldm + lo * 16, st->mf, n,
                               nv, 1, fetch);
             b = next;
         }
@@ -1020,8 +775,8 @@ kc_status kc_wino_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     kc_w1_state *st = (kc_w1_state *)*ctx->state;
     if (st && st->base.free != kc_w1_free)
         return KC_OK; /* another kernel's state: the layer was built another way */
-    if (ctx->exact || ctx->w_ext || kc_env_off("KC_WINOGRAD") || !kc_dnnl_ready() ||
-        !__builtin_cpu_supports("avx512f")) {
+    const kc_wino_simd *simd = kc_wino_simd_pick();
+    if (ctx->exact || ctx->w_ext || kc_env_off("KC_WINOGRAD") || !kc_dnnl_ready() || !simd) {
         if (st) /* the kernel that runs the layer now keeps a state of its own there */
             kc_kernel_state_drop(ctx);
         return KC_OK;
@@ -1040,6 +795,7 @@ kc_status kc_wino_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         st->base.free = kc_w1_free;
         st->in_shape = ctx->in_shape[0];
         st->budget = ctx->wino_budget;
+        st->simd = simd;
         if (kc_w1_build(ctx, st) != KC_OK) {
             kc_w1_free(&st->base);
             kc_error_clear();

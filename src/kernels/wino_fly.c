@@ -7,7 +7,7 @@
  * each and no time; dnnl_conv.c), its 256 -> 256 layers on 14x14 on
  * oneDNN's F(2x2), whose copies added 11 MB over the Keras kernels.
  * Transforming the kernel takes 78 adds per input channel and 16 output
- * channels (g · w · g', g's entries small integers: kc_wf_g_row), the
+ * channels (g · w · g', g's entries small integers: wino_simd.inc's kc_ws_g_row), the
  * products 36 multiply-adds per tile: from 16 tiles on (one 14x14 image,
  * four 7x7 ones) that is a seventh of the products' work or less, and
  * F(4x4) multiplies 36 times per 16 outputs where direct convolution
@@ -47,7 +47,6 @@
  * data, 256 and 512 channels), within the fidelity tolerance of 1e-4. */
 #include "kernels/wino.h"
 
-#include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -74,7 +73,7 @@
  * (kc_wf_u_floats). */
 #define KC_WF_KERNEL_CHANNELS 64
 /* Output vectors a thread takes at once: the product's widest
- * (kc_wino2d_product). */
+ * (kc_wino_simd's product). */
 #define KC_WF_NV KC_WINO2D_NV
 
 typedef struct kc_wf_state {
@@ -89,6 +88,7 @@ typedef struct kc_wf_state {
     float *w;                        /* [vecs][c][9 taps][16], zero past f */
     kc_balance cut;                  /* parts: runs of output vectors, one per thread */
     int prefetch_l2;                 /* fetch the next piece of kernel ahead */
+    const kc_wino_simd *simd;        /* the transforms and products for this CPU */
     int alone;                       /* each part transforms its own inputs */
 } kc_wf_state;
 
@@ -221,100 +221,6 @@ static int kc_wf_g_ok(const kc_wf_state *st)
     return memcmp(st->g, want, (size_t)st->alpha * 3 * sizeof(float)) == 0;
 }
 
-/* Row `row` of g applied to x[0..2] (row a constant where inlined). */
-__attribute__((target("avx512f"), always_inline)) static inline __m512
-kc_wf_g_row(int alpha, int row, const __m512 *x)
-{
-    if (row == 0)
-        return x[0];
-    if (row == alpha - 1)
-        return x[2];
-    if (row <= 2) {
-        __m512 even = _mm512_add_ps(x[0], x[2]);
-        return row == 1 ? _mm512_add_ps(even, x[1]) : _mm512_sub_ps(even, x[1]);
-    }
-    __m512 even = _mm512_fmadd_ps(x[2], _mm512_set1_ps(4.0f), x[0]);
-    __m512 odd = _mm512_add_ps(x[1], x[1]);
-    return row == 3 ? _mm512_add_ps(even, odd) : _mm512_sub_ps(even, odd);
-}
-
-/* All alpha rows of g applied to x[0..2], stored at y + j * ldy (inlined
- * with alpha a constant: the pairs' common sums are made once). */
-__attribute__((target("avx512f"), always_inline)) static inline void
-kc_wf_g_all(int alpha, const __m512 *x, float *y, int64_t ldy)
-{
-    #pragma GCC unroll 6
-    for (int j = 0; j < alpha; j++)
-        _mm512_storeu_ps(y + j * ldy, kc_wf_g_row(alpha, j, x));
-}
-
-/* Input channel ci's taps for output vector v, fetched into L1 ahead of
- * the transform. KC_WF_PREFETCH channels ahead: 9 KB a vector. Its
- * loads were the transform's hot spots; in-process alternation, the fly layers ran 2-7%
- * faster (four 7x7 images of 512 -> 512 on one thread: 1.02-1.04 in
- * nine runs; 14x14 images of 256 -> 256: 1.02-1.07). */
-#define KC_WF_PREFETCH 16
-__attribute__((always_inline)) static inline void kc_wf_prefetch(const kc_wf_state *st,
-                                                                  int64_t v, int64_t ci)
-{
-    const char *taps = (const char *)(st->w + (v * st->c + ci) * 9 * 16);
-    for (int line = 0; line < 9; line++)
-        _mm_prefetch(taps + line * 64, _MM_HINT_T0);
-}
-
-/* All alpha rows of the transformed kernel of input channels c0 ..
- * c0+cn-1 and output vectors v0 .. v0+nv-1 into u: [alpha^2][cn][nv *
- * 16], rows ldu apart, from one load of each tap (alpha a constant where
- * inlined: kc_wf_kernel_all).
- *
- * Why all rows at once: the taps load once. A row at a time (a buffer of
- * 6 x 64 x 48 floats, 74 KB, rather than 36 x, 442 KB, both in L2) read
- * them from L2 again for every row, 42 loads a channel and vector against
- * 9; with the transform made of adds (kc_wf_g_row) those loads were its
- * cost. ResNet50 at batch 1, `--stats` of six alternating runs: its six
- * 14x14 layers 1.97 -> 1.80 ms on two threads, 3.60 -> 3.25 ms on one
- * (three runs); batch 8 and InceptionV3 level. With multiply-adds the
- * two had measured level. For F(2x2) (a buffer of 197 KB against 49 KB):
- * one 7x7 image of 512 -> 512 on one thread 0.82x the direct
- * convolution's time against 0.92x a row at a time; one 8x8 of 448 ->
- * 384 0.77x against 0.88x. */
-__attribute__((target("avx512f"), always_inline)) static inline void
-kc_wf_kernel_a(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t cn, float *u,
-               int alpha)
-{
-    int64_t width = 16 * nv, ldu = kc_wf_ld(cn * width);
-    for (int64_t k = 0; k < cn; k++)
-        for (int j = 0; j < nv; j++) {
-            float *dst = u + k * width + 16 * j;
-            if (k + KC_WF_PREFETCH < cn)
-                kc_wf_prefetch(st, v0 + j, c0 + k + KC_WF_PREFETCH);
-            const float *src = st->w + ((v0 + j) * st->c + c0 + k) * 9 * 16;
-            __m512 w[3][3]; /* w[kx][ky] */
-            #pragma GCC unroll 3
-            for (int ky = 0; ky < 3; ky++)
-                #pragma GCC unroll 3
-                for (int kx = 0; kx < 3; kx++)
-                    w[kx][ky] = _mm512_loadu_ps(src + (ky * 3 + kx) * 16);
-            #pragma GCC unroll 6
-            for (int i = 0; i < alpha; i++) {
-                __m512 t[3];
-                #pragma GCC unroll 3
-                for (int kx = 0; kx < 3; kx++)
-                    t[kx] = kc_wf_g_row(alpha, i, w[kx]);
-                kc_wf_g_all(alpha, t, dst + i * alpha * ldu, ldu);
-            }
-        }
-}
-
-__attribute__((target("avx512f"))) static void
-kc_wf_kernel_all(const kc_wf_state *st, int64_t v0, int nv, int64_t c0, int64_t cn, float *u)
-{
-    if (st->alpha == 4)
-        kc_wf_kernel_a(st, v0, nv, c0, cn, u, 4);
-    else
-        kc_wf_kernel_a(st, v0, nv, c0, cn, u, 6);
-}
-
 /* ------------------------------------------------------------ run */
 
 typedef struct kc_wf_io {
@@ -339,7 +245,7 @@ static void kc_wf_inputs(const kc_wf_state *st, const kc_wf_io *io, int64_t lo, 
     for (int64_t b = lo; b < hi; b++) {
         const float *d[36];
         kc_wino2d_cells(&st->grid, st->m, st->alpha, st->c, io->in, io->t0 + b, d);
-        kc_wino2d_in_tile(st->alpha, st->bt, st->c, d, io->v + b * st->c,
+        st->simd->in2d(st->alpha, st->bt, st->c, d, io->v + b * st->c,
                           kc_wf_ld(io->n * st->c));
     }
 }
@@ -363,7 +269,7 @@ static void kc_wf_outputs(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
         float *y[16];
         int vh, vw;
         kc_wino2d_dests(&st->grid, st->m, st->f, io->out + f0, io->t0 + b, y, &vh, &vw);
-        kc_wino2d_out_tile(st->m, st->at, f_all, mt + b * width, kc_wf_ld(io->n * width),
+        st->simd->out2d(st->m, st->alpha, st->at, f_all, mt + b * width, kc_wf_ld(io->n * width),
                             io->bias ? io->bias + f0 : NULL, st->act, y, vh, vw);
     }
 }
@@ -398,7 +304,7 @@ static kc_wf_piece kc_wf_next_piece(const kc_wf_state *st, int64_t v0, int nv, i
  * 512 on one thread spent 36% of its time there (at ~17 GB/s, near what
  * one core streams here) against 44% in the products. Fetched into L2
  * during the products of the piece before, one line every few of their
- * steps (kc_wino2d_product), it is there when the transform comes.
+ * steps (kc_wino_simd's product), it is there when the transform comes.
  * Standalone with caches flushed, alternating: that layer 0.80x the time
  * without on one thread, 0.88-0.94x on two; 14x14 images of 256 -> 256
  * level. ResNet50 batch 1, alternating `--stats`: its three 7x7 layers
@@ -432,9 +338,9 @@ static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
     for (int64_t c0 = 0; c0 < st->c; c0 += KC_WF_KERNEL_CHANNELS) {
         int64_t cn = st->c - c0 < KC_WF_KERNEL_CHANNELS ? st->c - c0 : KC_WF_KERNEL_CHANNELS;
         kc_wf_piece next = kc_wf_next_piece(st, v0, nv, c0, then);
-        kc_wf_kernel_all(st, v0, nv, c0, cn, u);
+        st->simd->kernel2d(st->w, st->c, st->alpha, v0, nv, c0, cn, u, kc_wf_ld(cn * 16 * nv));
         for (int p = 0; p < products; p++)
-            kc_wino2d_product(io->v + p * kc_wf_ld(io->n * st->c) + c0, st->c,
+            st->simd->product(io->v + p * kc_wf_ld(io->n * st->c) + c0, st->c,
                               u + p * kc_wf_ld(cn * width), cn, mt + p * kc_wf_ld(io->n * width),
                               width, io->n, nv, c0 == 0,
                               kc_wf_fetch_share(st, &next, p, products));
@@ -574,8 +480,8 @@ kc_status kc_wino_fly_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     kc_wf_state *st = (kc_wf_state *)*ctx->state;
     if (st && st->base.free != kc_wf_free)
         return KC_OK; /* another kernel's state: the layer was built another way */
-    if (ctx->exact || ctx->w_ext || kc_wf_off() || !kc_dnnl_ready() ||
-        !__builtin_cpu_supports("avx512f")) {
+    const kc_wino_simd *simd = kc_wino_simd_pick();
+    if (ctx->exact || ctx->w_ext || kc_wf_off() || !kc_dnnl_ready() || !simd) {
         if (st)
             kc_kernel_state_drop(ctx);
         return KC_OK;
@@ -595,6 +501,7 @@ kc_status kc_wino_fly_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         st->base.free = kc_wf_free;
         st->in_shape = ctx->in_shape[0];
         st->prefetch_l2 = !kc_env_off("KC_WINOFLY_PREFETCH");
+        st->simd = simd;
         kc_wf_plan(st);
         const char *alone = getenv("KC_WINOFLY_ALONE");
         st->alone = alone ? strcmp(alone, "0") != 0 : kc_wf_alone_fits(st);

@@ -53,20 +53,6 @@ static inline int kc_wino2d_g_nz(int alpha, int row, int tap)
     return row == 0 ? tap == 0 : row == alpha - 1 ? tap == 2 : 1;
 }
 
-/* One tile's input transform, bt · d · bt' over its alpha x alpha inputs
- * (alpha 6 or 4; d row-major, NULL where padding), into the alpha^2 rows
- * v[(xi * alpha + eta) * ldv + c], c < c_all. AVX-512. */
-void kc_wino2d_in_tile(int alpha, const float *bt, int64_t c_all, const float *const *d, float *v,
-                       int64_t ldv);
-
-/* One tile's output transform for r = 3 and m = 4 (alpha 6) or 2 (alpha
- * 4), at · M · at' over the alpha^2 rows mt[(xi * alpha + eta) * ldm + f],
- * f < f_all, into y[p * 4 + q] + f for p < valid_h, q < valid_w, with the
- * bias (or NULL) and the activation (0 linear, 1 relu, 2 relu6, else
- * none). AVX-512. */
-void kc_wino2d_out_tile(int m, const float *at, int64_t f_all, const float *mt, int64_t ldm,
-                        const float *bias, int act, float *const *y, int valid_h, int valid_w);
-
 /* A run of n cache lines from `at` to fetch into L2 (n 0: none). */
 typedef struct kc_wino2d_lines {
     const char *at;
@@ -80,19 +66,71 @@ static inline kc_wino2d_lines kc_wino2d_lines_share(kc_wino2d_lines run, int64_t
     return (kc_wino2d_lines){run.at + lo * 64, hi - lo};
 }
 
-/* The products' register block: 8 tiles x up to 3 vectors of 16 output
- * channels (24 accumulators, 3 kernel vectors and a broadcast input in
- * the 32 registers). */
-#define KC_WINO2D_MR 8
+/* The 2-D transforms' zeros (points 0, 1, -1, 2, -2 and infinity for
+ * alpha = 6; 0, 1, -1 and infinity for alpha = 4): bt's first row reads
+ * the even inputs, its last the odd ones, the others 1 to alpha - 2;
+ * at's first row reads products 0 to alpha - 2, its last (row m - 1) 1 to
+ * alpha - 1, the others 1 to alpha - 2. Constants where the transforms
+ * are inlined, so the unrolled loops skip the zero terms: 22 of bt's 36
+ * and 18 of at's 24 (m = 4) multiply-adds remain, the same sums in the
+ * same order (wino.c's kc_w2_zeros_ok checks the zeros are there). */
+static inline int kc_wino2d_bt_nz(int alpha, int xi, int j)
+{
+    return xi == 0 ? j % 2 == 0 : xi == alpha - 1 ? j % 2 == 1 : j >= 1 && j <= alpha - 2;
+}
+
+static inline int kc_wino2d_at_nz(int q, int m, int alpha, int eta)
+{
+    return q == 0 ? eta <= alpha - 2 : q == m - 1 ? eta >= 1 : eta >= 1 && eta <= alpha - 2;
+}
+
+/* Output vectors of 16 channels a product takes at once (wino_fly.c's
+ * pieces, wino.c's groups). */
 #define KC_WINO2D_NV 3
 
-/* One Winograd product, c[t][..] (+)= a[t][0..k) · b[0..k)[..] for t <
- * tiles: a's rows lda apart (transformed inputs), b's rows nv * 16 wide
- * (transformed kernel, nv <= KC_WINO2D_NV), c's rows ldc apart (first:
- * written, else added onto); the lines of `fetch` (or none) fetched into
- * L2 along the way, spread evenly over the loop. AVX-512
- * (wino_product.c). */
-void kc_wino2d_product(const float *a, int64_t lda, const float *b, int64_t k, float *c,
-                       int64_t ldc, int64_t tiles, int nv, int first, kc_wino2d_lines fetch);
+/* The Winograd kernels' vector code (wino_simd.inc), one table per
+ * instruction set; kc_wino_simd_pick gives the CPU's. Layouts are the
+ * same for all (vectors of 16 channels), so a state built with one runs
+ * with another.
+ *
+ * in1d: one tile's 1-D input transform, v[xi * ldv + c] = sum_j
+ * bt[xi][j] d[j][c] for c < c_all, d[j] NULL where padding.
+ * out1d: one tile's 1-D output transform (at: m x alpha) of the alpha rows
+ * mt[xi * ldm + f], f < f_all, into y[q] + f for q < valid, with the bias
+ * (or NULL) and the activation (0 linear, 1 relu, 2 relu6, else none).
+ * in2d: one tile's input transform, bt · d · bt' over its alpha x alpha
+ * inputs (alpha 6 or 4; d row-major, NULL where padding), into the
+ * alpha^2 rows v[(xi * alpha + eta) * ldv + c], c < c_all.
+ * out2d: one tile's output transform for (m, alpha) (4, 6), (2, 6) or (2,
+ * 4), at · M · at' over the alpha^2 rows mt[(xi * alpha + eta) * ldm +
+ * f], into y[p * 4 + q] + f for p < valid_h, q < valid_w, with the bias
+ * and the activation as out1d's.
+ * product: c[t][..] (+)= a[t][0..k) · b[0..k)[..] for t < tiles: a's rows
+ * lda apart (transformed inputs), b's rows nv * 16 wide (transformed
+ * kernel, nv <= KC_WINO2D_NV), c's rows ldc apart (first: written, else
+ * added onto); the lines of `fetch` (or none) fetched into L2 along the
+ * way, spread evenly over the loop.
+ * kernel2d: F(m x m, 3x3)'s transformed kernel (g · w · g', g wino_fly.c's)
+ * of input channels c0 .. c0+cn-1 and output vectors v0 .. v0+nv-1 of w
+ * ([vecs][c][9 taps][16]) into u: [alpha^2][cn][nv * 16], rows ldu apart. */
+typedef struct kc_wino_simd {
+    const char *name; /* "avx512", "avx2" */
+    void (*in1d)(int alpha, const float *bt, int64_t c_all, const float *const *d, float *v,
+                 int64_t ldv);
+    void (*out1d)(int m, int alpha, const float *at, int64_t f_all, const float *mt, int64_t ldm,
+                  const float *bias, int act, float *const *y, int valid);
+    void (*in2d)(int alpha, const float *bt, int64_t c_all, const float *const *d, float *v,
+                 int64_t ldv);
+    void (*out2d)(int m, int alpha, const float *at, int64_t f_all, const float *mt, int64_t ldm,
+                  const float *bias, int act, float *const *y, int valid_h, int valid_w);
+    void (*product)(const float *a, int64_t lda, const float *b, int64_t k, float *c, int64_t ldc,
+                    int64_t tiles, int nv, int first, kc_wino2d_lines fetch);
+    void (*kernel2d)(const float *w, int64_t c, int alpha, int64_t v0, int nv, int64_t c0,
+                     int64_t cn, float *u, int64_t ldu);
+} kc_wino_simd;
+
+/* The table for the instruction set kc_isa() allows; NULL when it allows
+ * none (the layers then run on oneDNN). */
+const kc_wino_simd *kc_wino_simd_pick(void);
 
 #endif

@@ -1,0 +1,20 @@
+/* The instruction set kerasc's own vector kernels use on this CPU. */
+#ifndef KC_ISA_H
+#define KC_ISA_H
+
+typedef enum kc_isa_level {
+    KC_ISA_NONE = 0, /* no own vector kernels: oneDNN's run the layers */
+    KC_ISA_AVX2 = 1, /* AVX2 with FMA */
+    KC_ISA_AVX512 = 2 /* AVX-512F */
+} kc_isa_level;
+
+/* The best the CPU runs, capped by KC_ISA ("avx512", "avx2" or "none";
+ * anything else, or a level the CPU lacks, is ignored): KC_ISA=avx2 runs
+ * the AVX2 kernels on an AVX-512 machine, as tests do to cover both. Read
+ * each call (cheap): states keep what they were built with. */
+kc_isa_level kc_isa(void);
+
+/* "avx512", "avx2" or "none". */
+const char *kc_isa_name(kc_isa_level level);
+
+#endif
