@@ -83,8 +83,12 @@ expect_run_error "winograd-memory takes a size above 0" --winograd-memory 0
 KC_WINOGRAD=1 "$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/w1.npy" --winograd-memory 1 2>/dev/null &&
   KC_WINOGRAD=1 "$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/wany.npy" 2>/dev/null &&
   "$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/exact.npy" --exact 2>/dev/null
+# (KC_WINOGRAD=1 forces oneDNN's Winograd, which oneDNN 2.6 has only with
+# AVX-512: on an AVX2 CPU no layer of this model takes it either way)
 if cmp -s "$T/w1.npy" "$T/exact.npy" && ! cmp -s "$T/wany.npy" "$T/exact.npy"; then
   pass "--winograd-memory 1 keeps every convolution direct (bit-identical to --exact)"
+elif cmp -s "$T/w1.npy" "$T/exact.npy" && ! grep -qw avx512f /proc/cpuinfo; then
+  pass "--winograd-memory 1 bit-identical to --exact (no oneDNN Winograd without AVX-512)"
 else
   fail "--winograd-memory 1 against --exact"
 fi
