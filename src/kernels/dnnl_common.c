@@ -64,7 +64,10 @@ dnnl_engine_t kc_dnnl_engine(void) { return kc_engine; }
 
 int kc_dnnl_avx512(void)
 {
-    return dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core;
+    /* the ISA values are bit sets: avx2_vnni (0x407) is above
+     * avx512_core (0x27) without containing it */
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), want = dnnl_cpu_isa_avx512_core;
+    return (isa & want) == want;
 }
 
 dnnl_primitive_attr_t kc_dnnl_attr_new(void)
