@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/dense.h"
 #include "kernels/dnnl_matmul.h"
 #include "kernels/kernel.h"
 #include "ops/core.h"
@@ -16,7 +17,9 @@ static kc_status kc_dense(const kc_exec_ctx *ctx)
     int64_t n = a->units;
     float *y = ctx->out[0];
     int handled = 0;
-    KC_TRY(kc_dnnl_dense(ctx, &handled));
+    KC_TRY(kc_dense_own(ctx, &handled));
+    if (!handled)
+        KC_TRY(kc_dnnl_dense(ctx, &handled));
     if (handled)
         return kc_activation_apply(a->activation, ctx->keras_major, y, m * n, n);
     const float *bias = a->use_bias ? kc_w(ctx, 1) : NULL;

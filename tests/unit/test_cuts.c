@@ -23,6 +23,7 @@
 
 #include "base/balance.h"
 #include "base/threads.h"
+#include "kernels/dense.h"
 #include "kernels/dnnl_common.h"
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_matmul.h"
@@ -2230,9 +2231,11 @@ static void check_dense(int64_t in_units, int64_t units, int64_t batch,
 static void test_dense_solo_by_weight_bytes(void **state)
 {
     (void)state;
+    setenv("KC_DENSE_OWN", "0", 1); /* oneDNN's Dense (test_dense_own: kerasc's) */
     check_dense(64, 10, 1, kc_dnnl_dense_solo, 1, "solo");
     check_dense(2048, 1000, 1, kc_dnnl_dense_solo, 0, "solo");
     check_dense(1024, 256, 1, kc_dnnl_dense_solo, 1, "solo");
+    unsetenv("KC_DENSE_OWN");
 }
 
 /* From 8 rows on, Dense reads its own copy of the kernel in the layout
@@ -2245,10 +2248,63 @@ static void test_dense_packs_from_eight_rows(void **state)
     /* oneDNN 2.6's AVX2 matmul (gemm:jit) reads W in Keras's layout: no
      * layout to pack into, on any row count */
     int blocked = __builtin_cpu_supports("avx512f");
+    setenv("KC_DENSE_OWN", "0", 1);
     check_dense(2048, 1000, 1, kc_dnnl_dense_packed, 0, "packed");
     check_dense(2048, 1000, 8, kc_dnnl_dense_packed, blocked, "packed");
     check_dense(300, 77, 13, kc_dnnl_dense_packed, blocked, "packed");
     check_dense(300, 77, 7, kc_dnnl_dense_packed, 0, "packed");
+    unsetenv("KC_DENSE_OWN");
+}
+
+/* Where oneDNN runs without AVX-512, Dense runs on kerasc's own loop
+ * (dense.c); KC_DENSE_OWN=1 takes it on any CPU with AVX2 or AVX-512, so
+ * this runs for each instruction set there is. Outputs as the plain sum;
+ * the first row's bits the same at batch 1 and at batch B, on 1 to 3
+ * threads: a lane of one image and a whole batch agree (oneDNN's AVX2
+ * gemv and gemm did not: test_stage). Partial last panels, fewer than 16
+ * units, fewer than four inputs. */
+static void dense_own_isa(void)
+{
+    static const int64_t shapes[][3] = {
+        {64, 10, 1}, {2048, 1000, 3}, {300, 77, 13}, {1280, 1000, 8}, {3, 33, 2}};
+    if (!kc_dnnl_ready())
+        skip();
+    setenv("KC_DENSE_OWN", "1", 1);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int64_t k = shapes[i][0], n = shapes[i][1], batch = shapes[i][2];
+        float *one = malloc((size_t)n * sizeof *one), *want1 = malloc((size_t)n * sizeof *one);
+        float *got = malloc((size_t)(batch * n) * sizeof *got);
+        float *want = malloc((size_t)(batch * n) * sizeof *want);
+        assert_non_null(one);
+        assert_non_null(want1);
+        assert_non_null(got);
+        assert_non_null(want);
+        if (dense_run(k, n, 1, 2, kc_dense_own_state, one, want1) != 1)
+            fail_msg("Dense %lld -> %lld: not on kerasc's loop", (long long)k, (long long)n);
+        expect_close(one, want1, n, 1e-3f, "Dense %lld -> %lld, batch 1", (long long)k,
+                     (long long)n);
+        for (int threads = 1; threads <= 3; threads++) {
+            if (dense_run(k, n, batch, threads, kc_dense_own_state, got, want) != 1)
+                fail_msg("Dense %lld -> %lld, batch %lld: not on kerasc's loop", (long long)k,
+                         (long long)n, (long long)batch);
+            expect_close(got, want, batch * n, 1e-3f, "Dense %lld -> %lld, batch %lld",
+                         (long long)k, (long long)n, (long long)batch);
+            if (memcmp(got, one, (size_t)n * sizeof *got))
+                fail_msg("Dense %lld -> %lld, %d threads: row 0 at batch %lld differs from batch 1",
+                         (long long)k, (long long)n, threads, (long long)batch);
+        }
+        free(one);
+        free(want1);
+        free(got);
+        free(want);
+    }
+    unsetenv("KC_DENSE_OWN");
+}
+
+static void test_dense_own(void **state)
+{
+    (void)state;
+    each_isa(dense_own_isa);
 }
 
 /* kc_dnnl_pack puts the reorder's scratchpad in the spare range it is
@@ -2356,6 +2412,7 @@ int main(void)
         cmocka_unit_test(test_dense_solo_by_weight_bytes),
         cmocka_unit_test(test_pack_scratch_in_spare),
         cmocka_unit_test(test_dense_packs_from_eight_rows),
+        cmocka_unit_test(test_dense_own),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,19 @@
+/* Dense on kerasc's own loop (dense.c): the weights packed once into
+ * panels of 16 output units, split between the threads; each
+ * output a sum over the inputs in order, whatever the rows and threads. */
+#ifndef KC_KERNELS_DENSE_H
+#define KC_KERNELS_DENSE_H
+
+#include "kernels/kernel.h"
+
+/* Run the Dense layer of ctx (x·W + b, no activation) on this kernel
+ * where it qualifies (*handled 1), else leave it to oneDNN's (*handled
+ * 0). Takes the layer where oneDNN runs without AVX-512 and kerasc's
+ * vector kernels have an instruction set (KC_DENSE_OWN=1: wherever they
+ * have one; =0: never), never with ctx->w_ext. */
+kc_status kc_dense_own(const kc_exec_ctx *ctx, int *handled);
+
+/* For tests: 1 when the state is this kernel's, else 0. */
+int kc_dense_own_state(const kc_kernel_state *state);
+
+#endif
