@@ -52,6 +52,12 @@ static void kc_dense_free(kc_kernel_state *s)
     free(st);
 }
 
+/* Output units of vector v: 16, fewer in the last. */
+static int64_t kc_dense_cols(const kc_dense_state *st, int64_t v)
+{
+    return st->n - 16 * v < 16 ? st->n - 16 * v : 16;
+}
+
 /* Keras's kernel (k, n) into the vectors' panels. */
 static kc_status kc_dense_pack(kc_dense_state *st, const float *w)
 {
@@ -59,10 +65,9 @@ static kc_status kc_dense_pack(kc_dense_state *st, const float *w)
     if (!st->packed)
         return KC_ERR_NOMEM;
     for (int64_t v = 0; v < st->vecs; v++) {
-        int64_t col0 = 16 * v, cols = st->n - col0 < 16 ? st->n - col0 : 16;
         float *dst = st->packed + v * st->k * 16;
         for (int64_t r = 0; r < st->k; r++)
-            memcpy(dst + r * 16, w + r * st->n + col0, (size_t)cols * sizeof *w);
+            memcpy(dst + r * 16, w + r * st->n + 16 * v, (size_t)kc_dense_cols(st, v) * sizeof *w);
     }
     return KC_OK;
 }
@@ -79,11 +84,9 @@ static void kc_dense_job(void *arg, int part)
     const kc_dense_io *io = arg;
     const kc_dense_state *st = io->st;
     int64_t lo = st->vecs * part / st->parts, hi = st->vecs * (part + 1) / st->parts;
-    for (int64_t v = lo; v < hi; v++) {
-        int64_t col0 = 16 * v, cols = st->n - col0 < 16 ? st->n - col0 : 16;
+    for (int64_t v = lo; v < hi; v++)
         st->panel(io->x, st->rows, st->k, st->packed + v * st->k * 16,
-                  io->bias ? io->bias + col0 : NULL, io->y + col0, st->n, cols);
-    }
+                  io->bias ? io->bias + 16 * v : NULL, io->y + 16 * v, st->n, kc_dense_cols(st, v));
 }
 
 /* Whether this kernel takes Dense layers here (see dense.h). */
@@ -133,8 +136,8 @@ kc_status kc_dense_own(const kc_exec_ctx *ctx, int *handled)
     int mine = st && st->base.free == kc_dense_free;
     kc_isa_level isa = kc_isa();
     const kc_shape *in = &ctx->in_shape[0];
-    if (ctx->w_ext || isa == KC_ISA_NONE || !kc_dnnl_ready() || !kc_dense_wanted() || in->rank < 1 ||
-        in->dims[in->rank - 1] < 1 || kc_count(in) < 1) {
+    if (ctx->w_ext || isa == KC_ISA_NONE || !kc_dnnl_ready() || !kc_dense_wanted() ||
+        in->rank < 1 || in->dims[in->rank - 1] < 1 || kc_count(in) < 1) {
         if (mine) /* oneDNN's kernel keeps a state of its own in the slot */
             kc_kernel_state_drop(ctx);
         return KC_OK;

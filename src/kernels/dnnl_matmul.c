@@ -19,7 +19,9 @@
  * differed in the last bits of ResNet50's classifier, where the whole
  * and the split runs must agree bit for bit (test_stage). There each row
  * runs on its own, as a lane of one image runs it (gemv's sums do not
- * depend on the thread count: its threads take columns). */
+ * depend on the thread count: its threads take columns). Such layers
+ * normally run on dense.c's loop instead; this is its fallback
+ * (streamed weights, KC_DENSE_OWN=0, a CPU without AVX2). */
 #include "kernels/dnnl_matmul.h"
 
 #include <stdlib.h>
