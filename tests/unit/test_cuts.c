@@ -33,6 +33,7 @@
 #include "kernels/kernel.h"
 #include "kernels/maxpool_nhwc.h"
 #include "kernels/pw.h"
+#include "kernels/residual.h"
 #include "kernels/wino.h"
 #include "ops/conv.h"
 #include "ops/core.h"
@@ -607,6 +608,45 @@ static void test_residual_add_after(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         expect_switched_parts(&cases[i].c, cases[i].threads, cases[i].want, "KC_ADD_AFTER",
                               kc_dnnl_conv_add_after_parts, "add after");
+}
+
+/* kc_residual_add's vector loops against the plain formula, bit for bit:
+ * lengths that are whole vectors of either set and ones with a tail,
+ * values below 0 and above 6, each activation. On AVX2 the add once ran
+ * scalar (the only vector loop was AVX-512's). */
+static void residual_add_isa(void)
+{
+    static const int64_t lengths[] = {1, 7, 8, 16, 17, 40, 1000, 4099};
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
+        for (int act = 0; act <= 2; act++) {
+            int64_t n = lengths[li];
+            float *dst = malloc((size_t)(n + 1) * sizeof *dst);
+            float *add = malloc((size_t)n * sizeof *add);
+            float *want = malloc((size_t)n * sizeof *want);
+            assert_non_null(dst);
+            assert_non_null(add);
+            assert_non_null(want);
+            for (int64_t i = 0; i < n; i++) {
+                dst[i] = (float)((i * 37) % 23) - 9.5f;
+                add[i] = (float)((i * 11) % 9) * 0.75f - 2.0f;
+                float v = dst[i] + add[i];
+                v = act && v < 0.0f ? 0.0f : v;
+                want[i] = act == 2 && v > 6.0f ? 6.0f : v;
+            }
+            dst[n] = 123.0f; /* past the end: must stay */
+            kc_residual_add(dst, add, n, act);
+            assert_memory_equal(dst, want, (size_t)n * sizeof *dst);
+            assert_true(dst[n] == 123.0f);
+            free(dst);
+            free(add);
+            free(want);
+        }
+}
+
+static void test_residual_add_vectors(void **state)
+{
+    (void)state;
+    each_isa(residual_add_isa);
 }
 
 /* A strided 1x1 convolution of 512 input channels or more and at least
@@ -2391,6 +2431,7 @@ int main(void)
         cmocka_unit_test(test_winograd_map_size),
         cmocka_unit_test(test_wide_sum_kernel),
         cmocka_unit_test(test_residual_add_after),
+        cmocka_unit_test(test_residual_add_vectors),
         cmocka_unit_test(test_strided_gather),
         cmocka_unit_test(test_conv1d_cuts),
         cmocka_unit_test(test_wino_transforms),
