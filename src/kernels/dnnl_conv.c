@@ -64,6 +64,13 @@ typedef struct kc_dnnl_conv_part {
      * every stride_h rows and stride_w columns of rows src_w wide. */
     int gather;
     int64_t gather_h, gather_w, channels, stride_h, stride_w, src_w;
+    /* im2col (kc_dnnl_im2col_wanted): built for one image as a 1x1
+     * convolution of kh * kw * channels inputs, read from a per-thread
+     * buffer each run first fills: for each output pixel its taps' input
+     * pixels, zeros in the padding, from an image of src_h x src_w
+     * (`channels`, src_w as above) padded by pad_t and pad_left before. */
+    int im2col;
+    int64_t col_h, col_w, kh, kw, src_h, pad_t, pad_left;
 } kc_dnnl_conv_part;
 
 typedef struct kc_dnnl_conv_state {
@@ -674,6 +681,74 @@ static void kc_dnnl_gather(const kc_dnnl_conv_part *pt, const float *src, float 
     }
 }
 
+/* A 2-D convolution with a one-dimensional kernel ((1, k) or (k, 1),
+ * stride 1, undilated, one group) on images of at most
+ * KC_DNNL_IM2COL_MAX_PIXELS output pixels, where oneDNN runs without
+ * AVX-512, run as a 1x1 convolution over its taps laid side by side
+ * (kc_dnnl_im2col). Keras's (kh, kw, in, out) kernel read as (kh * kw *
+ * in, out) is that 1x1 convolution's: no weights change. Why: oneDNN
+ * 2.6's direct jit:avx2 kernel took InceptionV3's 8x8 (1, 3) and (3, 1)
+ * layers (384 -> 384) in 1.5-1.8 ms on one thread of an AVX2 Zen 3, 32-39
+ * GFLOP/s, where its stride-1 1x1 kernel runs at 55-65; ONNX Runtime
+ * took them in 0.55. Larger images go to the 1-D Winograd kernel
+ * (wino.c, from KC_WINO1D's 100 pixels) before they come here. With a
+ * fused residual sum, pooling or depthwise layer, never. KC_IM2COL=0:
+ * never. */
+#define KC_DNNL_IM2COL_MAX_PIXELS 256
+static int kc_dnnl_im2col_wanted(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
+                                 int64_t groups)
+{
+    const kc_shape *out = &ctx->out_shape[0];
+    if (kc_env_off("KC_IM2COL") || kc_dnnl_avx512() || a->spatial != 2 || groups != 1 ||
+        a->kind != KC_CONV_PLAIN || a->accumulate || a->post_dw || a->pre_pool ||
+        out->rank != 4 || out->dims[1] * out->dims[2] > KC_DNNL_IM2COL_MAX_PIXELS)
+        return 0;
+    for (int i = 0; i < 2; i++)
+        if (a->strides[i] != 1 || a->dilation[i] != 1)
+            return 0;
+    return (a->kernel[0] == 1) != (a->kernel[1] == 1);
+}
+
+/* The part's one-image window `one` turned into the 1x1 window over its
+ * im2col buffer; pt records how to fill it. */
+static void kc_dnnl_im2col_window(kc_dnnl_conv_part *pt, const int64_t *kernel,
+                                  kc_dnnl_window *one)
+{
+    pt->col_h = one->dst[2];
+    pt->col_w = one->dst[3];
+    pt->channels = one->src[1];
+    pt->src_h = one->src[2];
+    pt->src_w = one->src[3];
+    pt->kh = kernel[0];
+    pt->kw = kernel[1];
+    pt->pad_t = one->pad_l[0];
+    pt->pad_left = one->pad_l[1];
+    one->src[1] = pt->kh * pt->kw * pt->channels;
+    for (int i = 0; i < 2; i++) {
+        one->src[2 + i] = one->dst[2 + i];
+        one->pad_l[i] = one->pad_r[i] = 0;
+    }
+    one->extent0 = 1;
+}
+
+/* One image's im2col buffer (kc_dnnl_im2col_window) from src into to:
+ * per output pixel, its taps in Keras's kernel order (row, column), each
+ * `channels` floats. */
+static void kc_dnnl_im2col(const kc_dnnl_conv_part *pt, const float *src, float *to)
+{
+    size_t row = (size_t)pt->channels * sizeof(float);
+    for (int64_t y = 0; y < pt->col_h; y++)
+        for (int64_t x = 0; x < pt->col_w; x++)
+            for (int64_t ky = 0; ky < pt->kh; ky++)
+                for (int64_t kx = 0; kx < pt->kw; kx++, to += pt->channels) {
+                    int64_t iy = y + ky - pt->pad_t, ix = x + kx - pt->pad_left;
+                    if (iy < 0 || iy >= pt->src_h || ix < 0 || ix >= pt->src_w)
+                        memset(to, 0, row);
+                    else
+                        memcpy(to, src + (iy * pt->src_w + ix) * pt->channels, row);
+                }
+}
+
 /* The first of the first 8 implementations oneDNN offers for desc whose
  * name starts with `impl`, or NULL. */
 static dnnl_primitive_desc_t kc_dnnl_pd_named(const dnnl_convolution_desc_t *desc,
@@ -868,13 +943,18 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
     kc_dnnl_window one;
     pt->add_after = kc_dnnl_add_after(a, g);
     pt->gather = kc_dnnl_gather_wanted(a, g);
+    /* all of a layer's parts or none: they share the weights' descriptor */
+    pt->im2col = kc_dnnl_im2col_wanted(ctx, a, groups);
     /* never with add_after (Winograd takes no sum) or gather (nor 1x1) */
     int wino_one = g->src[0] > 1 && kc_dnnl_wino_eligible(ctx, a, groups, st);
-    if (wino_one || pt->add_after || pt->gather)
+    if (wino_one || pt->add_after || pt->gather || pt->im2col)
         g = kc_dnnl_one_image(part, pt, &one);
     if (pt->gather)
         kc_dnnl_gather_window(pt, &one);
-    KC_TRY(kc_dnnl_descs(g, groups, a->kernel, st, pt));
+    static const int64_t one_by_one[2] = {1, 1};
+    if (pt->im2col)
+        kc_dnnl_im2col_window(pt, a->kernel, &one);
+    KC_TRY(kc_dnnl_descs(g, groups, pt->im2col ? one_by_one : a->kernel, st, pt));
     /* Weights in whatever blocked layout the fastest implementation
      * wants ("any"), reordered once below; activations stay NHWC. */
     dnnl_memory_desc_t w_any = st->w_md;
@@ -1099,6 +1179,15 @@ static kc_status kc_dnnl_execute_once(kc_dnnl_conv_part *pt, int lane, const kc_
         kc_dnnl_gather(pt, src, sub);
         src = sub;
     }
+    if (pt->im2col) {
+        size_t bytes = (size_t)(pt->col_h * pt->col_w * pt->kh * pt->kw * pt->channels) *
+                       sizeof(float);
+        float *cols = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, bytes);
+        if (!cols)
+            return kc_fail(KC_ERR_NOMEM, "out of memory for a convolution's im2col buffer");
+        kc_dnnl_im2col(pt, src, cols);
+        src = cols;
+    }
     if (pt->add_after) {
         size_t bytes = pt->dst_image * sizeof(float);
         char *spare = kc_dnnl_lane_spare(io->spare, io->spare_bytes, slot, bytes);
@@ -1277,6 +1366,11 @@ int kc_dnnl_conv_add_after_parts(const kc_kernel_state *state)
 int kc_dnnl_conv_gather_parts(const kc_kernel_state *state)
 {
     return kc_dnnl_count_flag(state, offsetof(kc_dnnl_conv_part, gather));
+}
+
+int kc_dnnl_conv_im2col_parts(const kc_kernel_state *state)
+{
+    return kc_dnnl_count_flag(state, offsetof(kc_dnnl_conv_part, im2col));
 }
 
 int kc_dnnl_conv_pool_fusable(const kc_conv_attrs *a, const kc_layer *pool, const kc_shape *in)

@@ -23,6 +23,9 @@ int kc_dnnl_conv_wino_f4_parts(const kc_kernel_state *state);
 int kc_dnnl_conv_add_after_parts(const kc_kernel_state *state);
 /* How many run on their input subsampled first (a strided 1x1). */
 int kc_dnnl_conv_gather_parts(const kc_kernel_state *state);
+/* How many run as a 1x1 convolution over their taps (im2col: a 1-D
+ * kernel on a small image, without AVX-512). */
+int kc_dnnl_conv_im2col_parts(const kc_kernel_state *state);
 
 /* The oneDNN implementation part `part` of that state runs (its name, as
  * ONEDNN_VERBOSE prints it: "brgconv_1x1:avx512_core", "jit:avx512_core"),

@@ -54,6 +54,7 @@ typedef struct conv_case {
     int accumulate;
     const char *act;
     int whole;             /* weights outweigh the data: never cut */
+    int64_t kw;            /* 2-D: the kernel's width when not k (a (k, kw) kernel) */
 } conv_case;
 
 /* Fail naming the first element of got that is further than tol from
@@ -116,9 +117,15 @@ static float *rand_buf(int64_t n)
     return p;
 }
 
-static int64_t out_len(int64_t len, const conv_case *c)
+/* The kernel's length along spatial axis i. */
+static int64_t kernel_len(const conv_case *c, int i)
 {
-    int64_t keff = (c->k - 1) * c->d + 1;
+    return c->kw && c->spatial == 2 && i == 1 ? c->kw : c->k;
+}
+
+static int64_t out_len(int64_t len, const conv_case *c, int i)
+{
+    int64_t keff = (kernel_len(c, i) - 1) * c->d + 1;
     if (c->padding == 0)
         return (len + 2 * c->zero_pad - keff) / c->s + 1;
     return (len + c->s - 1) / c->s;
@@ -147,7 +154,7 @@ static void setup(const conv_case *c, conv_run *r)
     a->activation = c->act;
     a->accumulate = c->accumulate;
     for (int i = 0; i < 3; i++) {
-        a->kernel[i] = i < c->spatial ? c->k : 1;
+        a->kernel[i] = i < c->spatial ? kernel_len(c, i) : 1;
         a->strides[i] = a->dilation[i] = 1;
         a->output_padding[i] = -1;
     }
@@ -166,13 +173,13 @@ static void setup(const conv_case *c, conv_run *r)
             a->dilation[i] = c->d;
             a->pad_before[i] = a->pad_after[i] = c->zero_pad;
             int64_t len = c->spatial == 1 ? width : sp_in[i];
-            sp_out[i] = out_len(len, c);
+            sp_out[i] = out_len(len, c, i);
             /* a folded ZeroPadding: the value has the padded shape */
             r->in_shape.dims[1 + i] = len + 2 * c->zero_pad;
             r->out_shape.dims[1 + i] = sp_out[i];
             xn *= len;
             on *= sp_out[i];
-            wn *= c->k;
+            wn *= kernel_len(c, i);
         }
         if (c->whole || (xn + on) * 4 >= KC_DNNL_CUT_MIN_BYTES * 3 / 2)
             break;
@@ -689,6 +696,59 @@ static void test_strided_gather(void **state)
                               kc_dnnl_conv_gather_parts, "gather");
     }
     unsetenv("KC_PW");
+}
+
+/* 1 when every part of a layer runs on its im2col buffer, 0 when none
+ * does, -1 when some do (they share one weights' descriptor). */
+static int im2col_all(const kc_kernel_state *state)
+{
+    int n = kc_dnnl_conv_parts(state), cols = kc_dnnl_conv_im2col_parts(state);
+    return cols == 0 ? 0 : cols == n ? 1 : -1;
+}
+
+/* Where oneDNN runs without AVX-512, a (1, k) or (k, 1) convolution on a
+ * small image runs as a 1x1 convolution over its taps side by side
+ * (InceptionV3's 8x8 (1, 3) and (3, 1) layers): "same" and "valid"
+ * padding, a folded ZeroPadding, a kernel wider than the image, one
+ * image whole or cut into row parts, several images a part; not a
+ * square kernel, a stride, a large image or a fused sum. Every variant
+ * equals the plain path, and so with KC_IM2COL=0. */
+static void test_im2col_1d_kernel(void **state)
+{
+    (void)state;
+    static const struct {
+        conv_case c;
+        int threads, want;
+    } cases[] = {
+        {{"(1, 3) 384 -> 384 same, one 8x8 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 384, 384,
+          1, 1, 1, 1, 0, 0, "relu", 1, 3}, 1, 1},
+        {{"(3, 1) 384 -> 384 same, one 8x8 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 384, 384,
+          3, 1, 1, 1, 0, 0, "relu", 0, 1}, 2, 1},
+        {{"(3, 1) 96 -> 32 same, one 16x16 image in row parts", "Conv2D", KC_CONV_PLAIN, 2, 1, 16,
+          16, 96, 32, 3, 1, 1, 1, 0, 0, "linear", 1, 1}, 3, 1},
+        {{"(1, 3) 24 -> 40 valid, three 7x9 images", "Conv2D", KC_CONV_PLAIN, 2, 3, 7, 9, 24, 40,
+          1, 1, 1, 0, 0, 0, "relu6", 1, 3}, 2, 1},
+        {{"(1, 7) 16 -> 8 same, two 6x5 images", "Conv2D", KC_CONV_PLAIN, 2, 2, 6, 5, 16, 8, 1, 1,
+          1, 1, 0, 0, "relu", 1, 7}, 1, 1},
+        {{"(3, 1) 16 -> 8 valid after a ZeroPadding of 1", "Conv2D", KC_CONV_PLAIN, 2, 1, 6, 6, 16,
+          8, 3, 1, 1, 0, 1, 0, "linear", 1, 1}, 1, 1},
+        {{"3x3 384 -> 384 same, one 8x8 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 384, 384, 3,
+          1, 1, 1, 0, 0, "relu", 1}, 1, 0},
+        {{"(1, 3)/2 64 -> 64 same, one 8x8 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 64, 64, 1,
+          2, 1, 1, 0, 0, "relu", 1, 3}, 1, 0},
+        {{"(1, 3) 64 -> 64 same, one 20x20 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 20, 20, 64, 64,
+          1, 1, 1, 1, 0, 0, "relu", 1, 3}, 1, 0},
+        {{"(1, 3) 64 -> 64 same + sum, one 8x8 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 64, 64,
+          1, 1, 1, 1, 0, 1, "relu", 1, 3}, 1, 0},
+    };
+    if (!kc_dnnl_ready())
+        skip();
+    setenv("KC_WINO1D", "0", 1); /* oneDNN's layer, whatever the size */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_switched_parts(&cases[i].c, cases[i].threads,
+                              kc_dnnl_avx512() ? 0 : cases[i].want, "KC_IM2COL", im2col_all,
+                              "on im2col");
+    unsetenv("KC_WINO1D");
 }
 
 static void test_conv1d_cuts(void **state)
@@ -2433,6 +2493,7 @@ int main(void)
         cmocka_unit_test(test_residual_add_after),
         cmocka_unit_test(test_residual_add_vectors),
         cmocka_unit_test(test_strided_gather),
+        cmocka_unit_test(test_im2col_1d_kernel),
         cmocka_unit_test(test_conv1d_cuts),
         cmocka_unit_test(test_wino_transforms),
         cmocka_unit_test(test_wino1d_layers),
