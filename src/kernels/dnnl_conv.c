@@ -68,7 +68,8 @@ typedef struct kc_dnnl_conv_part {
      * convolution of kh * kw * channels inputs, read from a per-thread
      * buffer each run first fills: for each output pixel its taps' input
      * pixels, zeros in the padding, from an image of src_h x src_w
-     * (`channels`, src_w as above) padded by pad_t and pad_left before. */
+     * (`channels`, src_w, stride_h, stride_w as above) padded by pad_t
+     * and pad_left before. */
     int im2col;
     int64_t col_h, col_w, kh, kw, src_h, pad_t, pad_left;
 } kc_dnnl_conv_part;
@@ -681,31 +682,55 @@ static void kc_dnnl_gather(const kc_dnnl_conv_part *pt, const float *src, float 
     }
 }
 
-/* A 2-D convolution with a one-dimensional kernel ((1, k) or (k, 1),
- * stride 1, undilated, one group) on images of at most
- * KC_DNNL_IM2COL_MAX_PIXELS output pixels, where oneDNN runs without
- * AVX-512, run as a 1x1 convolution over its taps laid side by side
- * (kc_dnnl_im2col). Keras's (kh, kw, in, out) kernel read as (kh * kw *
- * in, out) is that 1x1 convolution's: no weights change. Why: oneDNN
- * 2.6's direct jit:avx2 kernel took InceptionV3's 8x8 (1, 3) and (3, 1)
- * layers (384 -> 384) in 1.5-1.8 ms on one thread of an AVX2 Zen 3, 32-39
- * GFLOP/s, where its stride-1 1x1 kernel runs at 55-65; ONNX Runtime
- * took them in 0.55. Larger images go to the 1-D Winograd kernel
- * (wino.c, from KC_WINO1D's 100 pixels) before they come here. With a
- * fused residual sum, pooling or depthwise layer, never. KC_IM2COL=0:
- * never. */
+/* Where oneDNN runs without AVX-512, two kinds of 2-D convolution (one
+ * group, undilated) run as a 1x1 convolution over their taps laid side
+ * by side (kc_dnnl_im2col). Keras's (kh, kw, in, out) kernel read as
+ * (kh * kw * in, out) is that 1x1 convolution's: no weights change.
+ *  - A one-dimensional kernel ((1, k) or (k, 1)), stride 1, on images
+ *    of at most KC_DNNL_IM2COL_MAX_PIXELS output pixels. oneDNN 2.6's
+ *    direct jit:avx2 kernel took InceptionV3's 8x8 (1, 3) and (3, 1)
+ *    layers (384 -> 384) in 1.5-1.8 ms on one thread of an AVX2 Zen 3,
+ *    32-39 GFLOP/s, where its stride-1 1x1 kernel runs at 55-65; ONNX
+ *    Runtime took them in 0.55. Larger images go to the 1-D Winograd
+ *    kernel (wino.c, from KC_WINO1D's 100 pixels) before they come here.
+ *  - A strided kernel of several taps on KC_DNNL_IM2COL_STRIDED_MIN_IN+
+ *    input channels, when one image's buffer stays within
+ *    KC_DNNL_IM2COL_MAX_BYTES. The same direct kernel ran 3x3 stride-2
+ *    layers at 74-85 GFLOP/s on one thread, the 1x1 one over their taps
+ *    at 91-98 (InceptionV3's Mixed_7a 192 -> 320 on 17x17: 0.91 -> 0.72
+ *    ms; Mixed_6a's 96 -> 96 on 35x35 0.57 -> 0.51); level from 57x57
+ *    with 64-96 channels, slower with 32 (113x113 32 -> 64: 1.24 -> 1.30
+ *    ms). Larger buffers would pay too (Mixed_6a's 288 -> 384, 3 MB: 7.1
+ *    -> 6.0 ms; 2 threads, 28x28 256 -> 256 1.92 -> 1.39), but at batch 8
+ *    the lanes' arenas had no room for them there, and the buffers of
+ *    their own took the real nsfwjs InceptionV3 past its peak-RSS bound
+ *    (tests/alloc/peak_rss.sh: 196988 KB against 195771).
+ * With a fused residual sum, pooling or depthwise layer, never.
+ * KC_IM2COL=0: never. */
 #define KC_DNNL_IM2COL_MAX_PIXELS 256
+#define KC_DNNL_IM2COL_STRIDED_MIN_IN 64
+#define KC_DNNL_IM2COL_MAX_BYTES ((int64_t)1 << 20)
+static int kc_dnnl_im2col_strided(const kc_conv_attrs *a, int64_t cin, int64_t pixels)
+{
+    int64_t taps = a->kernel[0] * a->kernel[1];
+    return (a->strides[0] > 1 || a->strides[1] > 1) && taps > 1 &&
+           cin >= KC_DNNL_IM2COL_STRIDED_MIN_IN &&
+           pixels * taps * cin * (int64_t)sizeof(float) <= KC_DNNL_IM2COL_MAX_BYTES;
+}
+
 static int kc_dnnl_im2col_wanted(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
                                  int64_t groups)
 {
-    const kc_shape *out = &ctx->out_shape[0];
+    const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
     if (kc_env_off("KC_IM2COL") || kc_dnnl_avx512() || a->spatial != 2 || groups != 1 ||
         a->kind != KC_CONV_PLAIN || a->accumulate || a->post_dw || a->pre_pool ||
-        out->rank != 4 || out->dims[1] * out->dims[2] > KC_DNNL_IM2COL_MAX_PIXELS)
+        in->rank != 4 || out->rank != 4 || a->dilation[0] != 1 || a->dilation[1] != 1)
         return 0;
-    for (int i = 0; i < 2; i++)
-        if (a->strides[i] != 1 || a->dilation[i] != 1)
-            return 0;
+    int64_t pixels = out->dims[1] * out->dims[2];
+    if (kc_dnnl_im2col_strided(a, in->dims[3], pixels))
+        return 1;
+    if (pixels > KC_DNNL_IM2COL_MAX_PIXELS || a->strides[0] != 1 || a->strides[1] != 1)
+        return 0;
     return (a->kernel[0] == 1) != (a->kernel[1] == 1);
 }
 
@@ -721,12 +746,15 @@ static void kc_dnnl_im2col_window(kc_dnnl_conv_part *pt, const int64_t *kernel,
     pt->src_w = one->src[3];
     pt->kh = kernel[0];
     pt->kw = kernel[1];
+    pt->stride_h = one->strides[0];
+    pt->stride_w = one->strides[1];
     pt->pad_t = one->pad_l[0];
     pt->pad_left = one->pad_l[1];
     one->src[1] = pt->kh * pt->kw * pt->channels;
     for (int i = 0; i < 2; i++) {
         one->src[2 + i] = one->dst[2 + i];
         one->pad_l[i] = one->pad_r[i] = 0;
+        one->strides[i] = 1;
     }
     one->extent0 = 1;
 }
@@ -741,7 +769,8 @@ static void kc_dnnl_im2col(const kc_dnnl_conv_part *pt, const float *src, float 
         for (int64_t x = 0; x < pt->col_w; x++)
             for (int64_t ky = 0; ky < pt->kh; ky++)
                 for (int64_t kx = 0; kx < pt->kw; kx++, to += pt->channels) {
-                    int64_t iy = y + ky - pt->pad_t, ix = x + kx - pt->pad_left;
+                    int64_t iy = y * pt->stride_h + ky - pt->pad_t;
+                    int64_t ix = x * pt->stride_w + kx - pt->pad_left;
                     if (iy < 0 || iy >= pt->src_h || ix < 0 || ix >= pt->src_w)
                         memset(to, 0, row);
                     else
@@ -1182,7 +1211,9 @@ static kc_status kc_dnnl_execute_once(kc_dnnl_conv_part *pt, int lane, const kc_
     if (pt->im2col) {
         size_t bytes = (size_t)(pt->col_h * pt->col_w * pt->kh * pt->kw * pt->channels) *
                        sizeof(float);
-        float *cols = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, bytes);
+        /* in the arena's free range when it has room: no memory of its own */
+        char *spare = kc_dnnl_lane_spare(io->spare, io->spare_bytes, slot, bytes);
+        float *cols = spare ? (float *)spare : kc_dnnl_workspace(KC_DNNL_SLOT_SRC, bytes);
         if (!cols)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a convolution's im2col buffer");
         kc_dnnl_im2col(pt, src, cols);

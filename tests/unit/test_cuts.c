@@ -711,9 +711,13 @@ static int im2col_all(const kc_kernel_state *state)
  * (InceptionV3's 8x8 (1, 3) and (3, 1) layers): "same" and "valid"
  * padding, a folded ZeroPadding, a kernel wider than the image, one
  * image whole or cut into row parts, several images a part; not a
- * square kernel, a stride, a large image or a fused sum. Every variant
- * equals the plain path, and so with KC_IM2COL=0. */
-static void test_im2col_1d_kernel(void **state)
+ * stride-1 square kernel, a large image or a fused sum. So does a
+ * strided kernel on 64+ input channels (InceptionV3's Mixed_6a and
+ * Mixed_7a 3x3 stride-2 layers), "same" (padded on one side only) and
+ * "valid", in row parts (each part's rows of taps start mid-image);
+ * not on 32 channels or where one image's buffer passes 1 MiB. Every
+ * variant equals the plain path, and so with KC_IM2COL=0. */
+static void test_im2col_kernel(void **state)
 {
     (void)state;
     static const struct {
@@ -735,7 +739,19 @@ static void test_im2col_1d_kernel(void **state)
         {{"3x3 384 -> 384 same, one 8x8 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 384, 384, 3,
           1, 1, 1, 0, 0, "relu", 1}, 1, 0},
         {{"(1, 3)/2 64 -> 64 same, one 8x8 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 64, 64, 1,
-          2, 1, 1, 0, 0, "relu", 1, 3}, 1, 0},
+          2, 1, 1, 0, 0, "relu", 1, 3}, 1, 1},
+        {{"3x3/2 96 -> 40 valid, one 17x17 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 17, 17, 96, 40,
+          3, 2, 1, 0, 0, 0, "relu", 1}, 1, 1},
+        {{"3x3/2 96 -> 24 valid, one 35x35 image in row parts", "Conv2D", KC_CONV_PLAIN, 2, 1, 35,
+          35, 96, 24, 3, 2, 1, 0, 0, 0, "linear", 1}, 3, 1},
+        {{"3x3/2 64 -> 16 same, two 16x14 images", "Conv2D", KC_CONV_PLAIN, 2, 2, 16, 14, 64, 16, 3,
+          2, 1, 1, 0, 0, "relu", 1}, 2, 1},
+        {{"(3, 5)/2 120 -> 8 same, one 13x13 image in row parts", "Conv2D", KC_CONV_PLAIN, 2, 1, 13,
+          13, 120, 8, 3, 2, 1, 1, 0, 0, "relu6", 1, 5}, 2, 1},
+        {{"3x3/2 32 -> 32 valid, one 17x17 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 17, 17, 32, 32, 3,
+          2, 1, 0, 0, 0, "relu", 1}, 1, 0},
+        {{"3x3/2 288 -> 8 valid, one 35x35 image (a 3 MB buffer)", "Conv2D", KC_CONV_PLAIN, 2, 1, 35,
+          35, 288, 8, 3, 2, 1, 0, 0, 0, "relu", 1}, 1, 0},
         {{"(1, 3) 64 -> 64 same, one 20x20 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 20, 20, 64, 64,
           1, 1, 1, 1, 0, 0, "relu", 1, 3}, 1, 0},
         {{"(1, 3) 64 -> 64 same + sum, one 8x8 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 64, 64,
@@ -2493,7 +2509,7 @@ int main(void)
         cmocka_unit_test(test_residual_add_after),
         cmocka_unit_test(test_residual_add_vectors),
         cmocka_unit_test(test_strided_gather),
-        cmocka_unit_test(test_im2col_1d_kernel),
+        cmocka_unit_test(test_im2col_kernel),
         cmocka_unit_test(test_conv1d_cuts),
         cmocka_unit_test(test_wino_transforms),
         cmocka_unit_test(test_wino1d_layers),
