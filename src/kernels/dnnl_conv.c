@@ -1182,6 +1182,15 @@ typedef struct kc_dnnl_conv_io {
     size_t spare_bytes;
 } kc_dnnl_conv_io;
 
+/* bytes for one part's run: in the arena's free range (slot's share of
+ * it) when that has room, costing no memory of its own, else in the
+ * thread's workspace `ws_slot`. */
+static void *kc_dnnl_part_buffer(const kc_dnnl_conv_io *io, int slot, int ws_slot, size_t bytes)
+{
+    char *spare = kc_dnnl_lane_spare(io->spare, io->spare_bytes, slot, bytes);
+    return spare ? (void *)spare : kc_dnnl_workspace(ws_slot, bytes);
+}
+
 /* The part's primitive once, on src and dst (already offset). */
 static kc_status kc_dnnl_execute_once(kc_dnnl_conv_part *pt, int lane, const kc_dnnl_conv_io *io,
                                       const float *src, float *dst)
@@ -1211,9 +1220,7 @@ static kc_status kc_dnnl_execute_once(kc_dnnl_conv_part *pt, int lane, const kc_
     if (pt->im2col) {
         size_t bytes = (size_t)(pt->col_h * pt->col_w * pt->kh * pt->kw * pt->channels) *
                        sizeof(float);
-        /* in the arena's free range when it has room: no memory of its own */
-        char *spare = kc_dnnl_lane_spare(io->spare, io->spare_bytes, slot, bytes);
-        float *cols = spare ? (float *)spare : kc_dnnl_workspace(KC_DNNL_SLOT_SRC, bytes);
+        float *cols = kc_dnnl_part_buffer(io, slot, KC_DNNL_SLOT_SRC, bytes);
         if (!cols)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a convolution's im2col buffer");
         kc_dnnl_im2col(pt, src, cols);
@@ -1221,8 +1228,7 @@ static kc_status kc_dnnl_execute_once(kc_dnnl_conv_part *pt, int lane, const kc_
     }
     if (pt->add_after) {
         size_t bytes = pt->dst_image * sizeof(float);
-        char *spare = kc_dnnl_lane_spare(io->spare, io->spare_bytes, slot, bytes);
-        float *tmp = spare ? (float *)spare : kc_dnnl_workspace(KC_DNNL_SLOT_DST, bytes);
+        float *tmp = kc_dnnl_part_buffer(io, slot, KC_DNNL_SLOT_DST, bytes);
         if (!tmp)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a residual convolution's buffer");
         void *ptrs[4] = {(void *)src, wp, tmp, (void *)b};
