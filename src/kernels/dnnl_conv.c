@@ -698,18 +698,20 @@ static void kc_dnnl_gather(const kc_dnnl_conv_part *pt, const float *src, float 
  *    KC_DNNL_IM2COL_MAX_BYTES. The same direct kernel ran 3x3 stride-2
  *    layers at 74-85 GFLOP/s on one thread, the 1x1 one over their taps
  *    at 91-98 (InceptionV3's Mixed_7a 192 -> 320 on 17x17: 0.91 -> 0.72
- *    ms; Mixed_6a's 96 -> 96 on 35x35 0.57 -> 0.51); level from 57x57
- *    with 64-96 channels, slower with 32 (113x113 32 -> 64: 1.24 -> 1.30
- *    ms). Larger buffers would pay too (Mixed_6a's 288 -> 384, 3 MB: 7.1
- *    -> 6.0 ms; 2 threads, 28x28 256 -> 256 1.92 -> 1.39), but at batch 8
- *    the lanes' arenas had no room for them there, and the buffers of
- *    their own took the real nsfwjs InceptionV3 past its peak-RSS bound
- *    (tests/alloc/peak_rss.sh: 196988 KB against 195771).
+ *    ms); level from 57x57 with 64-96 channels, slower with 32 (113x113
+ *    32 -> 64: 1.24 -> 1.30 ms). Larger buffers would pay too (Mixed_6a's
+ *    96 -> 96, 1 MB: 0.57 -> 0.51 ms; its 288 -> 384, 3 MB: 7.1 -> 6.0;
+ *    2 threads, 28x28 256 -> 256 1.92 -> 1.39), but at batch 8 the lanes'
+ *    arenas had no room for them there (0 and 0.44 MB free), and the
+ *    buffers of their own took the real nsfwjs InceptionV3 past its
+ *    peak-RSS bound (tests/alloc/peak_rss.sh, bound 195771 KB: 196988
+ *    with both, 193868-196492 with the 1 MB one, 194232-194436 with
+ *    neither, as before).
  * With a fused residual sum, pooling or depthwise layer, never.
  * KC_IM2COL=0: never. */
 #define KC_DNNL_IM2COL_MAX_PIXELS 256
 #define KC_DNNL_IM2COL_STRIDED_MIN_IN 64
-#define KC_DNNL_IM2COL_MAX_BYTES ((int64_t)1 << 20)
+#define KC_DNNL_IM2COL_MAX_BYTES ((int64_t)512 << 10)
 static int kc_dnnl_im2col_strided(const kc_conv_attrs *a, int64_t cin, int64_t pixels)
 {
     int64_t taps = a->kernel[0] * a->kernel[1];

@@ -712,10 +712,10 @@ static int im2col_all(const kc_kernel_state *state)
  * padding, a folded ZeroPadding, a kernel wider than the image, one
  * image whole or cut into row parts, several images a part; not a
  * stride-1 square kernel, a large image or a fused sum. So does a
- * strided kernel on 64+ input channels (InceptionV3's Mixed_6a and
- * Mixed_7a 3x3 stride-2 layers), "same" (padded on one side only) and
- * "valid", in row parts (each part's rows of taps start mid-image);
- * not on 32 channels or where one image's buffer passes 1 MiB. Every
+ * strided kernel on 64+ input channels (InceptionV3's Mixed_7a 3x3
+ * stride-2 layers), "same" (padded on one side only) and "valid", in
+ * row parts (each part's rows of taps start mid-image); not on 32
+ * channels or where one image's buffer passes 512 KiB. Every
  * variant equals the plain path, and so with KC_IM2COL=0. */
 static void test_im2col_kernel(void **state)
 {
@@ -742,8 +742,8 @@ static void test_im2col_kernel(void **state)
           2, 1, 1, 0, 0, "relu", 1, 3}, 1, 1},
         {{"3x3/2 96 -> 40 valid, one 17x17 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 17, 17, 96, 40,
           3, 2, 1, 0, 0, 0, "relu", 1}, 1, 1},
-        {{"3x3/2 96 -> 24 valid, one 35x35 image in row parts", "Conv2D", KC_CONV_PLAIN, 2, 1, 35,
-          35, 96, 24, 3, 2, 1, 0, 0, 0, "linear", 1}, 3, 1},
+        {{"3x3/2 64 -> 24 valid, one 29x29 image in row parts", "Conv2D", KC_CONV_PLAIN, 2, 1, 29,
+          29, 64, 24, 3, 2, 1, 0, 0, 0, "linear", 1}, 3, 1},
         {{"3x3/2 64 -> 16 same, two 16x14 images", "Conv2D", KC_CONV_PLAIN, 2, 2, 16, 14, 64, 16, 3,
           2, 1, 1, 0, 0, "relu", 1}, 2, 1},
         {{"(3, 5)/2 120 -> 8 same, one 13x13 image in row parts", "Conv2D", KC_CONV_PLAIN, 2, 1, 13,
@@ -752,6 +752,8 @@ static void test_im2col_kernel(void **state)
           2, 1, 0, 0, 0, "relu", 1}, 1, 0},
         {{"3x3/2 288 -> 8 valid, one 35x35 image (a 3 MB buffer)", "Conv2D", KC_CONV_PLAIN, 2, 1, 35,
           35, 288, 8, 3, 2, 1, 0, 0, 0, "relu", 1}, 1, 0},
+        {{"3x3/2 96 -> 24 valid, one 35x35 image (a 1 MB buffer)", "Conv2D", KC_CONV_PLAIN, 2, 1, 35,
+          35, 96, 24, 3, 2, 1, 0, 0, 0, "relu", 1}, 1, 0},
         {{"(1, 3) 64 -> 64 same, one 20x20 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 20, 20, 64, 64,
           1, 1, 1, 1, 0, 0, "relu", 1, 3}, 1, 0},
         {{"(1, 3) 64 -> 64 same + sum, one 8x8 image", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 64, 64,
