@@ -8,6 +8,7 @@
 
 #include "kernels/dnnl_conv.h"
 #include "kernels/kernel.h"
+#include "kernels/dw.h"
 #include "kernels/irb.h"
 #include "kernels/pw.h"
 #include "kernels/wino.h"
@@ -251,6 +252,8 @@ static kc_status kc_conv(const kc_exec_ctx *ctx)
         KC_TRY(kc_wino_fly_conv(ctx, &handled, &act_done));
     if (!handled)
         KC_TRY(kc_pw_conv(ctx, &handled, &act_done));
+    if (!handled)
+        KC_TRY(kc_dw_conv(ctx, &handled, &act_done));
     if (!handled)
         KC_TRY(kc_dnnl_conv(ctx, &handled, &act_done));
     if (handled && act_done)

@@ -28,6 +28,7 @@
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_matmul.h"
 #include "kernels/dnnl_pool.h"
+#include "kernels/dw.h"
 #include "kernels/irb.h"
 #include "kernels/isa.h"
 #include "kernels/kernel.h"
@@ -465,10 +466,13 @@ static void test_conv2d_cuts(void **state)
          3, 1, 1, 1, 0, 1, NULL},
     };
     /* oneDNN's cuts, its Winograd kernels' too: kerasc's own 2-D
-     * Winograd (test_wino2d_layers) would take the 64 -> 64 layers */
+     * Winograd (test_wino2d_layers) would take the 64 -> 64 layers, its
+     * own depthwise loop (test_dw_layers) the stride-1 depthwise one */
     setenv("KC_WINO2D", "0", 1);
+    setenv("KC_DW", "0", 1);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_case(&cases[i]);
+    unsetenv("KC_DW");
     unsetenv("KC_WINO2D");
 }
 
@@ -767,6 +771,115 @@ static void test_im2col_kernel(void **state)
                               kc_dnnl_avx512() ? 0 : cases[i].want, "KC_IM2COL", im2col_all,
                               "on im2col");
     unsetenv("KC_WINO1D");
+}
+
+/* ----------------- 3x3 stride-1 depthwise convolutions (kernels/dw) */
+
+/* A layer of kerasc's own depthwise loop: its state (kc_dw_owns) or not. */
+static int dw_own_parts(const kc_kernel_state *state) { return kc_dw_owns(state); }
+
+/* r's layer on `threads` threads into got; 1 when kerasc's own
+ * depthwise loop ran it. */
+static int run_dw(conv_run *r, int threads, float *got)
+{
+    const float *ins[1] = {r->x};
+    kc_threads_enter(threads);
+    return exec_kernel(&r->layer, ins, &r->in_shape, 1, got, &r->out_shape, 0, 0, dw_own_parts);
+}
+
+/* Where oneDNN runs without AVX-512, a 3x3 stride-1 depthwise layer of
+ * 8k channels on an image of 12+ columns runs on kerasc's own loop
+ * (MobileNetV2's stride-1 depthwise layers): "same", "valid", a folded
+ * ZeroPadding of 1, one or two
+ * or an odd number of rows (rows without a partner), 8 channels past the
+ * last 16, several images cut across, relu / relu6 / linear / an
+ * activation applied after (tanh), no bias. On 1, 2, 3 and 5 threads its
+ * output equals oneDNN's bit for bit (the same sums in the same order)
+ * and the plain path's within the fidelity tolerance. Not a stride-2,
+ * dilated, 5x5, depth-multiplier-2 or summing layer, 12 channels, a
+ * 7x7 image or a wider folded ZeroPadding (3: oneDNN sums those layers
+ * in another order); nor with KC_DW=0. */
+static void test_dw_layers(void **state)
+{
+    (void)state;
+    static const struct {
+        conv_case c;
+        int use_bias, want;
+    } cases[] = {
+        {{"same relu6, one 56x56x144 image (MobileNetV2's block_2)", "DepthwiseConv2D",
+          KC_CONV_DEPTHWISE, 2, 1, 56, 56, 144, 1, 3, 1, 1, 1, 0, 0, "relu6", 1}, 1, 1},
+        {{"same relu, three 14x14x24 images", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 3, 14, 14,
+          24, 1, 3, 1, 1, 1, 0, 0, "relu", 1}, 1, 1},
+        {{"same linear, no bias, 13x12x16 (an odd row)", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2,
+          1, 13, 12, 16, 1, 3, 1, 1, 1, 0, 0, "linear", 1}, 0, 1},
+        {{"valid after a ZeroPadding of 1, 12x15x8", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 2,
+          12, 15, 8, 1, 3, 1, 1, 0, 1, 0, "relu6", 1}, 1, 1},
+        {{"valid after a ZeroPadding of 3, 12x12x40", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 1,
+          12, 12, 40, 1, 3, 1, 1, 0, 3, 0, "relu", 1}, 1, 0},
+        {{"valid, 16x16x32", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 1, 16, 16, 32, 1, 3, 1, 1, 0,
+          0, 0, "relu6", 1}, 1, 1},
+        {{"same tanh (applied after), 12x21x16", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 1, 12,
+          21, 16, 1, 3, 1, 1, 1, 0, 0, "tanh", 1}, 1, 1},
+        {{"same, one row of 20x16", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 2, 1, 20, 16, 1, 3,
+          1, 1, 1, 0, 0, "relu6", 1}, 1, 1},
+        {{"same, two rows of 14x8", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 1, 2, 14, 8, 1, 3, 1,
+          1, 1, 0, 0, "relu", 1}, 1, 1},
+        {{"7x7x960 same (too narrow)", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 1, 7, 7, 960, 1,
+          3, 1, 1, 1, 0, 0, "relu6", 1}, 1, 0},
+        {{"stride 2, 16x16x32", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 1, 16, 16, 32, 1, 3, 2,
+          1, 1, 0, 0, "relu6", 1}, 1, 0},
+        {{"12 channels", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 1, 14, 14, 12, 1, 3, 1, 1, 1, 0,
+          0, "relu6", 1}, 1, 0},
+        {{"5x5", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 1, 14, 14, 16, 1, 5, 1, 1, 1, 0, 0,
+          "relu6", 1}, 1, 0},
+        {{"dilation 2", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 1, 14, 14, 16, 1, 3, 1, 2, 1, 0,
+          0, "relu6", 1}, 1, 0},
+        {{"depth multiplier 2", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 1, 14, 14, 16, 2, 3, 1,
+          1, 1, 0, 0, "relu6", 1}, 1, 0},
+        {{"residual sum fused", "DepthwiseConv2D", KC_CONV_DEPTHWISE, 2, 1, 14, 14, 16, 1, 3, 1, 1,
+          1, 0, 1, "relu6", 1}, 1, 0},
+    };
+    if (!kc_dnnl_ready())
+        skip();
+    int own = kc_isa() == KC_ISA_AVX2 && !kc_dnnl_avx512();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const conv_case *c = &cases[i].c;
+        conv_run r;
+        setup(c, &r);
+        if (!cases[i].use_bias) {
+            r.a.use_bias = 0;
+            r.layer.n_weights = 1;
+        }
+        float *want = plain_output(&r);
+        float peak = peak_of(want, r.out_count);
+        float *got = malloc((size_t)r.out_count * sizeof *got);
+        float *onednn = malloc((size_t)r.out_count * sizeof *onednn);
+        static const int threads[] = {1, 2, 3, 5};
+        for (int t = 0; t < 4; t++) {
+            if (r.residual) {
+                memcpy(got, r.residual, (size_t)r.out_count * sizeof *got);
+                memcpy(onednn, r.residual, (size_t)r.out_count * sizeof *got);
+            }
+            int mine = run_dw(&r, threads[t], got);
+            if (mine != (own && cases[i].want))
+                fail_msg("%s, %d threads: %s kerasc's depthwise loop", c->what, threads[t],
+                         mine ? "ran on" : "not on");
+            expect_close(got, want, r.out_count, 1e-4f * peak, "%s, %d threads", c->what,
+                         threads[t]);
+            setenv("KC_DW", "0", 1);
+            if (run_dw(&r, threads[t], onednn))
+                fail_msg("%s: on kerasc's depthwise loop with KC_DW=0", c->what);
+            unsetenv("KC_DW");
+            if (mine && memcmp(got, onednn, (size_t)r.out_count * sizeof *got))
+                expect_close(got, onednn, r.out_count, 0.0f, "%s, %d threads, against oneDNN",
+                             c->what, threads[t]);
+        }
+        kc_threads_enter(0);
+        free(want);
+        free(got);
+        free(onednn);
+        teardown(&r);
+    }
 }
 
 static void test_conv1d_cuts(void **state)
@@ -2512,6 +2625,7 @@ int main(void)
         cmocka_unit_test(test_residual_add_vectors),
         cmocka_unit_test(test_strided_gather),
         cmocka_unit_test(test_im2col_kernel),
+        cmocka_unit_test(test_dw_layers),
         cmocka_unit_test(test_conv1d_cuts),
         cmocka_unit_test(test_wino_transforms),
         cmocka_unit_test(test_wino1d_layers),

@@ -1,0 +1,193 @@
+/* 3x3 stride-1 depthwise convolutions where oneDNN runs without AVX-512:
+ * kerasc's own loop (dw_avx2.c), the output rows split between the
+ * threads.
+ *
+ * Why: on the AVX2 Zen 3 of bench/results MobileNetV2's depthwise layers
+ * took 15% of its batch-1 run on oneDNN's jit_dw:avx2, at ~48 GFLOP/s a
+ * core (its 1x1 layers run at ~88); dw_avx2.c's blocks of two output
+ * rows read each input row from L2 half as often: one thread, 56x56x144
+ * 172 -> 138 us, 28x28x192 57 -> 48, 14x14x384 29 -> 23, 112x112x32
+ * 147 -> 109. On 7x7 images (five interior columns) it lost, 16.5 ->
+ * 22 us, and on stride 2 (not written here) oneDNN's is level or ahead:
+ * those stay on oneDNN.
+ *
+ * The sums are jit_dw:avx2's (the bias, then the taps row by row, left
+ * to right, the padding's skipped): its outputs equal oneDNN's bit for
+ * bit (test_dw_layers), so a layer's output does not depend on which of
+ * the two ran it. The fused 1x1 + depthwise pairs of a batch (oneDNN's
+ * depthwise post-op, runtime/fuse.c) keep oneDNN's. */
+#include "kernels/dw.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/env.h"
+#include "base/mem.h"
+#include "base/threads.h"
+#include "kernels/dnnl_common.h"
+#include "kernels/isa.h"
+#include "kernels/wino_tx.h"
+#include "ops/conv.h"
+
+/* At least this many output columns: below, the image's two edge columns
+ * (one pixel at a time) outweigh the blocks (7x7: 0.74x oneDNN's speed). */
+#define KC_DW_MIN_WIDTH 12
+
+typedef struct kc_dw_state {
+    kc_kernel_state base;
+    kc_shape in_shape;
+    kc_dw_geom g;
+    int64_t images;
+    float *w;               /* kc_dw_pack's blocks */
+    float *bias;            /* c floats, zeros for a layer without */
+} kc_dw_state;
+
+/* A run: the state, the layer's input and output, and how many parts
+ * (threads) all the images' output rows are cut into, evenly. */
+typedef struct kc_dw_job {
+    const kc_dw_state *st;
+    const float *in;
+    float *out;
+    int parts;
+} kc_dw_job;
+
+void kc_dw_pack(const float *keras, int64_t c, float *packed)
+{
+    for (int64_t ch = 0; ch < c; ch++)
+        for (int t = 0; t < 9; t++)
+            packed[ch / 8 * 72 + t * 8 + ch % 8] = keras[t * c + ch];
+}
+
+/* A 2-D depthwise convolution of a 3x3 kernel, stride 1, no dilation, one
+ * output per channel, a multiple of 8 channels, "same" or "valid" (a
+ * folded ZeroPadding of one too), at least KC_DW_MIN_WIDTH output columns; into
+ * g and *images, 0 when the layer does not qualify. */
+static int kc_dw_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_dw_geom *g,
+                          int64_t *images)
+{
+    const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
+    if (a->kind != KC_CONV_DEPTHWISE || a->spatial != 2 || a->depth_multiplier != 1 ||
+        a->padding == 2 || a->accumulate || a->post_dw || a->post_pw || a->pre_pool ||
+        in->rank != 4 || out->rank != 4 || out->dims[3] != in->dims[3] ||
+        out->dims[0] != in->dims[0] || in->dims[3] % 8 || in->dims[3] < 8)
+        return 0;
+    for (int i = 0; i < 2; i++)
+        if (a->kernel[i] != 3 || a->strides[i] != 1 || a->dilation[i] != 1 ||
+            a->pad_before[i] < 0 || a->pad_after[i] < 0)
+            return 0;
+    int64_t dims[KC_MAX_RANK];
+    memcpy(dims, in->dims, sizeof dims);
+    kc_conv_data_shape(a, dims, in->rank);
+    int64_t pad[2];
+    for (int i = 0; i < 2; i++) { /* TensorFlow's "same": the extra pixel after */
+        int64_t total = out->dims[1 + i] + 2 - in->dims[1 + i];
+        pad[i] = (a->padding == 1 && total > 0 ? total / 2 : 0) + a->pad_before[i];
+    }
+    /* at most one pixel of padding on each side, as oneDNN's jit_dw:avx2
+     * runs the layer (with a wider folded ZeroPadding it summed otherwise) */
+    for (int i = 0; i < 2; i++) {
+        int64_t after = out->dims[1 + i] + 2 - dims[1 + i] - pad[i];
+        if (pad[i] > 1 || after < 0 || after > 1)
+            return 0;
+    }
+    if (dims[1] < 1 || dims[2] < 1 || out->dims[2] < KC_DW_MIN_WIDTH || out->dims[1] < 1)
+        return 0;
+    *g = (kc_dw_geom){dims[1], dims[2], in->dims[3], out->dims[1], out->dims[2], pad[0], pad[1],
+                      kc_wino_act(a->activation)};
+    *images = in->dims[0];
+    return 1;
+}
+
+static void kc_dw_free(kc_kernel_state *s)
+{
+    kc_dw_state *st = (kc_dw_state *)s;
+    free(st->w);
+    free(st->bias);
+    free(st);
+}
+
+int kc_dw_owns(const kc_kernel_state *state) { return state && state->free == kc_dw_free; }
+
+static kc_status kc_dw_build(const kc_exec_ctx *ctx, const kc_dw_geom *g, int64_t images,
+                             kc_dw_state **out)
+{
+    const kc_conv_attrs *a = ctx->layer->attrs;
+    const float *w = kc_w(ctx, 0), *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
+    if (!w || (a->use_bias && !bias))
+        return kc_fail(KC_ERR_UNSUPPORTED, "the depthwise convolution's weights are gone");
+    kc_dw_state *st = kc_calloc(1, sizeof *st);
+    if (!st)
+        return KC_ERR_NOMEM;
+    st->base.free = kc_dw_free;
+    st->in_shape = ctx->in_shape[0];
+    st->g = *g;
+    st->images = images;
+    st->w = kc_calloc((size_t)(9 * g->c), sizeof *st->w);
+    st->bias = kc_calloc((size_t)g->c, sizeof *st->bias);
+    if (!st->w || !st->bias) {
+        kc_dw_free(&st->base);
+        return KC_ERR_NOMEM;
+    }
+    kc_dw_pack(w, g->c, st->w);
+    if (bias)
+        memcpy(st->bias, bias, (size_t)g->c * sizeof *bias);
+    *out = st;
+    return KC_OK;
+}
+
+/* Part k's rows, image by image. */
+static void kc_dw_part(void *arg, int k)
+{
+    const kc_dw_job *job = arg;
+    const kc_dw_state *st = job->st;
+    const kc_dw_geom *g = &st->g;
+    int64_t rows = st->images * g->out_h;
+    int64_t lo = rows * k / job->parts, hi = rows * (k + 1) / job->parts;
+    int64_t in_image = g->in_h * g->in_w * g->c, out_image = g->out_h * g->out_w * g->c;
+    while (lo < hi) {
+        int64_t img = lo / g->out_h, y0 = lo % g->out_h;
+        int64_t y1 = hi - img * g->out_h < g->out_h ? hi - img * g->out_h : g->out_h;
+        kc_dw_rows_avx2(g, job->in + img * in_image, st->w, st->bias, job->out + img * out_image,
+                        y0, y1);
+        lo = img * g->out_h + y1;
+    }
+}
+
+kc_status kc_dw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
+{
+    const kc_conv_attrs *a = ctx->layer->attrs;
+    *handled = 0;
+    *act_done = 0;
+    if (!ctx->state || ctx->w_ext)
+        return KC_OK;
+    kc_dw_state *st = (kc_dw_state *)*ctx->state;
+    int mine = kc_dw_owns(*ctx->state);
+    /* Where oneDNN has AVX-512 its own depthwise kernel stays (and the
+     * sums would not be its). */
+    if (kc_env_off("KC_DW") || kc_isa() != KC_ISA_AVX2 || kc_dnnl_avx512()) {
+        if (mine)
+            kc_kernel_state_drop(ctx);
+        return KC_OK;
+    }
+    if (!mine || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])) {
+        kc_dw_geom g;
+        int64_t images = 0;
+        int takes = kc_dw_geometry(ctx, a, &g, &images);
+        /* as kc_pw_conv: another kernel's state goes only where this one
+         * takes the layer */
+        if (st && (mine || takes))
+            kc_kernel_state_drop(ctx);
+        if (!takes)
+            return KC_OK;
+        KC_TRY(kc_dw_build(ctx, &g, images, &st));
+        *ctx->state = &st->base;
+    }
+    kc_dw_job job = {st, ctx->in[0], ctx->out[0], kc_parallel_width()};
+    int64_t rows = st->images * st->g.out_h;
+    if (job.parts > rows)
+        job.parts = (int)rows;
+    kc_parallel(job.parts, kc_dw_part, &job);
+    *handled = 1;
+    *act_done = st->g.act != 3;
+    return KC_OK;
+}

@@ -1,0 +1,41 @@
+/* 3x3 stride-1 depthwise convolutions on AVX2 (dw.c, dw_avx2.c): where
+ * oneDNN runs without AVX-512, kerasc's own loop instead of oneDNN's
+ * jit_dw:avx2, with the same sums in the same order (the bias, then the
+ * taps row by row, left to right, skipping those in the padding), so the
+ * same bits. */
+#ifndef KC_KERNELS_DW_H
+#define KC_KERNELS_DW_H
+
+#include <stdint.h>
+
+#include "kernels/kernel.h"
+
+/* One image's geometry: input data rows and columns (a folded
+ * ZeroPadding excluded), channels (a multiple of 8), output rows and
+ * columns, the padding before (top, left; after is what the sizes
+ * leave), the activation (kc_wino_act's codes 0 linear, 1 relu, 2 relu6;
+ * 3: applied by the caller). */
+typedef struct kc_dw_geom {
+    int64_t in_h, in_w, c, out_h, out_w, pad_t, pad_l;
+    int act;
+} kc_dw_geom;
+
+/* Output rows [y0, y1) of one image: `in` and `out` the image's NHWC
+ * data, `w` the kernel packed by kc_dw_pack, `bias` c floats. */
+void kc_dw_rows_avx2(const kc_dw_geom *g, const float *in, const float *w, const float *bias,
+                     float *out, int64_t y0, int64_t y1);
+
+/* Keras's (3, 3, c, 1) depthwise kernel into blocks of 8 channels: block
+ * b's 9 taps (row-major) of 8 floats at packed + 72 * b. */
+void kc_dw_pack(const float *keras, int64_t c, float *packed);
+
+/* Run the layer of ctx on this kernel where it qualifies (*handled 1),
+ * else leave it to the next (*handled 0); *act_done: its activation was
+ * applied too. Needs ctx->state; never with ctx->w_ext, nor with
+ * KC_DW=0. */
+kc_status kc_dw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done);
+
+/* For tests: 1 when the state is this kernel's. */
+int kc_dw_owns(const kc_kernel_state *state);
+
+#endif
