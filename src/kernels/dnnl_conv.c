@@ -15,6 +15,7 @@
 #include "graph/graph.h"
 #include "kernels/dnnl_common.h"
 #include "kernels/dnnl_pool.h"
+#include "kernels/dw.h"
 #include "kernels/residual.h"
 #include "kernels/wino_tx.h"
 #include "ops/conv.h"
@@ -72,6 +73,13 @@ typedef struct kc_dnnl_conv_part {
      * and pad_left before. */
     int im2col;
     int64_t col_h, col_w, kh, kw, src_h, pad_t, pad_left;
+    /* own_dw (kc_dnnl_own_dw_geometry): a post_dw pair whose depthwise
+     * layer runs on kernels/dw.c's loop: the 1x1 primitive, built for one
+     * image, writes a per-thread buffer (dst_image floats), which the
+     * loop reads with dw_geom, dw_w (kc_dw_pack's) and dw_b. */
+    int own_dw;
+    kc_dw_geom dw_geom;
+    float *dw_w, *dw_b;
 } kc_dnnl_conv_part;
 
 typedef struct kc_dnnl_conv_state {
@@ -112,6 +120,8 @@ static void kc_dnnl_conv_part_free(kc_dnnl_conv_part *p)
         free(p->w.packed);
     if (p->dw.owner)
         free(p->dw.packed);
+    free(p->dw_w);
+    free(p->dw_b);
     memset(p, 0, sizeof *p);
 }
 
@@ -956,11 +966,92 @@ static kc_status kc_dnnl_build_fused_part(const kc_exec_ctx *ctx, const kc_conv_
     return kc_dnnl_part_copy(ctx, st, k, 1, &st->dw_w_md, dl->weights[0].data);
 }
 
+/* Whether pair a (a->post_dw) runs its depthwise layer on kernels/dw.c's
+ * loop rather than inside oneDNN's fused primitive, and its geometry for
+ * one image of window g (the 1x1's: its output is the depthwise input).
+ * Both run the same two passes, the 1x1 into a per-thread buffer one
+ * image at a time, then the depthwise layer out of it; the loop's sums
+ * are jit_dw:avx2's, so the same bits. Why: MobileNetV2 batch 8 (lanes),
+ * Zen 3: unfused, the loop saved 0.12 ms an image over oneDNN's
+ * depthwise layers (3.82 -> 3.70 ms), fused oneDNN's pairs saved 0.13
+ * (3.69); this takes both. */
+static int kc_dnnl_own_dw_geometry(const kc_conv_attrs *a, const kc_dnnl_window *g,
+                                   kc_dw_geom *dg)
+{
+    const kc_conv_attrs *d = a->post_dw->attrs;
+    if (!kc_dw_enabled() || a->post_pw || !kc_dnnl_act_fusable(a->activation) ||
+        kc_wino_act(d->activation) == 3 || g->sp != 2)
+        return 0;
+    kc_shape in = {.rank = 4, .dims = {1, g->dst[2], g->dst[3], g->dst[1]}}, out = in;
+    for (int i = 0; i < 2; i++) {
+        in.dims[1 + i] += d->pad_before[i] + d->pad_after[i]; /* the value's padded shape */
+        out.dims[1 + i] = kc_conv_out_len(in.dims[1 + i], 3, d->strides[i], 1, d->padding == 1);
+        if (out.dims[1 + i] != g->dst[2 + i]) /* the output's image is the buffer's */
+            return 0;
+    }
+    return kc_dw_geometry(d, &in, &out, dg);
+}
+
+/* Part k of pair a on window `part` with its depthwise layer on dw.c's
+ * loop (geometry dg): the plain 1x1 primitive for one image, its
+ * activation a post-op, and the depthwise layer's kernel packed. */
+static kc_status kc_dnnl_build_own_dw_part(const kc_conv_attrs *a, kc_dnnl_conv_state *st, int k,
+                                           const kc_dnnl_window *part, const kc_dw_geom *dg)
+{
+    kc_dnnl_conv_part *pt = &st->part[k];
+    const kc_layer *dl = a->post_dw;
+    const kc_conv_attrs *d = dl->attrs;
+    kc_dnnl_window one;
+    const kc_dnnl_window *g = kc_dnnl_one_image(part, pt, &one);
+    KC_TRY(kc_dnnl_descs(g, 1, a->kernel, st, pt));
+    int act_fused = 0;
+    dnnl_primitive_attr_t attr = kc_dnnl_post_ops_attr(a->activation, 0, NULL, NULL, &act_fused);
+    dnnl_memory_desc_t w_any = st->w_md;
+    w_any.format_kind = dnnl_format_kind_any;
+    dnnl_convolution_desc_t desc;
+    dnnl_primitive_desc_t pd = NULL;
+    if (attr && act_fused &&
+        dnnl_dilated_convolution_forward_desc_init(
+            &desc, dnnl_forward_inference, dnnl_convolution_direct, &pt->src_md, &w_any,
+            &st->b_md, &pt->dst_md, g->strides, g->dilates, g->pad_l, g->pad_r) == dnnl_success)
+        pd = kc_dnnl_conv_pd(&desc, attr, kc_dnnl_preferred_impl(a, g, 0));
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    if (!pd)
+        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN has no 1x1 convolution before '%s'", dl->name);
+    pt->w.prim_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    static const int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
+    const dnnl_memory_desc_t *mds[4] = {&pt->src_md, &pt->w.prim_md, &pt->dst_md, &st->b_md};
+    kc_status s = kc_dnnl_prim_init(&pt->prim, pd, 4, args, mds);
+    dnnl_primitive_desc_destroy(pd);
+    if (s != KC_OK)
+        return s;
+    const float *dw_w = dl->weights[0].data, *dw_b = d->use_bias ? dl->weights[1].data : NULL;
+    if (!dw_w || (d->use_bias && !dw_b))
+        return kc_fail(KC_ERR_UNSUPPORTED, "the weights of '%s' are gone", dl->name);
+    pt->dw_w = kc_calloc((size_t)(9 * dg->c), sizeof *pt->dw_w);
+    pt->dw_b = kc_calloc((size_t)dg->c, sizeof *pt->dw_b);
+    if (!pt->dw_w || !pt->dw_b)
+        return KC_ERR_NOMEM;
+    kc_dw_pack(dw_w, dg->c, pt->dw_w);
+    if (dw_b)
+        memcpy(pt->dw_b, dw_b, (size_t)dg->c * sizeof *dw_b);
+    pt->own_dw = 1;
+    pt->dw_geom = *dg;
+    st->act_fused = 1; /* the 1x1's as a post-op, the depthwise layer's in the loop */
+    return KC_OK;
+}
+
 static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
                                     kc_dnnl_conv_state *st, int64_t groups, int k,
                                     const kc_dnnl_window *g)
 {
     kc_dnnl_conv_part *pt = &st->part[k];
+    kc_dw_geom dg;
+    if (a->post_dw && kc_dnnl_own_dw_geometry(a, g, &dg)) {
+        KC_TRY(kc_dnnl_build_own_dw_part(a, st, k, g, &dg));
+        return kc_dnnl_part_weights(ctx, st, k);
+    }
     if (a->post_dw) {
         KC_TRY(kc_dnnl_build_fused_part(ctx, a, st, k, g));
         return kc_dnnl_part_weights(ctx, st, k);
@@ -1228,6 +1319,15 @@ static kc_status kc_dnnl_execute_once(kc_dnnl_conv_part *pt, int lane, const kc_
         kc_dnnl_im2col(pt, src, cols);
         src = cols;
     }
+    if (pt->own_dw) {
+        float *mid = kc_dnnl_part_buffer(io, slot, KC_DNNL_SLOT_DST, pt->dst_image * sizeof(float));
+        if (!mid)
+            return kc_fail(KC_ERR_NOMEM, "out of memory for a 1x1 convolution's buffer");
+        void *ptrs[4] = {(void *)src, wp, mid, (void *)b};
+        KC_TRY(kc_dnnl_run_lane(&pt->prim, ptrs, lane));
+        kc_dw_rows_avx2(&pt->dw_geom, mid, pt->dw_w, pt->dw_b, dst, 0, pt->dw_geom.out_h);
+        return KC_OK;
+    }
     if (pt->add_after) {
         size_t bytes = pt->dst_image * sizeof(float);
         float *tmp = kc_dnnl_part_buffer(io, slot, KC_DNNL_SLOT_DST, bytes);
@@ -1410,6 +1510,11 @@ int kc_dnnl_conv_gather_parts(const kc_kernel_state *state)
 int kc_dnnl_conv_im2col_parts(const kc_kernel_state *state)
 {
     return kc_dnnl_count_flag(state, offsetof(kc_dnnl_conv_part, im2col));
+}
+
+int kc_dnnl_conv_own_dw_parts(const kc_kernel_state *state)
+{
+    return kc_dnnl_count_flag(state, offsetof(kc_dnnl_conv_part, own_dw));
 }
 
 int kc_dnnl_conv_pool_fusable(const kc_conv_attrs *a, const kc_layer *pool, const kc_shape *in)

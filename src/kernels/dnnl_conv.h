@@ -26,6 +26,8 @@ int kc_dnnl_conv_gather_parts(const kc_kernel_state *state);
 /* How many run as a 1x1 convolution over their taps (im2col: a 1-D
  * kernel on a small image, without AVX-512). */
 int kc_dnnl_conv_im2col_parts(const kc_kernel_state *state);
+/* How many run a fused depthwise layer on kernels/dw.c's loop (own_dw). */
+int kc_dnnl_conv_own_dw_parts(const kc_kernel_state *state);
 
 /* The oneDNN implementation part `part` of that state runs (its name, as
  * ONEDNN_VERBOSE prints it: "brgconv_1x1:avx512_core", "jit:avx512_core"),

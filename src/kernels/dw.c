@@ -58,14 +58,9 @@ void kc_dw_pack(const float *keras, int64_t c, float *packed)
             packed[ch / 8 * 72 + t * 8 + ch % 8] = keras[t * c + ch];
 }
 
-/* A 2-D depthwise convolution of a 3x3 kernel, stride 1, no dilation, one
- * output per channel, a multiple of 8 channels, "same" or "valid" (a
- * folded ZeroPadding of one too), at least KC_DW_MIN_WIDTH output columns; into
- * g and *images, 0 when the layer does not qualify. */
-static int kc_dw_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_dw_geom *g,
-                          int64_t *images)
+int kc_dw_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
+                   kc_dw_geom *g)
 {
-    const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
     if (a->kind != KC_CONV_DEPTHWISE || a->spatial != 2 || a->depth_multiplier != 1 ||
         a->padding == 2 || a->accumulate || a->post_dw || a->post_pw || a->pre_pool ||
         in->rank != 4 || out->rank != 4 || out->dims[3] != in->dims[3] ||
@@ -94,8 +89,14 @@ static int kc_dw_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_dw_
         return 0;
     *g = (kc_dw_geom){dims[1], dims[2], in->dims[3], out->dims[1], out->dims[2], pad[0], pad[1],
                       kc_wino_act(a->activation)};
-    *images = in->dims[0];
     return 1;
+}
+
+int kc_dw_enabled(void)
+{
+    /* where oneDNN has AVX-512 its own depthwise kernel stays (and the
+     * sums would not be its) */
+    return !kc_env_off("KC_DW") && kc_isa() == KC_ISA_AVX2 && !kc_dnnl_avx512();
 }
 
 static void kc_dw_free(kc_kernel_state *s)
@@ -162,17 +163,15 @@ kc_status kc_dw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         return KC_OK;
     kc_dw_state *st = (kc_dw_state *)*ctx->state;
     int mine = kc_dw_owns(*ctx->state);
-    /* Where oneDNN has AVX-512 its own depthwise kernel stays (and the
-     * sums would not be its). */
-    if (kc_env_off("KC_DW") || kc_isa() != KC_ISA_AVX2 || kc_dnnl_avx512()) {
+    if (!kc_dw_enabled()) {
         if (mine)
             kc_kernel_state_drop(ctx);
         return KC_OK;
     }
     if (!mine || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])) {
         kc_dw_geom g;
-        int64_t images = 0;
-        int takes = kc_dw_geometry(ctx, a, &g, &images);
+        int64_t images = ctx->in_shape[0].dims[0];
+        int takes = kc_dw_geometry(a, &ctx->in_shape[0], &ctx->out_shape[0], &g);
         /* as kc_pw_conv: another kernel's state goes only where this one
          * takes the layer */
         if (st && (mine || takes))

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kernels/kernel.h"
+#include "ops/conv.h"
 
 /* One image's geometry: input data rows and columns (a folded
  * ZeroPadding excluded), channels (a multiple of 8), output rows and
@@ -28,6 +29,19 @@ void kc_dw_rows_avx2(const kc_dw_geom *g, const float *in, const float *w, const
 /* Keras's (3, 3, c, 1) depthwise kernel into blocks of 8 channels: block
  * b's 9 taps (row-major) of 8 floats at packed + 72 * b. */
 void kc_dw_pack(const float *keras, int64_t c, float *packed);
+
+/* Whether this kernel runs here at all: AVX2 (kc_isa), oneDNN without
+ * AVX-512, KC_DW unset or not 0. */
+int kc_dw_enabled(void);
+
+/* The geometry of depthwise layer a from input value shape `in` to
+ * output shape `out` (NHWC, images first; g is one image's): a 3x3
+ * kernel, stride 1, no dilation, one output per channel, a multiple of
+ * 8 channels, "same" or "valid" (a folded ZeroPadding of one too), at
+ * least 12 output columns, at most one pixel of padding a side, no fused
+ * sum; 0 when the layer does not qualify. */
+int kc_dw_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
+                   kc_dw_geom *g);
 
 /* Run the layer of ctx on this kernel where it qualifies (*handled 1),
  * else leave it to the next (*handled 0); *act_done: its activation was

@@ -1822,6 +1822,12 @@ static void test_concat_cuts(void **state)
 
 /* ------------------------------ 1x1 + depthwise 3x3 fused (post_dw) */
 
+/* Each fusable pair equals its two layers run on the plain paths, on 1,
+ * 2 and 3 threads. Where kerasc's depthwise loop runs (kc_dw_enabled),
+ * the stride-1 pairs of 12+ columns run their depthwise layer on it,
+ * after oneDNN's 1x1 (own_dw), every part of them, and equal oneDNN's
+ * fused pair (KC_DW=0) bit for bit; the others none. */
+
 typedef struct dw_case {
     const char *what;
     int64_t n, h, w, c, f;   /* images, rows, columns, in and expanded channels */
@@ -1831,6 +1837,7 @@ typedef struct dw_case {
     const char *act1, *act2;
     int bias1, bias2;
     int fusable;             /* kc_dnnl_conv_dw_fusable must say so */
+    int own;                 /* where kc_dw_enabled: the depthwise layer on dw.c's loop */
 } dw_case;
 
 typedef struct dw_run {
@@ -1899,6 +1906,14 @@ static void dw_teardown(dw_run *r)
     }
 }
 
+/* Pair r (r->pa.post_dw set) run once from ins[0] into out; returns
+ * count_of of its state. */
+static int run_pair(dw_run *r, const float **ins, float *out,
+                                     int (*count_of)(const kc_kernel_state *))
+{
+    return exec_kernel(&r->pl, ins, &r->in, 1, out, &r->mid, 0, 0, count_of);
+}
+
 static void check_dw_case(const dw_case *c)
 {
     dw_run r;
@@ -1919,16 +1934,30 @@ static void check_dw_case(const dw_case *c)
         fail_msg("%s: fusable %d, expected %d", c->what, fusable, c->fusable);
     float peak = peak_of(want, r.out_count);
     static const int threads[] = {1, 2, 3};
+    float *onednn = malloc((size_t)r.out_count * sizeof *onednn);
+    int own = c->own && kc_dw_enabled();
     for (int t = 0; fusable && t < 3; t++) {
         kc_threads_enter(threads[t]);
         r.pa.post_dw = &r.dl;
         memset(got, 0, (size_t)r.out_count * sizeof *got);
         ins[0] = r.x;
-        exec_kernel(&r.pl, ins, &r.in, 1, got, &r.mid, 0, 0, NULL);
+        int parts = run_pair(&r, ins, got, kc_dnnl_conv_parts);
+        int owned = run_pair(&r, ins, got, kc_dnnl_conv_own_dw_parts);
+        if (owned != (own ? parts : 0))
+            fail_msg("%s, %d threads: %d of %d parts on kerasc's depthwise loop, expected %s",
+                     c->what, threads[t], owned, parts, own ? "all" : "none");
+        /* the loop's sums are oneDNN's: the same bits as its fused pair */
+        setenv("KC_DW", "0", 1);
+        if (run_pair(&r, ins, onednn, kc_dnnl_conv_own_dw_parts))
+            fail_msg("%s: on kerasc's depthwise loop with KC_DW=0", c->what);
+        unsetenv("KC_DW");
         r.pa.post_dw = NULL;
         expect_close(got, want, r.out_count, 1e-4f * peak, "%s, %d threads", c->what,
                      threads[t]);
+        expect_close(got, onednn, r.out_count, 0.0f, "%s, %d threads, against oneDNN's pair",
+                     c->what, threads[t]);
     }
+    free(onednn);
     kc_threads_enter(0);
     free(mid);
     free(want);
@@ -1941,7 +1970,7 @@ static void test_dw_fused(void **state)
     (void)state;
     static const dw_case cases[] = {
         {"s1 same, relu6 both (MobileNetV2's stride-1 blocks)", 2, 14, 14, 24, 144, 3, 1, 1, 1,
-         1, 0, 0, "relu6", "relu6", 1, 1, 1},
+         1, 0, 0, "relu6", "relu6", 1, 1, 1, 1},
         {"s2 valid after ZeroPadding (0, 1), even size (its stride-2 blocks)", 2, 16, 16, 16,
          96, 3, 2, 1, 1, 0, 0, 1, "relu6", "relu6", 1, 1, 1},
         {"s2 same, odd size: one pad each side", 3, 15, 15, 8, 32, 3, 2, 1, 1, 1, 0, 0, "relu",
@@ -1952,15 +1981,17 @@ static void test_dw_fused(void **state)
          0, 0, 1},
         {"s1 valid after a ZeroPadding of 1 each side", 3, 7, 7, 16, 64, 3, 1, 1, 1, 0, 1, 1,
          "relu", "linear", 1, 0, 1},
-        {"one image", 1, 12, 12, 16, 64, 3, 1, 1, 1, 1, 0, 0, "relu6", "relu6", 1, 1, 1},
+        {"one image", 1, 12, 12, 16, 64, 3, 1, 1, 1, 1, 0, 0, "relu6", "relu6", 1, 1, 1, 1},
+        {"s1 same, linear 1x1, no depthwise bias, 3 images of 13x16x40", 3, 13, 16, 8, 40, 3, 1,
+         1, 1, 1, 0, 0, NULL, "relu", 1, 0, 1, 1},
         /* sizes where oneDNN 2.6 prefers its broken jit_1x1 fusion (wrong
          * values on all of these before kerasc took the generic one only) */
         {"one big image, s2 valid after ZeroPadding (0, 1)", 1, 112, 112, 8, 48, 3, 2, 1, 1, 0,
          0, 1, "relu6", "relu6", 1, 1, 1},
         {"one big image, s1 same", 1, 112, 112, 16, 48, 3, 1, 1, 1, 1, 0, 0, "relu6", "relu6",
-         1, 1, 1},
+         1, 1, 1, 1},
         {"two 56x56 images, s1 same, 24 -> 144", 2, 56, 56, 24, 144, 3, 1, 1, 1, 1, 0, 0,
-         "relu6", "relu6", 1, 1, 1},
+         "relu6", "relu6", 1, 1, 1, 1},
         /* not fusable: run as two layers */
         {"s1 valid: oneDNN's post-op keeps the size at stride 1", 2, 9, 11, 5, 40, 3, 1, 1, 1,
          0, 0, 0, "relu", "relu", 1, 1, 0},
