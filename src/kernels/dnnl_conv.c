@@ -74,12 +74,17 @@ typedef struct kc_dnnl_conv_part {
     int im2col;
     int64_t col_h, col_w, kh, kw, src_h, pad_t, pad_left;
     /* own_dw (kc_dnnl_own_dw_geometry): a post_dw pair whose depthwise
-     * layer runs on kernels/dw.c's loop: the 1x1 primitive, built for one
-     * image, writes a per-thread buffer (dst_image floats), which the
-     * loop reads with dw_geom, dw_w (kc_dw_pack's) and dw_b. */
+     * layer runs on kernels/dw.c's loop, image by image, in strips of
+     * strip_rows output rows: the 1x1 primitive (`prim` for strip_rows x
+     * stride input rows, row_prim for one) writes the strip's input rows
+     * to a per-thread buffer of strip_floats, which the loop reads with
+     * dw_geom, dw_w (kc_dw_pack's) and dw_b. */
     int own_dw;
     kc_dw_geom dw_geom;
     float *dw_w, *dw_b;
+    kc_dnnl_prim row_prim;
+    int64_t strip_rows, strip_new;  /* prim's rows: strip_rows x stride, at most the image's */
+    size_t strip_floats;
 } kc_dnnl_conv_part;
 
 typedef struct kc_dnnl_conv_state {
@@ -116,6 +121,7 @@ static void kc_dnnl_conv_part_free(kc_dnnl_conv_part *p)
     kc_dnnl_prim_destroy(&p->to_src);
     kc_dnnl_prim_destroy(&p->from_dst);
     kc_dnnl_prim_destroy(&p->pool);
+    kc_dnnl_prim_destroy(&p->row_prim);
     if (p->w.owner)
         free(p->w.packed);
     if (p->dw.owner)
@@ -969,12 +975,14 @@ static kc_status kc_dnnl_build_fused_part(const kc_exec_ctx *ctx, const kc_conv_
 /* Whether pair a (a->post_dw) runs its depthwise layer on kernels/dw.c's
  * loop rather than inside oneDNN's fused primitive, and its geometry for
  * one image of window g (the 1x1's: its output is the depthwise input).
- * Both run the same two passes, the 1x1 into a per-thread buffer one
- * image at a time, then the depthwise layer out of it; the loop's sums
- * are jit_dw:avx2's, so the same bits. Why: MobileNetV2 batch 8 (lanes),
- * Zen 3: unfused, the loop saved 0.12 ms an image over oneDNN's
- * depthwise layers (3.82 -> 3.70 ms), fused oneDNN's pairs saved 0.13
- * (3.69); this takes both. */
+ * oneDNN's fused primitive runs the 1x1 over a whole image into its
+ * scratchpad, then the depthwise layer out of it (4.8 MB an image at
+ * MobileNetV2's block_1: out of L3); here the two alternate strip by
+ * strip (KC_DNNL_STRIP_BYTES of input rows, in L2), stride 1 or 2. The
+ * loop's sums are jit_dw:avx2's, so the same bits. MobileNetV2 batch 4
+ * on one thread (a batch-8 lane), Zen 3: block_1 3.13 -> 2.60 ms, block_2
+ * 2.22 -> 1.79; batch 8 on 2 threads 3.86 -> 3.67 ms an image
+ * (alternating, 9 rounds, against the binary before own_dw). */
 static int kc_dnnl_own_dw_geometry(const kc_conv_attrs *a, const kc_dnnl_window *g,
                                    kc_dw_geom *dg)
 {
@@ -986,24 +994,27 @@ static int kc_dnnl_own_dw_geometry(const kc_conv_attrs *a, const kc_dnnl_window 
     for (int i = 0; i < 2; i++) {
         in.dims[1 + i] += d->pad_before[i] + d->pad_after[i]; /* the value's padded shape */
         out.dims[1 + i] = kc_conv_out_len(in.dims[1 + i], 3, d->strides[i], 1, d->padding == 1);
-        if (out.dims[1 + i] != g->dst[2 + i]) /* the output's image is the buffer's */
-            return 0;
     }
-    return kc_dw_geometry(d, &in, &out, dg);
+    return kc_dw_geometry(d, &in, &out, 2, dg);
 }
 
-/* Part k of pair a on window `part` with its depthwise layer on dw.c's
- * loop (geometry dg): the plain 1x1 primitive for one image, its
- * activation a post-op, and the depthwise layer's kernel packed. */
-static kc_status kc_dnnl_build_own_dw_part(const kc_conv_attrs *a, kc_dnnl_conv_state *st, int k,
-                                           const kc_dnnl_window *part, const kc_dw_geom *dg)
+/* A strip's input rows, at most this many bytes: the strip stays in the
+ * core's L2 (512 KB on the Zen 3) between the 1x1 that writes it and the
+ * depthwise loop that reads it. MobileNetV2's block_1 (112x112x96, 43 KB
+ * a row, stride 2) takes 4 output rows a strip, its block_2 (56x56x144)
+ * 10. */
+#define KC_DNNL_STRIP_BYTES ((int64_t)400 << 10)
+
+/* The 1x1 primitive of pair a over `rows` rows of one image (window
+ * one), into p; its weights' layout must be `want` when given. */
+static kc_status kc_dnnl_strip_prim(const kc_conv_attrs *a, kc_dnnl_conv_state *st,
+                                    kc_dnnl_conv_part *pt, const kc_dnnl_window *one,
+                                    int64_t rows, kc_dnnl_prim *p,
+                                    const dnnl_memory_desc_t *want)
 {
-    kc_dnnl_conv_part *pt = &st->part[k];
-    const kc_layer *dl = a->post_dw;
-    const kc_conv_attrs *d = dl->attrs;
-    kc_dnnl_window one;
-    const kc_dnnl_window *g = kc_dnnl_one_image(part, pt, &one);
-    KC_TRY(kc_dnnl_descs(g, 1, a->kernel, st, pt));
+    kc_dnnl_window g = *one;
+    g.src[2] = g.dst[2] = rows;
+    KC_TRY(kc_dnnl_descs(&g, 1, a->kernel, st, pt));
     int act_fused = 0;
     dnnl_primitive_attr_t attr = kc_dnnl_post_ops_attr(a->activation, 0, NULL, NULL, &act_fused);
     dnnl_memory_desc_t w_any = st->w_md;
@@ -1013,19 +1024,49 @@ static kc_status kc_dnnl_build_own_dw_part(const kc_conv_attrs *a, kc_dnnl_conv_
     if (attr && act_fused &&
         dnnl_dilated_convolution_forward_desc_init(
             &desc, dnnl_forward_inference, dnnl_convolution_direct, &pt->src_md, &w_any,
-            &st->b_md, &pt->dst_md, g->strides, g->dilates, g->pad_l, g->pad_r) == dnnl_success)
-        pd = kc_dnnl_conv_pd(&desc, attr, kc_dnnl_preferred_impl(a, g, 0));
+            &st->b_md, &pt->dst_md, g.strides, g.dilates, g.pad_l, g.pad_r) == dnnl_success)
+        pd = kc_dnnl_conv_pd(&desc, attr, kc_dnnl_preferred_impl(a, &g, 0));
     if (attr)
         dnnl_primitive_attr_destroy(attr);
     if (!pd)
-        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN has no 1x1 convolution before '%s'", dl->name);
-    pt->w.prim_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN has no 1x1 convolution before '%s'",
+                       a->post_dw->name);
+    const dnnl_memory_desc_t *w_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    if (want && !dnnl_memory_desc_equal(w_md, want)) {
+        dnnl_primitive_desc_destroy(pd);
+        return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN wants the weights of '%s' in two layouts",
+                       a->post_dw->name);
+    }
+    pt->w.prim_md = *w_md;
     static const int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
     const dnnl_memory_desc_t *mds[4] = {&pt->src_md, &pt->w.prim_md, &pt->dst_md, &st->b_md};
-    kc_status s = kc_dnnl_prim_init(&pt->prim, pd, 4, args, mds);
+    kc_status s = kc_dnnl_prim_init(p, pd, 4, args, mds);
     dnnl_primitive_desc_destroy(pd);
-    if (s != KC_OK)
-        return s;
+    return s;
+}
+
+/* Part k of pair a on window `part` with its depthwise layer on dw.c's
+ * loop (geometry dg): the 1x1 primitives for a strip's rows and for one
+ * row, their activation a post-op, and the depthwise layer's kernel
+ * packed. Offsets into the output count the depthwise layer's images. */
+static kc_status kc_dnnl_build_own_dw_part(const kc_conv_attrs *a, kc_dnnl_conv_state *st, int k,
+                                           const kc_dnnl_window *part, const kc_dw_geom *dg)
+{
+    kc_dnnl_conv_part *pt = &st->part[k];
+    const kc_layer *dl = a->post_dw;
+    const kc_conv_attrs *d = dl->attrs;
+    kc_dnnl_window one;
+    kc_dnnl_one_image(part, pt, &one);
+    int64_t row_floats = dg->in_w * dg->c, rows = KC_DNNL_STRIP_BYTES / (row_floats * 4);
+    pt->strip_rows = (rows + dg->s - 3) / dg->s / 2 * 2; /* (r - 1) * s + 3 rows: pairs */
+    if (pt->strip_rows < 2)
+        pt->strip_rows = 2;
+    pt->strip_floats = (size_t)(((pt->strip_rows - 1) * dg->s + 3) * row_floats);
+    /* a strip's new rows but the first's and last's */
+    pt->strip_new = pt->strip_rows * dg->s < dg->in_h ? pt->strip_rows * dg->s : dg->in_h;
+    KC_TRY(kc_dnnl_strip_prim(a, st, pt, &one, 1, &pt->row_prim, NULL));
+    dnnl_memory_desc_t row_w = pt->w.prim_md;
+    KC_TRY(kc_dnnl_strip_prim(a, st, pt, &one, pt->strip_new, &pt->prim, &row_w));
     const float *dw_w = dl->weights[0].data, *dw_b = d->use_bias ? dl->weights[1].data : NULL;
     if (!dw_w || (d->use_bias && !dw_b))
         return kc_fail(KC_ERR_UNSUPPORTED, "the weights of '%s' are gone", dl->name);
@@ -1038,7 +1079,46 @@ static kc_status kc_dnnl_build_own_dw_part(const kc_conv_attrs *a, kc_dnnl_conv_
         memcpy(pt->dw_b, dw_b, (size_t)dg->c * sizeof *dw_b);
     pt->own_dw = 1;
     pt->dw_geom = *dg;
+    /* the output is the depthwise layer's: offsets count its images */
+    size_t mid_image = pt->dst_image;
+    pt->dst_image = (size_t)(dg->out_h * dg->out_w * dg->c);
+    pt->dst_off = pt->dst_off / mid_image * pt->dst_image;
     st->act_fused = 1; /* the 1x1's as a post-op, the depthwise layer's in the loop */
+    return KC_OK;
+}
+
+/* One image of an own_dw part, strip by strip: each strip's input rows
+ * [r0, r1) in buf (the rows the last strip also read moved to its front,
+ * the others made by the 1x1: R x stride at a time, the rest one by
+ * one), then its output rows from there. */
+static kc_status kc_dnnl_own_dw_image(kc_dnnl_conv_part *pt, int lane, void *w, const float *b,
+                                      const float *src, float *dst, float *buf)
+{
+    const kc_dw_geom *g = &pt->dw_geom;
+    int64_t row_floats = g->in_w * g->c, src_row = pt->src_image / (size_t)g->in_h;
+    int64_t steady = pt->strip_new, have0 = 0, have1 = 0; /* rows in buf */
+    for (int64_t y0 = 0; y0 < g->out_h; y0 += pt->strip_rows) {
+        int64_t y1 = y0 + pt->strip_rows < g->out_h ? y0 + pt->strip_rows : g->out_h;
+        int64_t r0 = y0 * g->s - g->pad_t, r1 = (y1 - 1) * g->s - g->pad_t + 3;
+        r0 = r0 < 0 ? 0 : r0;
+        r1 = r1 > g->in_h ? g->in_h : r1;
+        int64_t keep = have1 > r0 ? have1 - r0 : 0, next = r0 + keep;
+        if (keep)
+            memmove(buf, buf + (r0 - have0) * row_floats, (size_t)(keep * row_floats) * sizeof *buf);
+        while (next < r1) {
+            int whole = r1 - next >= steady;
+            void *ptrs[4] = {(void *)(src + next * src_row), w, buf + (next - r0) * row_floats,
+                             (void *)b};
+            KC_TRY(kc_dnnl_run_lane(whole ? &pt->prim : &pt->row_prim, ptrs, lane));
+            next += whole ? steady : 1;
+        }
+        have0 = r0;
+        have1 = r1;
+        kc_dw_geom strip = *g; /* buf's row 0 is the image's row r0 */
+        strip.pad_t += r0;
+        strip.in_h -= r0;
+        kc_dw_rows_avx2(&strip, buf, pt->dw_w, pt->dw_b, dst, y0, y1);
+    }
     return KC_OK;
 }
 
@@ -1220,7 +1300,7 @@ static kc_status kc_dnnl_conv_build_one(void *arg, int k, const kc_dnnl_window *
     kc_status s = b->a->pre_pool
                       ? kc_dnnl_build_pooled_part(b->ctx, b->a, b->st, k, g, src_off)
                       : kc_dnnl_build_part(b->ctx, b->a, b->st, b->groups, k, g);
-    pt->prim.solo = pt->to_src.solo = pt->from_dst.solo = pt->pool.solo = solo;
+    pt->prim.solo = pt->to_src.solo = pt->from_dst.solo = pt->pool.solo = pt->row_prim.solo = solo;
     return s;
 }
 
@@ -1320,13 +1400,11 @@ static kc_status kc_dnnl_execute_once(kc_dnnl_conv_part *pt, int lane, const kc_
         src = cols;
     }
     if (pt->own_dw) {
-        float *mid = kc_dnnl_part_buffer(io, slot, KC_DNNL_SLOT_DST, pt->dst_image * sizeof(float));
-        if (!mid)
+        float *buf = kc_dnnl_part_buffer(io, slot, KC_DNNL_SLOT_DST,
+                                         pt->strip_floats * sizeof(float));
+        if (!buf)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a 1x1 convolution's buffer");
-        void *ptrs[4] = {(void *)src, wp, mid, (void *)b};
-        KC_TRY(kc_dnnl_run_lane(&pt->prim, ptrs, lane));
-        kc_dw_rows_avx2(&pt->dw_geom, mid, pt->dw_w, pt->dw_b, dst, 0, pt->dw_geom.out_h);
-        return KC_OK;
+        return kc_dnnl_own_dw_image(pt, lane, wp, b, src, dst, buf);
     }
     if (pt->add_after) {
         size_t bytes = pt->dst_image * sizeof(float);

@@ -8,14 +8,16 @@
  * rows read each input row from L2 half as often: one thread, 56x56x144
  * 172 -> 138 us, 28x28x192 57 -> 48, 14x14x384 29 -> 23, 112x112x32
  * 147 -> 109. On 7x7 images (five interior columns) it lost, 16.5 ->
- * 22 us, and on stride 2 (not written here) oneDNN's is level or ahead:
- * those stay on oneDNN.
+ * 22 us: those stay on oneDNN. So do stride-2 layers run alone: the
+ * loop takes stride 2 too, but alone it was level or behind (MobileNetV2
+ * batch 1, block_1: 0.16-0.17 against 0.14-0.17 ms); it runs them in the
+ * fused 1x1 + depthwise pairs of a batch (dnnl_conv.c, own_dw), strip by
+ * strip out of L2.
  *
  * The sums are jit_dw:avx2's (the bias, then the taps row by row, left
  * to right, the padding's skipped): its outputs equal oneDNN's bit for
- * bit (test_dw_layers), so a layer's output does not depend on which of
- * the two ran it. The fused 1x1 + depthwise pairs of a batch (oneDNN's
- * depthwise post-op, runtime/fuse.c) keep oneDNN's. */
+ * bit (test_dw_layers, test_dw_fused), so a layer's output does not
+ * depend on which of the two ran it. */
 #include "kernels/dw.h"
 
 #include <stdlib.h>
@@ -32,6 +34,10 @@
 /* At least this many output columns: below, the image's two edge columns
  * (one pixel at a time) outweigh the blocks (7x7: 0.74x oneDNN's speed). */
 #define KC_DW_MIN_WIDTH 12
+/* The largest stride of a layer run alone (not fused after its 1x1). */
+#ifndef KC_DW_MAX_STRIDE_ALONE
+#define KC_DW_MAX_STRIDE_ALONE 1
+#endif
 
 typedef struct kc_dw_state {
     kc_kernel_state base;
@@ -59,7 +65,7 @@ void kc_dw_pack(const float *keras, int64_t c, float *packed)
 }
 
 int kc_dw_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
-                   kc_dw_geom *g)
+                   int max_stride, kc_dw_geom *g)
 {
     if (a->kind != KC_CONV_DEPTHWISE || a->spatial != 2 || a->depth_multiplier != 1 ||
         a->padding == 2 || a->accumulate || a->post_dw || a->post_pw || a->pre_pool ||
@@ -67,28 +73,30 @@ int kc_dw_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *o
         out->dims[0] != in->dims[0] || in->dims[3] % 8 || in->dims[3] < 8)
         return 0;
     for (int i = 0; i < 2; i++)
-        if (a->kernel[i] != 3 || a->strides[i] != 1 || a->dilation[i] != 1 ||
+        if (a->kernel[i] != 3 || a->strides[i] != a->strides[0] || a->strides[i] < 1 ||
+            a->strides[i] > max_stride || a->strides[i] > 2 || a->dilation[i] != 1 ||
             a->pad_before[i] < 0 || a->pad_after[i] < 0)
             return 0;
     int64_t dims[KC_MAX_RANK];
     memcpy(dims, in->dims, sizeof dims);
     kc_conv_data_shape(a, dims, in->rank);
-    int64_t pad[2];
+    int64_t pad[2], s = a->strides[0];
     for (int i = 0; i < 2; i++) { /* TensorFlow's "same": the extra pixel after */
-        int64_t total = out->dims[1 + i] + 2 - in->dims[1 + i];
+        int64_t total = (out->dims[1 + i] - 1) * s + 3 - in->dims[1 + i];
         pad[i] = (a->padding == 1 && total > 0 ? total / 2 : 0) + a->pad_before[i];
     }
     /* at most one pixel of padding on each side, as oneDNN's jit_dw:avx2
-     * runs the layer (with a wider folded ZeroPadding it summed otherwise) */
+     * runs the layer (with a wider folded ZeroPadding it summed
+     * otherwise); a stride may leave the last row and column unread */
     for (int i = 0; i < 2; i++) {
-        int64_t after = out->dims[1 + i] + 2 - dims[1 + i] - pad[i];
-        if (pad[i] > 1 || after < 0 || after > 1)
+        int64_t after = (out->dims[1 + i] - 1) * s + 3 - dims[1 + i] - pad[i];
+        if (pad[i] > 1 || after < 1 - s || after > 1)
             return 0;
     }
     if (dims[1] < 1 || dims[2] < 1 || out->dims[2] < KC_DW_MIN_WIDTH || out->dims[1] < 1)
         return 0;
     *g = (kc_dw_geom){dims[1], dims[2], in->dims[3], out->dims[1], out->dims[2], pad[0], pad[1],
-                      kc_wino_act(a->activation)};
+                      kc_wino_act(a->activation), s};
     return 1;
 }
 
@@ -171,7 +179,8 @@ kc_status kc_dw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     if (!mine || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])) {
         kc_dw_geom g;
         int64_t images = ctx->in_shape[0].dims[0];
-        int takes = kc_dw_geometry(a, &ctx->in_shape[0], &ctx->out_shape[0], &g);
+        int takes = kc_dw_geometry(a, &ctx->in_shape[0], &ctx->out_shape[0],
+                                   KC_DW_MAX_STRIDE_ALONE, &g);
         /* as kc_pw_conv: another kernel's state goes only where this one
          * takes the layer */
         if (st && (mine || takes))

@@ -15,10 +15,11 @@
  * ZeroPadding excluded), channels (a multiple of 8), output rows and
  * columns, the padding before (top, left; after is what the sizes
  * leave), the activation (kc_wino_act's codes 0 linear, 1 relu, 2 relu6;
- * 3: applied by the caller). */
+ * 3: applied by the caller), the stride. */
 typedef struct kc_dw_geom {
     int64_t in_h, in_w, c, out_h, out_w, pad_t, pad_l;
     int act;
+    int64_t s;              /* the stride, 1 or 2 */
 } kc_dw_geom;
 
 /* Output rows [y0, y1) of one image: `in` and `out` the image's NHWC
@@ -36,12 +37,13 @@ int kc_dw_enabled(void);
 
 /* The geometry of depthwise layer a from input value shape `in` to
  * output shape `out` (NHWC, images first; g is one image's): a 3x3
- * kernel, stride 1, no dilation, one output per channel, a multiple of
- * 8 channels, "same" or "valid" (a folded ZeroPadding of one too), at
- * least 12 output columns, at most one pixel of padding a side, no fused
- * sum; 0 when the layer does not qualify. */
+ * kernel, the same stride on both axes, at most max_stride (and 2), no
+ * dilation, one output per channel, a multiple of 8 channels, "same" or
+ * "valid" (a folded ZeroPadding of one too), at least 12 output columns,
+ * at most one pixel of padding a side, no fused sum; 0 when the layer
+ * does not qualify. */
 int kc_dw_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
-                   kc_dw_geom *g);
+                   int max_stride, kc_dw_geom *g);
 
 /* Run the layer of ctx on this kernel where it qualifies (*handled 1),
  * else leave it to the next (*handled 0); *act_done: its activation was

@@ -1987,7 +1987,9 @@ static void test_dw_fused(void **state)
         /* sizes where oneDNN 2.6 prefers its broken jit_1x1 fusion (wrong
          * values on all of these before kerasc took the generic one only) */
         {"one big image, s2 valid after ZeroPadding (0, 1)", 1, 112, 112, 8, 48, 3, 2, 1, 1, 0,
-         0, 1, "relu6", "relu6", 1, 1, 1},
+         0, 1, "relu6", "relu6", 1, 1, 1, 1},
+        {"two 57x31 images, s2 same (one pad each side)", 2, 57, 31, 16, 32, 3, 2, 1,
+         1, 1, 0, 0, "relu", "relu6", 1, 1, 1, 1},
         {"one big image, s1 same", 1, 112, 112, 16, 48, 3, 1, 1, 1, 1, 0, 0, "relu6", "relu6",
          1, 1, 1, 1},
         {"two 56x56 images, s1 same, 24 -> 144", 2, 56, 56, 24, 144, 3, 1, 1, 1, 1, 0, 0,
