@@ -22,6 +22,15 @@
 #include "ops/op.h"
 #include "ops/pool.h"
 
+/* An own_dw part's strips (kc_dnnl_conv_part.own). */
+typedef struct kc_dnnl_own_dw {
+    kc_dw_geom dw_geom;
+    float *dw_w, *dw_b;
+    kc_dnnl_prim row_prim;
+    int64_t strip_rows, strip_new;  /* prim's rows: strip_rows x stride, at most the image's */
+    size_t strip_floats;
+} kc_dnnl_own_dw;
+
 /* A part's copy of a weight array in the layout its primitive wants. */
 typedef struct kc_dnnl_wcopy {
     dnnl_memory_desc_t prim_md;
@@ -75,16 +84,13 @@ typedef struct kc_dnnl_conv_part {
     int64_t col_h, col_w, kh, kw, src_h, pad_t, pad_left;
     /* own_dw (kc_dnnl_own_dw_geometry): a post_dw pair whose depthwise
      * layer runs on kernels/dw.c's loop, image by image, in strips of
-     * strip_rows output rows: the 1x1 primitive (`prim` for strip_rows x
-     * stride input rows, row_prim for one) writes the strip's input rows
-     * to a per-thread buffer of strip_floats, which the loop reads with
-     * dw_geom, dw_w (kc_dw_pack's) and dw_b. */
+     * own->strip_rows output rows: the 1x1 primitive (`prim` for
+     * strip_rows x stride input rows, own->row_prim for one) writes the
+     * strip's input rows to a per-thread buffer of own->strip_floats,
+     * which the loop reads with own's dw_geom, dw_w (kc_dw_pack's) and
+     * dw_b. */
     int own_dw;
-    kc_dw_geom dw_geom;
-    float *dw_w, *dw_b;
-    kc_dnnl_prim row_prim;
-    int64_t strip_rows, strip_new;  /* prim's rows: strip_rows x stride, at most the image's */
-    size_t strip_floats;
+    struct kc_dnnl_own_dw *own;  /* its own allocation: every part would carry 0.7 KB more */
 } kc_dnnl_conv_part;
 
 typedef struct kc_dnnl_conv_state {
@@ -121,13 +127,16 @@ static void kc_dnnl_conv_part_free(kc_dnnl_conv_part *p)
     kc_dnnl_prim_destroy(&p->to_src);
     kc_dnnl_prim_destroy(&p->from_dst);
     kc_dnnl_prim_destroy(&p->pool);
-    kc_dnnl_prim_destroy(&p->row_prim);
     if (p->w.owner)
         free(p->w.packed);
     if (p->dw.owner)
         free(p->dw.packed);
-    free(p->dw_w);
-    free(p->dw_b);
+    if (p->own) {
+        kc_dnnl_prim_destroy(&p->own->row_prim);
+        free(p->own->dw_w);
+        free(p->own->dw_b);
+        free(p->own);
+    }
     memset(p, 0, sizeof *p);
 }
 
@@ -1058,27 +1067,30 @@ static kc_status kc_dnnl_build_own_dw_part(const kc_conv_attrs *a, kc_dnnl_conv_
     kc_dnnl_window one;
     kc_dnnl_one_image(part, pt, &one);
     int64_t row_floats = dg->in_w * dg->c, rows = KC_DNNL_STRIP_BYTES / (row_floats * 4);
-    pt->strip_rows = (rows + dg->s - 3) / dg->s / 2 * 2; /* (r - 1) * s + 3 rows: pairs */
-    if (pt->strip_rows < 2)
-        pt->strip_rows = 2;
-    pt->strip_floats = (size_t)(((pt->strip_rows - 1) * dg->s + 3) * row_floats);
+    kc_dnnl_own_dw *own = pt->own = kc_calloc(1, sizeof *pt->own);
+    if (!own)
+        return KC_ERR_NOMEM;
+    own->strip_rows = (rows + dg->s - 3) / dg->s / 2 * 2; /* (r - 1) * s + 3 rows: pairs */
+    if (own->strip_rows < 2)
+        own->strip_rows = 2;
+    own->strip_floats = (size_t)(((own->strip_rows - 1) * dg->s + 3) * row_floats);
     /* a strip's new rows but the first's and last's */
-    pt->strip_new = pt->strip_rows * dg->s < dg->in_h ? pt->strip_rows * dg->s : dg->in_h;
-    KC_TRY(kc_dnnl_strip_prim(a, st, pt, &one, 1, &pt->row_prim, NULL));
+    own->strip_new = own->strip_rows * dg->s < dg->in_h ? own->strip_rows * dg->s : dg->in_h;
+    KC_TRY(kc_dnnl_strip_prim(a, st, pt, &one, 1, &own->row_prim, NULL));
     dnnl_memory_desc_t row_w = pt->w.prim_md;
-    KC_TRY(kc_dnnl_strip_prim(a, st, pt, &one, pt->strip_new, &pt->prim, &row_w));
+    KC_TRY(kc_dnnl_strip_prim(a, st, pt, &one, own->strip_new, &pt->prim, &row_w));
     const float *dw_w = dl->weights[0].data, *dw_b = d->use_bias ? dl->weights[1].data : NULL;
     if (!dw_w || (d->use_bias && !dw_b))
         return kc_fail(KC_ERR_UNSUPPORTED, "the weights of '%s' are gone", dl->name);
-    pt->dw_w = kc_calloc((size_t)(9 * dg->c), sizeof *pt->dw_w);
-    pt->dw_b = kc_calloc((size_t)dg->c, sizeof *pt->dw_b);
-    if (!pt->dw_w || !pt->dw_b)
+    own->dw_w = kc_calloc((size_t)(9 * dg->c), sizeof *own->dw_w);
+    own->dw_b = kc_calloc((size_t)dg->c, sizeof *own->dw_b);
+    if (!own->dw_w || !own->dw_b)
         return KC_ERR_NOMEM;
-    kc_dw_pack(dw_w, dg->c, pt->dw_w);
+    kc_dw_pack(dw_w, dg->c, own->dw_w);
     if (dw_b)
-        memcpy(pt->dw_b, dw_b, (size_t)dg->c * sizeof *dw_b);
+        memcpy(own->dw_b, dw_b, (size_t)dg->c * sizeof *dw_b);
     pt->own_dw = 1;
-    pt->dw_geom = *dg;
+    own->dw_geom = *dg;
     /* the output is the depthwise layer's: offsets count its images */
     size_t mid_image = pt->dst_image;
     pt->dst_image = (size_t)(dg->out_h * dg->out_w * dg->c);
@@ -1094,11 +1106,12 @@ static kc_status kc_dnnl_build_own_dw_part(const kc_conv_attrs *a, kc_dnnl_conv_
 static kc_status kc_dnnl_own_dw_image(kc_dnnl_conv_part *pt, int lane, void *w, const float *b,
                                       const float *src, float *dst, float *buf)
 {
-    const kc_dw_geom *g = &pt->dw_geom;
+    kc_dnnl_own_dw *own = pt->own;
+    const kc_dw_geom *g = &own->dw_geom;
     int64_t row_floats = g->in_w * g->c, src_row = pt->src_image / (size_t)g->in_h;
-    int64_t steady = pt->strip_new, have0 = 0, have1 = 0; /* rows in buf */
-    for (int64_t y0 = 0; y0 < g->out_h; y0 += pt->strip_rows) {
-        int64_t y1 = y0 + pt->strip_rows < g->out_h ? y0 + pt->strip_rows : g->out_h;
+    int64_t steady = own->strip_new, have0 = 0, have1 = 0; /* rows in buf */
+    for (int64_t y0 = 0; y0 < g->out_h; y0 += own->strip_rows) {
+        int64_t y1 = y0 + own->strip_rows < g->out_h ? y0 + own->strip_rows : g->out_h;
         int64_t r0 = y0 * g->s - g->pad_t, r1 = (y1 - 1) * g->s - g->pad_t + 3;
         r0 = r0 < 0 ? 0 : r0;
         r1 = r1 > g->in_h ? g->in_h : r1;
@@ -1109,7 +1122,7 @@ static kc_status kc_dnnl_own_dw_image(kc_dnnl_conv_part *pt, int lane, void *w, 
             int whole = r1 - next >= steady;
             void *ptrs[4] = {(void *)(src + next * src_row), w, buf + (next - r0) * row_floats,
                              (void *)b};
-            KC_TRY(kc_dnnl_run_lane(whole ? &pt->prim : &pt->row_prim, ptrs, lane));
+            KC_TRY(kc_dnnl_run_lane(whole ? &pt->prim : &own->row_prim, ptrs, lane));
             next += whole ? steady : 1;
         }
         have0 = r0;
@@ -1117,7 +1130,7 @@ static kc_status kc_dnnl_own_dw_image(kc_dnnl_conv_part *pt, int lane, void *w, 
         kc_dw_geom strip = *g; /* buf's row 0 is the image's row r0 */
         strip.pad_t += r0;
         strip.in_h -= r0;
-        kc_dw_rows_avx2(&strip, buf, pt->dw_w, pt->dw_b, dst, y0, y1);
+        kc_dw_rows_avx2(&strip, buf, own->dw_w, own->dw_b, dst, y0, y1);
     }
     return KC_OK;
 }
@@ -1300,7 +1313,9 @@ static kc_status kc_dnnl_conv_build_one(void *arg, int k, const kc_dnnl_window *
     kc_status s = b->a->pre_pool
                       ? kc_dnnl_build_pooled_part(b->ctx, b->a, b->st, k, g, src_off)
                       : kc_dnnl_build_part(b->ctx, b->a, b->st, b->groups, k, g);
-    pt->prim.solo = pt->to_src.solo = pt->from_dst.solo = pt->pool.solo = pt->row_prim.solo = solo;
+    pt->prim.solo = pt->to_src.solo = pt->from_dst.solo = pt->pool.solo = solo;
+    if (pt->own)
+        pt->own->row_prim.solo = solo;
     return s;
 }
 
@@ -1401,7 +1416,7 @@ static kc_status kc_dnnl_execute_once(kc_dnnl_conv_part *pt, int lane, const kc_
     }
     if (pt->own_dw) {
         float *buf = kc_dnnl_part_buffer(io, slot, KC_DNNL_SLOT_DST,
-                                         pt->strip_floats * sizeof(float));
+                                         pt->own->strip_floats * sizeof(float));
         if (!buf)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a 1x1 convolution's buffer");
         return kc_dnnl_own_dw_image(pt, lane, wp, b, src, dst, buf);
