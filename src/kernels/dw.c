@@ -167,7 +167,10 @@ kc_status kc_dw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     const kc_conv_attrs *a = ctx->layer->attrs;
     *handled = 0;
     *act_done = 0;
-    if (!ctx->state || ctx->w_ext)
+    /* streamed weights arrive fresh each run; under the residency manager
+     * (ctx->whole) its copy thread needs a core: oneDNN's then (the same
+     * bits) */
+    if (!ctx->state || ctx->w_ext || ctx->whole)
         return KC_OK;
     kc_dw_state *st = (kc_dw_state *)*ctx->state;
     int mine = kc_dw_owns(*ctx->state);

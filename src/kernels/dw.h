@@ -47,8 +47,8 @@ int kc_dw_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *o
 
 /* Run the layer of ctx on this kernel where it qualifies (*handled 1),
  * else leave it to the next (*handled 0); *act_done: its activation was
- * applied too. Needs ctx->state; never with ctx->w_ext, nor with
- * KC_DW=0. */
+ * applied too. Needs ctx->state; never with ctx->w_ext or ctx->whole,
+ * nor with KC_DW=0. */
 kc_status kc_dw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done);
 
 /* For tests: 1 when the state is this kernel's. */

@@ -798,7 +798,8 @@ static int run_dw(conv_run *r, int threads, float *got)
  * and the plain path's within the fidelity tolerance. Not a stride-2,
  * dilated, 5x5, depth-multiplier-2 or summing layer, 12 channels, a
  * 7x7 image or a wider folded ZeroPadding (3: oneDNN sums those layers
- * in another order); nor with KC_DW=0. */
+ * in another order); nor with KC_DW=0 or under the residency manager
+ * (ctx->whole). */
 static void test_dw_layers(void **state)
 {
     (void)state;
@@ -873,6 +874,10 @@ static void test_dw_layers(void **state)
             if (mine && memcmp(got, onednn, (size_t)r.out_count * sizeof *got))
                 expect_close(got, onednn, r.out_count, 0.0f, "%s, %d threads, against oneDNN",
                              c->what, threads[t]);
+            const float *ins[1] = {r.x};
+            if (exec_kernel(&r.layer, ins, &r.in_shape, 1, onednn, &r.out_shape, 0, 1,
+                            dw_own_parts))
+                fail_msg("%s: on kerasc's depthwise loop under the residency manager", c->what);
         }
         kc_threads_enter(0);
         free(want);
