@@ -167,14 +167,14 @@ kc_status kc_dw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     const kc_conv_attrs *a = ctx->layer->attrs;
     *handled = 0;
     *act_done = 0;
-    /* streamed weights arrive fresh each run; under the residency manager
-     * (ctx->whole) its copy thread needs a core: oneDNN's then (the same
-     * bits) */
-    if (!ctx->state || ctx->w_ext || ctx->whole)
+    if (!ctx->state)
         return KC_OK;
     kc_dw_state *st = (kc_dw_state *)*ctx->state;
     int mine = kc_dw_owns(*ctx->state);
-    if (!kc_dw_enabled()) {
+    /* streamed weights arrive fresh each run; under the residency manager
+     * (ctx->whole) its copy thread needs a core: oneDNN's then (the same
+     * bits), and a state of this kernel goes, not to be read as oneDNN's */
+    if (ctx->w_ext || ctx->whole || !kc_dw_enabled()) {
         if (mine)
             kc_kernel_state_drop(ctx);
         return KC_OK;

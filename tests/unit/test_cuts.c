@@ -879,6 +879,22 @@ static void test_dw_layers(void **state)
                             dw_own_parts))
                 fail_msg("%s: on kerasc's depthwise loop under the residency manager", c->what);
         }
+        /* a node's state of this kernel, then a run under the residency
+         * manager: oneDNN's kernel takes over the slot (a regression: the
+         * state stayed and oneDNN read it as its own) */
+        if (own && cases[i].want && !r.residual) {
+            kc_kernel_state *slot = NULL;
+            const float *ins[1] = {r.x};
+            kc_threads_enter(2);
+            exec_in_slot(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0, &slot);
+            assert_true(kc_dw_owns(slot));
+            exec_in_slot(&r.layer, ins, &r.in_shape, 1, onednn, &r.out_shape, 0, 1, &slot);
+            if (kc_dw_owns(slot))
+                fail_msg("%s: kerasc's depthwise state kept under the residency manager", c->what);
+            expect_close(onednn, got, r.out_count, 0.0f, "%s, whole after own", c->what);
+            if (slot)
+                slot->free(slot);
+        }
         kc_threads_enter(0);
         free(want);
         free(got);
