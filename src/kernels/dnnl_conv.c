@@ -87,7 +87,7 @@ typedef struct kc_dnnl_conv_part {
      * own->strip_rows output rows: the 1x1 primitive (`prim` for
      * strip_rows x stride input rows, own->row_prim for one) writes the
      * strip's input rows to a per-thread buffer of own->strip_floats,
-     * which the loop reads with own's dw_geom, dw_w (kc_dw_pack's) and
+     * which the loop reads with own's dw_geom, dw_w (kc_dw_weights') and
      * dw_b. */
     int own_dw;
     struct kc_dnnl_own_dw *own;  /* its own allocation: every part would carry 0.7 KB more */
@@ -1082,13 +1082,7 @@ static kc_status kc_dnnl_build_own_dw_part(const kc_conv_attrs *a, kc_dnnl_conv_
     const float *dw_w = dl->weights[0].data, *dw_b = d->use_bias ? dl->weights[1].data : NULL;
     if (!dw_w || (d->use_bias && !dw_b))
         return kc_fail(KC_ERR_UNSUPPORTED, "the weights of '%s' are gone", dl->name);
-    own->dw_w = kc_calloc((size_t)(9 * dg->c), sizeof *own->dw_w);
-    own->dw_b = kc_calloc((size_t)dg->c, sizeof *own->dw_b);
-    if (!own->dw_w || !own->dw_b)
-        return KC_ERR_NOMEM;
-    kc_dw_pack(dw_w, dg->c, own->dw_w);
-    if (dw_b)
-        memcpy(own->dw_b, dw_b, (size_t)dg->c * sizeof *dw_b);
+    KC_TRY(kc_dw_weights(dw_w, dw_b, dg->c, &own->dw_w, &own->dw_b)); /* freed with the part */
     pt->own_dw = 1;
     own->dw_geom = *dg;
     /* the output is the depthwise layer's: offsets count its images */

@@ -43,8 +43,7 @@ typedef struct kc_dw_state {
     kc_kernel_state base;
     kc_shape in_shape;
     kc_dw_geom g;
-    int64_t images;
-    float *w;               /* kc_dw_pack's blocks */
+    float *w;               /* kc_dw_weights' blocks */
     float *bias;            /* c floats, zeros for a layer without */
 } kc_dw_state;
 
@@ -57,11 +56,19 @@ typedef struct kc_dw_job {
     int parts;
 } kc_dw_job;
 
-void kc_dw_pack(const float *keras, int64_t c, float *packed)
+kc_status kc_dw_weights(const float *keras, const float *bias, int64_t c, float **packed,
+                        float **bias_out)
 {
+    *packed = kc_calloc((size_t)(9 * c), sizeof **packed);
+    *bias_out = kc_calloc((size_t)c, sizeof **bias_out);
+    if (!*packed || !*bias_out)
+        return KC_ERR_NOMEM;
     for (int64_t ch = 0; ch < c; ch++)
         for (int t = 0; t < 9; t++)
-            packed[ch / 8 * 72 + t * 8 + ch % 8] = keras[t * c + ch];
+            (*packed)[ch / 8 * 72 + t * 8 + ch % 8] = keras[t * c + ch];
+    if (bias)
+        memcpy(*bias_out, bias, (size_t)c * sizeof *bias);
+    return KC_OK;
 }
 
 int kc_dw_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
@@ -117,8 +124,7 @@ static void kc_dw_free(kc_kernel_state *s)
 
 int kc_dw_owns(const kc_kernel_state *state) { return state && state->free == kc_dw_free; }
 
-static kc_status kc_dw_build(const kc_exec_ctx *ctx, const kc_dw_geom *g, int64_t images,
-                             kc_dw_state **out)
+static kc_status kc_dw_build(const kc_exec_ctx *ctx, const kc_dw_geom *g, kc_dw_state **out)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
     const float *w = kc_w(ctx, 0), *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
@@ -130,16 +136,10 @@ static kc_status kc_dw_build(const kc_exec_ctx *ctx, const kc_dw_geom *g, int64_
     st->base.free = kc_dw_free;
     st->in_shape = ctx->in_shape[0];
     st->g = *g;
-    st->images = images;
-    st->w = kc_calloc((size_t)(9 * g->c), sizeof *st->w);
-    st->bias = kc_calloc((size_t)g->c, sizeof *st->bias);
-    if (!st->w || !st->bias) {
+    if (kc_dw_weights(w, bias, g->c, &st->w, &st->bias) != KC_OK) {
         kc_dw_free(&st->base);
         return KC_ERR_NOMEM;
     }
-    kc_dw_pack(w, g->c, st->w);
-    if (bias)
-        memcpy(st->bias, bias, (size_t)g->c * sizeof *bias);
     *out = st;
     return KC_OK;
 }
@@ -150,7 +150,7 @@ static void kc_dw_part(void *arg, int k)
     const kc_dw_job *job = arg;
     const kc_dw_state *st = job->st;
     const kc_dw_geom *g = &st->g;
-    int64_t rows = st->images * g->out_h;
+    int64_t rows = st->in_shape.dims[0] * g->out_h;
     int64_t lo = rows * k / job->parts, hi = rows * (k + 1) / job->parts;
     int64_t in_image = g->in_h * g->in_w * g->c, out_image = g->out_h * g->out_w * g->c;
     while (lo < hi) {
@@ -167,7 +167,9 @@ kc_status kc_dw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     const kc_conv_attrs *a = ctx->layer->attrs;
     *handled = 0;
     *act_done = 0;
-    if (!ctx->state)
+    /* every other convolution passes here first: no state of this
+     * kernel can be theirs, and nothing to look up */
+    if (!ctx->state || a->kind != KC_CONV_DEPTHWISE)
         return KC_OK;
     kc_dw_state *st = (kc_dw_state *)*ctx->state;
     int mine = kc_dw_owns(*ctx->state);
@@ -181,7 +183,6 @@ kc_status kc_dw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     }
     if (!mine || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])) {
         kc_dw_geom g;
-        int64_t images = ctx->in_shape[0].dims[0];
         int takes = kc_dw_geometry(a, &ctx->in_shape[0], &ctx->out_shape[0],
                                    KC_DW_MAX_STRIDE_ALONE, &g);
         /* as kc_pw_conv: another kernel's state goes only where this one
@@ -190,11 +191,11 @@ kc_status kc_dw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
             kc_kernel_state_drop(ctx);
         if (!takes)
             return KC_OK;
-        KC_TRY(kc_dw_build(ctx, &g, images, &st));
+        KC_TRY(kc_dw_build(ctx, &g, &st));
         *ctx->state = &st->base;
     }
     kc_dw_job job = {st, ctx->in[0], ctx->out[0], kc_parallel_width()};
-    int64_t rows = st->images * st->g.out_h;
+    int64_t rows = st->in_shape.dims[0] * st->g.out_h;
     if (job.parts > rows)
         job.parts = (int)rows;
     kc_parallel(job.parts, kc_dw_part, &job);

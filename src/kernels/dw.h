@@ -23,13 +23,17 @@ typedef struct kc_dw_geom {
 } kc_dw_geom;
 
 /* Output rows [y0, y1) of one image: `in` and `out` the image's NHWC
- * data, `w` the kernel packed by kc_dw_pack, `bias` c floats. */
+ * data, `w` the kernel packed by kc_dw_weights, `bias` c floats. */
 void kc_dw_rows_avx2(const kc_dw_geom *g, const float *in, const float *w, const float *bias,
                      float *out, int64_t y0, int64_t y1);
 
-/* Keras's (3, 3, c, 1) depthwise kernel into blocks of 8 channels: block
- * b's 9 taps (row-major) of 8 floats at packed + 72 * b. */
-void kc_dw_pack(const float *keras, int64_t c, float *packed);
+/* The loop's copies of a layer's weights: *packed, Keras's (3, 3, c, 1)
+ * kernel in blocks of 8 channels (block b's 9 taps, row-major, of 8
+ * floats at *packed + 72 * b), and *bias_out, c floats (zeros for a
+ * NULL bias). KC_ERR_NOMEM when either allocation fails; whatever was
+ * allocated is the caller's to free. */
+kc_status kc_dw_weights(const float *keras, const float *bias, int64_t c, float **packed,
+                        float **bias_out);
 
 /* Whether this kernel runs here at all: AVX2 (kc_isa), oneDNN without
  * AVX-512, KC_DW unset or not 0. */
