@@ -22,11 +22,14 @@
  * its share of the weights only, projects its channels into a partial
  * sum of every output, and a second pass adds the partials.
  *
- * The 1x1 products are a small AVX-512 kernel (6 pixels x 48 channels of
- * accumulators) on weights packed once at build, 48 output channels at a
- * time; the depthwise rows 16 channels at a time. Plain float32 sums in
- * another order than oneDNN's: the same rounding class as any direct
- * convolution, so `exact` keeps it.
+ * The vector loops are irb_simd.inc's, built for AVX-512 and for AVX2:
+ * the 1x1 products a small kernel (6 pixels x 48 channels of accumulators
+ * on AVX-512, 6 x 16 on AVX2) on weights packed once at build, a block's
+ * channels to a panel; the depthwise rows a vector of channels at a time
+ * (on AVX2, where it takes the layer, dw.h's two-row loop instead). Plain
+ * float32 sums in another order than oneDNN's: the same rounding class
+ * as any direct convolution, so `exact` keeps it. By default the kernel
+ * runs with AVX-512 only (kc_irb_wanted).
  *
  * In place: a block with a residual writes its output over its input
  * (the sum's slot, runtime/fuse.c). A thread's rows then overwrite input
@@ -35,7 +38,6 @@
  * first parallel pass), then runs its rows (a second). */
 #include "kernels/irb.h"
 
-#include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,16 +46,11 @@
 #include "base/mem.h"
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
+#include "kernels/dw.h"
+#include "kernels/irb_simd.h"
+#include "kernels/isa.h"
 
 #define KC_IRB_MAX_PARTS 16
-#define KC_IRB_MR 6                 /* pixels per block of the 1x1 kernel */
-#define KC_IRB_NR 48                /* channels per block: 3 vectors */
-
-typedef struct kc_irb_geom {
-    int64_t n, h, w, cin, cm, cout; /* images, input rows and columns, channels */
-    int64_t ho, wo, s, pt, pl;      /* output rows and columns, stride, padding before */
-    int act_e, act_d, act_p;        /* 0 linear, 1 relu, 2 relu6 */
-} kc_irb_geom;
 
 /* ------------------------------------------------------------ eligibility */
 
@@ -133,128 +130,31 @@ static int kc_irb_geometry(const kc_conv_attrs *ex, const kc_layer *dw, const kc
     return 1;
 }
 
+/* Why AVX2 only where asked (KC_IRB=1): there oneDNN's 1x1 convolutions
+ * run about as fast as the block's 1x1 products, so the block gains only
+ * what it saves around them (the expanded tensors' trips to L3, two of
+ * every three forks and joins), and that was not enough. MobileNetV2 on
+ * the 2-core Zen 3, alternating with the three layers: one image on two
+ * threads 1.04 (0.99-1.10) of their time when the machine ran quiet
+ * (4.2-4.8 ms), 0.93 (0.90-1.03) in a slow phase (5.9-6.7 ms); one
+ * thread 1.08-1.09; 8 images 1.08-1.10. */
+static int kc_irb_wanted(void)
+{
+    const char *env = getenv("KC_IRB");
+    if (env && !strcmp(env, "0"))
+        return 0;
+    kc_isa_level isa = kc_isa();
+    return isa == KC_ISA_AVX512 || (isa == KC_ISA_AVX2 && env && !strcmp(env, "1"));
+}
+
 int kc_irb_fusable(const kc_conv_attrs *ex, const kc_layer *dw, const kc_layer *pw,
                    const kc_shape *in)
 {
     kc_irb_geom g;
-    return !kc_env_off("KC_IRB") && __builtin_cpu_supports("avx512f") &&
-           kc_irb_geometry(ex, dw, pw, in, &g);
+    return kc_irb_wanted() && kc_irb_geometry(ex, dw, pw, in, &g);
 }
 
-/* ------------------------------------------------------------ 1x1 kernel */
-
-static __mmask16 kc_irb_lanes(int64_t k, int64_t n)
-{
-    return n - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - k)) - 1);
-}
-
-__attribute__((target("avx512f"), always_inline)) static inline __m512
-kc_irb_apply(__m512 v, int act)
-{
-    if (act)
-        v = _mm512_max_ps(v, _mm512_setzero_ps());
-    return act == 2 ? _mm512_min_ps(v, _mm512_set1_ps(6.0f)) : v;
-}
-
-/* What a block of the 1x1 products reads and writes. The weights are
- * packed (kc_irb_pack): for each block of KC_IRB_NR output channels, its
- * k rows one after another, each padded to whole vectors, so a block's
- * weights are one contiguous stream. Read in Keras's (in, out) layout
- * instead, a block walked k rows a whole row apart and the 7x7 blocks'
- * 1x1 products ran at half speed, waiting on memory. */
-typedef struct kc_irb_mm {
-    int64_t k;             /* the reduction: input channels */
-    const float *a;        /* pixels x k, row stride lda */
-    int64_t lda;
-    const float *b;        /* packed k_all x n: rows k0 .. k0 + k - 1 are read */
-    const float *bias;     /* n, padded to whole vectors with zeros; or NULL */
-    float *c;              /* pixels x n, row stride ldc */
-    int64_t ldc;
-    const float *r;        /* a residual added before act (may be c), or NULL */
-    int act;
-    int64_t k_all, k0;     /* 0, 0: k and 0 */
-} kc_irb_mm;
-
-/* mr pixels (<= KC_IRB_MR) x nv vectors of channels (<= 3) from column
- * n0, its packed weights at bk (nv vectors a row); the last vector's
- * stores masked by `last`. Inlined with mr and nv constants, the
- * accumulators stay in registers. */
-__attribute__((target("avx512f"), always_inline)) static inline void
-kc_irb_block(const kc_irb_mm *m, const float *bk, int64_t p0, int64_t n0, int mr, int nv,
-             __mmask16 last)
-{
-    __m512 acc[KC_IRB_MR][3];
-    #pragma GCC unroll 3
-    for (int j = 0; j < nv; j++) {
-        __m512 b = m->bias ? _mm512_loadu_ps(m->bias + n0 + 16 * j) : _mm512_setzero_ps();
-        #pragma GCC unroll 6
-        for (int i = 0; i < mr; i++)
-            acc[i][j] = b;
-    }
-    const float *a = m->a + p0 * m->lda;
-    for (int64_t k = 0; k < m->k; k++, bk += 16 * nv) {
-        __m512 b[3];
-        #pragma GCC unroll 3
-        for (int j = 0; j < nv; j++)
-            b[j] = _mm512_loadu_ps(bk + 16 * j);
-        #pragma GCC unroll 6
-        for (int i = 0; i < mr; i++) {
-            __m512 x = _mm512_set1_ps(a[i * m->lda + k]);
-            #pragma GCC unroll 3
-            for (int j = 0; j < nv; j++)
-                acc[i][j] = _mm512_fmadd_ps(x, b[j], acc[i][j]);
-        }
-    }
-    #pragma GCC unroll 6
-    for (int i = 0; i < mr; i++)
-        #pragma GCC unroll 3
-        for (int j = 0; j < nv; j++) {
-            __mmask16 mask = j == nv - 1 ? last : (__mmask16)0xFFFF;
-            __m512 v = acc[i][j];
-            if (m->r)
-                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(
-                                         mask, m->r + (p0 + i) * m->ldc + n0 + 16 * j));
-            _mm512_mask_storeu_ps(m->c + (p0 + i) * m->ldc + n0 + 16 * j, mask,
-                                  kc_irb_apply(v, m->act));
-        }
-}
-
-#define KC_IRB_NV(mr_)                                                                             \
-    do {                                                                                           \
-        if (nv == 3)                                                                               \
-            kc_irb_block(m, bk, p0, n0, mr_, 3, last);                                             \
-        else if (nv == 2)                                                                          \
-            kc_irb_block(m, bk, p0, n0, mr_, 2, last);                                             \
-        else                                                                                       \
-            kc_irb_block(m, bk, p0, n0, mr_, 1, last);                                             \
-    } while (0)
-
-/* c = act(a · b + bias (+ r)) over `pixels` rows and n columns. Column
- * blocks outside, pixels inside: a block's weights (k x 48) stay in L1/L2
- * across the pixels. */
-__attribute__((target("avx512f"))) static void kc_irb_gemm(const kc_irb_mm *m, int64_t pixels,
-                                                          int64_t n)
-{
-    for (int64_t n0 = 0; n0 < n; n0 += KC_IRB_NR) {
-        int64_t nn = n - n0 < KC_IRB_NR ? n - n0 : KC_IRB_NR;
-        int nv = (int)((nn + 15) / 16);
-        __mmask16 last = kc_irb_lanes(16 * (nv - 1), nn);
-        /* the blocks before are KC_IRB_NR wide; a block's rows 16 * nv */
-        int64_t k_all = m->k_all ? m->k_all : m->k;
-        const float *bk = m->b + k_all * n0 + m->k0 * 16 * nv;
-        int64_t p0 = 0;
-        for (; p0 + KC_IRB_MR <= pixels; p0 += KC_IRB_MR)
-            KC_IRB_NV(6);
-        switch (pixels - p0) {
-        case 5: KC_IRB_NV(5); break;
-        case 4: KC_IRB_NV(4); break;
-        case 3: KC_IRB_NV(3); break;
-        case 2: KC_IRB_NV(2); break;
-        case 1: KC_IRB_NV(1); break;
-        default: break;
-        }
-    }
-}
+/* ------------------------------------------------------------ 1x1 packing */
 
 /* n channels padded to whole 16-float vectors. */
 static int64_t kc_irb_vectors(int64_t n) { return (n + 15) / 16 * 16; }
@@ -262,29 +162,22 @@ static int64_t kc_irb_vectors(int64_t n) { return (n + 15) / 16 * 16; }
 /* Floats kc_irb_pack writes for a k x n kernel. */
 static int64_t kc_irb_packed_floats(int64_t k, int64_t n) { return k * kc_irb_vectors(n); }
 
-/* Keras's 1x1 kernel w (k x n, row-major) into packed (see kc_irb_mm). */
-static void kc_irb_pack(const float *w, int64_t k, int64_t n, float *packed)
+/* Keras's 1x1 kernel w (k x n, row-major) into packed, in panels of
+ * `panel` output channels (see kc_irb_mm). */
+static void kc_irb_pack(const float *w, int64_t k, int64_t n, int64_t panel, float *packed)
 {
-    for (int64_t n0 = 0; n0 < n; n0 += KC_IRB_NR) {
-        int64_t nn = n - n0 < KC_IRB_NR ? n - n0 : KC_IRB_NR;
+    for (int64_t n0 = 0; n0 < n; n0 += panel) {
+        int64_t nn = n - n0 < panel ? n - n0 : panel;
         int64_t width = kc_irb_vectors(nn);
-        float *panel = packed + k * n0;
+        float *at = packed + k * n0;
         for (int64_t r = 0; r < k; r++) {
-            memcpy(panel + r * width, w + r * n + n0, (size_t)nn * sizeof *w);
-            memset(panel + r * width + nn, 0, (size_t)(width - nn) * sizeof *w);
+            memcpy(at + r * width, w + r * n + n0, (size_t)nn * sizeof *w);
+            memset(at + r * width + nn, 0, (size_t)(width - nn) * sizeof *w);
         }
     }
 }
 
 /* ------------------------------------------------------------ the block */
-
-/* The block's weights, copied into the kernel's state from the fused
- * layers (session copies with any BatchNormalization folded in): the 1x1
- * kernels packed (kc_irb_pack), the biases padded to whole vectors (zeros
- * for a layer without one), the depthwise kernel as it is. */
-typedef struct kc_irb_w {
-    const float *we, *be, *wd, *bd, *wp, *bp;
-} kc_irb_w;
 
 /* Built for one input shape; what it holds is the layers' values (copies:
  * the layers a new plan fuses again are new copies of the same values). */
@@ -294,6 +187,11 @@ typedef struct kc_irb_state {
     kc_irb_geom g;
     float *packed;            /* we, wp, be, bp, wd, bd: one allocation */
     kc_irb_w w;
+    const kc_irb_ops *ops;    /* the loops of the instruction set it was built on */
+    /* AVX2, 8k channels: the depthwise rows on dw.h's loop, its
+     * geometry and weights (dw_w NULL: on ops->dw_cols) */
+    kc_dw_geom dwg;
+    float *dw_w, *dw_b;
     /* one image cut by rows: where the threads' measured speeds even
      * their times (kc_balance) */
     kc_balance cut;
@@ -303,6 +201,8 @@ static void kc_irb_free(kc_kernel_state *s)
 {
     kc_irb_state *st = (kc_irb_state *)s;
     free(st->packed);
+    free(st->dw_w);
+    free(st->dw_b);
     free(st);
 }
 
@@ -316,6 +216,20 @@ static float *kc_irb_put_bias(float *at, const float *v, int64_t n)
     return at + width;
 }
 
+/* The block's depthwise layer d as dw.h's loop sees it, one image of
+ * the expanded rows in; 0 where that loop does not take it. Why that
+ * loop on AVX2: two output rows at a time, each input vector read once
+ * for both. With ops->dw_cols' one row (8 channels a vector), the
+ * blocks' depthwise rows took 0.85 ms of MobileNetV2's 5.6 at batch 1 on
+ * the Zen 3, where the layers alone took 0.33. */
+static int kc_irb_dw_geometry(const kc_irb_geom *g, const kc_conv_attrs *d, kc_dw_geom *out)
+{
+    kc_shape mid = {.rank = 4, .dims = {1, g->h, g->w, g->cm}};
+    kc_shape dw_out = {.rank = 4, .dims = {1, g->ho, g->wo, g->cm}};
+    return kc_dw_geometry(d, &mid, &dw_out, 2, out) && out->pad_t == g->pt &&
+           out->pad_l == g->pl && out->out_h == g->ho && out->out_w == g->wo;
+}
+
 /* The state for ctx's block, of geometry *g: its 1x1 kernels packed. */
 static kc_status kc_irb_build(const kc_exec_ctx *ctx, const kc_irb_geom *g, kc_irb_state **out)
 {
@@ -325,6 +239,9 @@ static kc_status kc_irb_build(const kc_exec_ctx *ctx, const kc_irb_geom *g, kc_i
     const float *we = kc_w(ctx, 0);
     if (!we)
         return kc_fail(KC_ERR_UNSUPPORTED, "the block's expansion weights are gone");
+    kc_isa_level isa = kc_isa();
+    if (isa == KC_ISA_NONE)
+        return kc_fail(KC_ERR_UNSUPPORTED, "the block kernel needs AVX2 or AVX-512 (KC_ISA)");
     int64_t ne = kc_irb_packed_floats(g->cin, g->cm), np = kc_irb_packed_floats(g->cm, g->cout);
     int64_t biases = 2 * kc_irb_vectors(g->cm) + kc_irb_vectors(g->cout);
     int64_t total = ne + np + biases + 9 * g->cm;
@@ -334,11 +251,12 @@ static kc_status kc_irb_build(const kc_exec_ctx *ctx, const kc_irb_geom *g, kc_i
         return KC_ERR_NOMEM;
     }
     st->base.free = kc_irb_free;
+    st->ops = isa == KC_ISA_AVX512 ? &kc_irb_ops_avx512 : &kc_irb_ops_avx2;
     st->in_shape = ctx->in_shape[0];
     st->g = *g;
     float *at = st->packed;
-    kc_irb_pack(we, g->cin, g->cm, at);
-    kc_irb_pack(pw->weights[0].data, g->cm, g->cout, at + ne);
+    kc_irb_pack(we, g->cin, g->cm, st->ops->panel, at);
+    kc_irb_pack(pw->weights[0].data, g->cm, g->cout, st->ops->panel, at + ne);
     st->w.we = at;
     st->w.wp = at + ne;
     st->w.be = at + ne + np;
@@ -351,6 +269,11 @@ static kc_status kc_irb_build(const kc_exec_ctx *ctx, const kc_irb_geom *g, kc_i
     st->w.wd = wd;
     st->w.bd = wd + 9 * g->cm;
     kc_irb_put_bias((float *)st->w.bd, d->use_bias ? dw->weights[1].data : NULL, g->cm);
+    if (isa == KC_ISA_AVX2 && !kc_env_off("KC_DW") && kc_irb_dw_geometry(g, d, &st->dwg) &&
+        kc_dw_weights(wd, st->w.bd, g->cm, &st->dw_w, &st->dw_b) != KC_OK) {
+        kc_irb_free(&st->base);
+        return KC_ERR_NOMEM;
+    }
     st->base.weights_cached = 1; /* the expansion's kernel is read packed now */
     *out = st;
     return KC_OK;
@@ -369,111 +292,6 @@ static kc_status kc_irb_build(const kc_exec_ctx *ctx, const kc_irb_geom *g, kc_i
  * against 1.07 for the 160 -> 960 -> 320 one) one image at a time. */
 #define KC_IRB_GROUP_BYTES ((int64_t)1024 << 10)
 
-/* One output row of the depthwise convolution, its channels [c0, c0 +
- * nc), from the three expanded input rows it reads (NULL: padding; a
- * pixel every ld floats, from channel c0) into out (the same strides),
- * with its bias and activation; a block of 16 channels at a time, its
- * nine weights in registers across the row, the columns clear of the
- * edges without bounds checks (with both, the depthwise rows took a
- * quarter of the block's time instead of half). */
-__attribute__((target("avx512f"))) static void
-kc_irb_dw_cols(const kc_irb_geom *g, const kc_irb_w *w, const float *const rows[3], int64_t ld,
-               int64_t c0, int64_t nc, float *out)
-{
-    int64_t s = g->s;
-    /* columns x whose three taps ix0 .. ix0 + 2 all lie inside the row */
-    int64_t last = g->w - 3 + g->pl; /* the last x * s with all three inside */
-    int64_t x_lo = (g->pl + s - 1) / s, x_hi = last >= 0 ? last / s + 1 : 0;
-    x_hi = x_hi > g->wo ? g->wo : x_hi;
-    x_lo = x_lo > x_hi ? x_hi : x_lo;
-    for (int64_t c = 0; c < nc; c += 16) {
-        __mmask16 mask = kc_irb_lanes(c, nc);
-        __m512 wt[9];
-        #pragma GCC unroll 9
-        for (int t = 0; t < 9; t++)
-            wt[t] = _mm512_maskz_loadu_ps(mask, w->wd + t * g->cm + c0 + c);
-        __m512 bias = _mm512_maskz_loadu_ps(mask, w->bd + c0 + c);
-        for (int64_t x = 0; x < g->wo;) {
-            /* inside: four columns at a time, four chains of fused
-             * multiply-adds in flight (one chain of nine ran at a
-             * quarter of the FMA rate, each add waiting on the last) */
-            if (x >= x_lo && x + 4 <= x_hi) {
-                __m512 acc[4] = {bias, bias, bias, bias};
-                #pragma GCC unroll 3
-                for (int i = 0; i < 3; i++) {
-                    if (!rows[i])
-                        continue;
-                    const float *p = rows[i] + (x * s - g->pl) * ld + c;
-                    #pragma GCC unroll 4
-                    for (int q = 0; q < 4; q++)
-                        #pragma GCC unroll 3
-                        for (int j = 0; j < 3; j++)
-                            acc[q] = _mm512_fmadd_ps(
-                                _mm512_maskz_loadu_ps(mask, p + (q * s + j) * ld),
-                                wt[3 * i + j], acc[q]);
-                }
-                #pragma GCC unroll 4
-                for (int q = 0; q < 4; q++)
-                    _mm512_mask_storeu_ps(out + (x + q) * ld + c, mask,
-                                          kc_irb_apply(acc[q], g->act_d));
-                x += 4;
-                continue;
-            }
-            int64_t ix0 = x * s - g->pl;
-            __m512 acc = bias;
-            if (x >= x_lo && x < x_hi) {
-                #pragma GCC unroll 3
-                for (int i = 0; i < 3; i++) {
-                    if (!rows[i])
-                        continue;
-                    const float *p = rows[i] + ix0 * ld + c;
-                    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, p), wt[3 * i], acc);
-                    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, p + ld), wt[3 * i + 1],
-                                          acc);
-                    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, p + 2 * ld),
-                                          wt[3 * i + 2], acc);
-                }
-            } else
-                for (int i = 0; i < 3; i++)
-                    for (int j = 0; rows[i] && j < 3; j++)
-                        if (ix0 + j >= 0 && ix0 + j < g->w)
-                            acc = _mm512_fmadd_ps(
-                                _mm512_maskz_loadu_ps(mask, rows[i] + (ix0 + j) * ld + c),
-                                wt[3 * i + j], acc);
-            _mm512_mask_storeu_ps(out + x * ld + c, mask, kc_irb_apply(acc, g->act_d));
-            x++;
-        }
-    }
-}
-
-/* A whole output row of the depthwise convolution. */
-static void kc_irb_dw_row(const kc_irb_geom *g, const kc_irb_w *w, const float *const rows[3],
-                          float *out)
-{
-    kc_irb_dw_cols(g, w, rows, g->cm, 0, g->cm, out);
-}
-
-/* The three expanded input rows output row y reads: input row iy at
- * first + (iy - first_row) * stride, NULL outside the image (padding). */
-static void kc_irb_taps(const kc_irb_geom *g, int64_t y, const float *first, int64_t first_row,
-                        int64_t stride, const float *rows[3])
-{
-    for (int i = 0; i < 3; i++) {
-        int64_t iy = y * g->s - g->pt + i;
-        rows[i] = iy >= 0 && iy < g->h ? first + (iy - first_row) * stride : NULL;
-    }
-}
-
-/* Expand input rows [iy, iy + rows) of image img (contiguous, NHWC)
- * into dst, rows x w x cm. */
-static void kc_irb_expand(const kc_irb_geom *g, const kc_irb_w *w, const float *in, int64_t img,
-                          int64_t iy, int64_t rows, float *dst)
-{
-    kc_irb_mm m = {g->cin, in + ((img * g->h + iy) * g->w) * g->cin, g->cin, w->we, w->be,
-                   dst, g->cm, NULL, g->act_e};
-    kc_irb_gemm(&m, rows * g->w, g->cm);
-}
-
 /* A part: output rows [y0, y1) of images [i0, i1); border rows expanded
  * beforehand (in place, rows cut between threads) in halo, their input
  * row numbers in halo_row (-1: none). */
@@ -488,6 +306,9 @@ typedef struct kc_irb_part {
 typedef struct kc_irb_run {
     const kc_irb_geom *g;
     kc_irb_w w;
+    const kc_irb_ops *ops;
+    const kc_dw_geom *dwg;  /* the depthwise rows on dw.h's loop, or NULL */
+    const float *dw_w, *dw_b;
     const float *in;
     float *out;
     int residual;          /* the projection adds to what out holds */
@@ -500,6 +321,60 @@ typedef struct kc_irb_run {
     kc_irb_part part[KC_IRB_MAX_PARTS];
     int failed[KC_IRB_MAX_PARTS];
 } kc_irb_run;
+
+/* A whole output row of the depthwise convolution. */
+static void kc_irb_dw_row(const kc_irb_run *run, const float *const rows[3], float *out)
+{
+    run->ops->dw_cols(run->g, &run->w, rows, run->g->cm, 0, run->g->cm, out);
+}
+
+/* The three expanded input rows output row y reads: input row iy at
+ * first + (iy - first_row) * stride, NULL outside the image (padding). */
+static void kc_irb_taps(const kc_irb_geom *g, int64_t y, const float *first, int64_t first_row,
+                        int64_t stride, const float *rows[3])
+{
+    for (int i = 0; i < 3; i++) {
+        int64_t iy = y * g->s - g->pt + i;
+        rows[i] = iy >= 0 && iy < g->h ? first + (iy - first_row) * stride : NULL;
+    }
+}
+
+/* Depthwise output rows [yb, ye) of an image into out (rows of wo x
+ * cm), from its expanded rows [have_lo, have_hi) at ex: all the rows
+ * they read. On dw.h's loop, ex seen as an image of have_hi - have_lo
+ * rows whose padding before is what is left of the image's: none past
+ * the first band (ex then starts at the band's first row read). */
+static void kc_irb_dw_band(const kc_irb_run *run, const float *ex, int64_t have_lo,
+                           int64_t have_hi, int64_t yb, int64_t ye, float *out)
+{
+    const kc_irb_geom *g = run->g;
+    int64_t pad_t = g->pt + have_lo - yb * g->s;
+    if (run->dwg && pad_t >= 0 && pad_t <= g->pt) {
+        kc_dw_geom band = *run->dwg;
+        band.in_h = have_hi - have_lo;
+        band.out_h = ye - yb;
+        band.pad_t = pad_t;
+        kc_dw_rows_avx2(&band, ex, run->dw_w, run->dw_b, out, 0, ye - yb);
+        return;
+    }
+    for (int64_t y = yb; y < ye; y++) {
+        const float *rows[3];
+        kc_irb_taps(g, y, ex, have_lo, g->w * g->cm, rows); /* all in [have_lo, have_hi) */
+        kc_irb_dw_row(run, rows, out + (y - yb) * g->wo * g->cm);
+    }
+}
+
+/* Expand input rows [iy, iy + rows) of image img (contiguous, NHWC)
+ * into dst, rows x w x cm. */
+static void kc_irb_expand(const kc_irb_run *run, int64_t img, int64_t iy, int64_t rows,
+                          float *dst)
+{
+    const kc_irb_geom *g = run->g;
+    kc_irb_mm m = {g->cin, run->in + ((img * g->h + iy) * g->w) * g->cin, g->cin, run->w.we,
+                   run->w.be, dst, g->cm, NULL, g->act_e, 0, 0};
+    run->ops->gemm(&m, rows * g->w, g->cm);
+}
+
 
 static int64_t kc_irb_row_floats(const kc_irb_geom *g) { return g->w * g->cm; }
 
@@ -556,7 +431,7 @@ static void kc_irb_fill(const kc_irb_run *run, const kc_irb_part *pt, float *ex,
         int64_t end = next + 1;
         while (end < hi && !kc_irb_halo(run, pt, end))
             end++;
-        kc_irb_expand(run->g, &run->w, run->in, img, next, end - next, dst);
+        kc_irb_expand(run, img, next, end - next, dst);
         next = end;
     }
     *have_hi = hi;
@@ -568,22 +443,18 @@ static void kc_irb_rows(const kc_irb_run *run, const kc_irb_part *pt, float *ex,
                         int64_t img)
 {
     const kc_irb_geom *g = run->g;
-    int64_t row = kc_irb_row_floats(g), have_lo = 0, have_hi = 0;
+    int64_t have_lo = 0, have_hi = 0;
     for (int64_t yb = pt->y0; yb < pt->y1; yb += run->band) {
         int64_t ye = yb + run->band < pt->y1 ? yb + run->band : pt->y1;
         int64_t lo = yb * g->s - g->pt, hi = (ye - 1) * g->s - g->pt + 3;
         lo = lo < 0 ? 0 : lo;
         hi = hi > g->h ? g->h : hi;
         kc_irb_fill(run, pt, ex, img, lo, hi, &have_lo, &have_hi);
-        for (int64_t y = yb; y < ye; y++) {
-            const float *rows[3];
-            kc_irb_taps(g, y, ex, have_lo, row, rows); /* all in [lo, hi) */
-            kc_irb_dw_row(g, &run->w, rows, dw_band + (y - yb) * g->wo * g->cm);
-        }
+        kc_irb_dw_band(run, ex, have_lo, have_hi, yb, ye, dw_band);
         float *dst = run->out + ((img * g->ho + yb) * g->wo) * g->cout;
         kc_irb_mm m = {g->cm, dw_band, g->cm, run->w.wp, run->w.bp,
                        dst, g->cout, run->residual ? dst : NULL, g->act_p};
-        kc_irb_gemm(&m, (ye - yb) * g->wo, g->cout);
+        run->ops->gemm(&m, (ye - yb) * g->wo, g->cout);
     }
 }
 
@@ -593,18 +464,14 @@ static void kc_irb_rows(const kc_irb_run *run, const kc_irb_part *pt, float *ex,
 static void kc_irb_images(const kc_irb_run *run, float *ex, float *dw, int64_t img, int64_t n)
 {
     const kc_irb_geom *g = run->g;
-    kc_irb_expand(g, &run->w, run->in, img, 0, n * g->h, ex); /* the images' rows follow */
+    kc_irb_expand(run, img, 0, n * g->h, ex); /* the images' rows follow */
     for (int64_t j = 0; j < n; j++)
-        for (int64_t y = 0; y < g->ho; y++) {
-            const float *rows[3];
-            kc_irb_taps(g, y, ex + j * g->h * kc_irb_row_floats(g), 0, kc_irb_row_floats(g),
-                        rows);
-            kc_irb_dw_row(g, &run->w, rows, dw + (j * g->ho + y) * g->wo * g->cm);
-        }
+        kc_irb_dw_band(run, ex + j * g->h * kc_irb_row_floats(g), 0, g->h, 0, g->ho,
+                       dw + j * g->ho * g->wo * g->cm);
     float *dst = run->out + img * g->ho * g->wo * g->cout;
     kc_irb_mm m = {g->cm, dw, g->cm, run->w.wp, run->w.bp,
                    dst, g->cout, run->residual ? dst : NULL, g->act_p};
-    kc_irb_gemm(&m, n * g->ho * g->wo, g->cout);
+    run->ops->gemm(&m, n * g->ho * g->wo, g->cout);
 }
 
 static void kc_irb_job(void *arg, int k)
@@ -638,8 +505,7 @@ static void kc_irb_halo_job(void *arg, int k)
     pt->halo = run->halo + 2 * k * kc_irb_row_floats(g);
     for (int i = 0; i < 2; i++)
         if (pt->halo_row[i] >= 0)
-            kc_irb_expand(g, &run->w, run->in, 0, pt->halo_row[i], 1,
-                          pt->halo + i * kc_irb_row_floats(g));
+            kc_irb_expand(run, 0, pt->halo_row[i], 1, pt->halo + i * kc_irb_row_floats(g));
 }
 
 /* Cut by channels, first pass: part k expands the image into its share
@@ -661,37 +527,27 @@ static void kc_irb_chan_job(void *arg, int k)
     }
     kc_irb_mm e = {g->cin, run->in, g->cin, run->w.we + g->cin * pt->c0, run->w.be + pt->c0,
                    ex, nc, NULL, g->act_e, 0, 0};
-    kc_irb_gemm(&e, g->h * g->w, nc);
+    run->ops->gemm(&e, g->h * g->w, nc);
     for (int64_t y = 0; y < g->ho; y++) {
         const float *rows[3];
         kc_irb_taps(g, y, ex, 0, g->w * nc, rows);
-        kc_irb_dw_cols(g, &run->w, rows, nc, pt->c0, nc, dw + y * g->wo * nc);
+        run->ops->dw_cols(g, &run->w, rows, nc, pt->c0, nc, dw + y * g->wo * nc);
     }
     kc_irb_mm p = {nc, dw, nc, run->w.wp, NULL, run->partial + k * pixels * g->cout, g->cout,
                    NULL, 0, g->cm, pt->c0};
-    kc_irb_gemm(&p, pixels, g->cout);
+    run->ops->gemm(&p, pixels, g->cout);
 }
 
 /* Second pass: part k sums the partials of its output pixels, with the
  * bias, the residual and the activation. */
-__attribute__((target("avx512f"))) static void kc_irb_sum_job(void *arg, int k)
+static void kc_irb_sum_job(void *arg, int k)
 {
-    kc_irb_run *run = arg;
+    const kc_irb_run *run = arg;
     const kc_irb_part *pt = &run->part[k];
     const kc_irb_geom *g = run->g;
-    int64_t pixels = g->ho * g->wo;
-    for (int64_t px = pt->p0; px < pt->p1; px++)
-        for (int64_t c = 0; c < g->cout; c += 16) {
-            __mmask16 mask = kc_irb_lanes(c, g->cout);
-            float *dst = run->out + px * g->cout + c;
-            __m512 v = _mm512_loadu_ps(run->w.bp + c);
-            if (run->residual)
-                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, dst));
-            for (int t = 0; t < run->n_parts; t++)
-                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(
-                                         mask, run->partial + (t * pixels + px) * g->cout + c));
-            _mm512_mask_storeu_ps(dst, mask, kc_irb_apply(v, g->act_p));
-        }
+    kc_irb_sum sum = {run->w.bp, run->partial, run->out, g->ho * g->wo * g->cout, g->cout,
+                      pt->p0, pt->p1, run->n_parts, run->residual, g->act_p};
+    run->ops->sum(&sum);
 }
 
 /* Cut by channels (one image, 2+ threads) where the block's 1x1 weights
@@ -790,8 +646,9 @@ static kc_status kc_irb_execute(const kc_exec_ctx *ctx, kc_irb_state *st)
 {
     const kc_irb_geom *g = &st->g;
     const kc_conv_attrs *p = ((const kc_conv_attrs *)ctx->layer->attrs)->post_pw->attrs;
-    kc_irb_run run = {.g = g, .w = st->w, .in = ctx->in[0], .out = ctx->out[0],
-                      .residual = p->accumulate};
+    kc_irb_run run = {.g = g, .w = st->w, .ops = st->ops, .dwg = st->dw_w ? &st->dwg : NULL,
+                      .dw_w = st->dw_w, .dw_b = st->dw_b, .in = ctx->in[0],
+                      .out = ctx->out[0], .residual = p->accumulate};
     int in_place = (const float *)run.out == run.in;
     if (in_place && (g->s != 1 || g->ho != g->h || g->wo != g->w || g->cin != g->cout ||
                      !run.residual))

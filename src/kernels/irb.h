@@ -9,10 +9,11 @@
 #include "kernels/kernel.h"
 #include "ops/conv.h"
 
-/* Whether the block kernel can run expansion `ex` (attrs of a plain
+/* Whether the block kernel runs expansion `ex` (attrs of a plain
  * convolution reading `in`, NHWC), depthwise layer `dw` after it and
  * projection layer `pw` after that: the geometry and activations it
- * knows, on a CPU with AVX-512 (KC_IRB=0: never). */
+ * knows, on a CPU with AVX-512; with AVX2 only where KC_IRB=1 (not
+ * faster there than the three layers: irb.c); KC_IRB=0: never. */
 int kc_irb_fusable(const kc_conv_attrs *ex, const kc_layer *dw, const kc_layer *pw,
                    const kc_shape *in);
 

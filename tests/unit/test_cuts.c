@@ -2168,8 +2168,9 @@ static void check_irb_case(const irb_case *c)
 static void test_irb_fused(void **state)
 {
     (void)state;
-    if (!__builtin_cpu_supports("avx512f"))
+    if (kc_isa() == KC_ISA_NONE)
         skip();
+    setenv("KC_IRB", "1", 1); /* with AVX2 too (irb_simd.inc's two builds) */
     static const irb_case cases[] = {
         {"s1 same, residual in place (MobileNetV2's stride-1 blocks)", 1, 14, 14, 24, 144, 24,
          3, 1, 1, 1, 1, 0, 0, "relu6", "relu6", "linear", 1, 1, 1},
@@ -2195,6 +2196,15 @@ static void test_irb_fused(void **state)
         {"one row", 1, 1, 9, 8, 32, 8, 3, 1, 1, 1, 1, 0, 0, "relu6", "relu6", "linear", 1, 1, 1},
         {"two columns, s2 same: no column clear of both edges", 2, 6, 2, 8, 32, 8, 3, 2, 1, 1, 1,
          0, 0, "relu6", "relu6", "linear", 1, 0, 1},
+        /* on AVX2, 8k expanded channels and 12+ columns: the depthwise
+         * rows on dw.h's loop, each band's rows seen as an image of their
+         * own; 200 channels: panels of 16 and a last one of 8 */
+        {"s2 same, bands of 3 rows, dw loop", 1, 50, 50, 16, 200, 24, 3, 2, 1, 1, 1, 0, 0,
+         "relu6", "relu6", "linear", 1, 0, 1},
+        {"s2 same, 2 images whole, dw loop", 2, 24, 24, 8, 32, 8, 3, 2, 1, 1, 1, 0, 0, "relu",
+         "relu6", "linear", 1, 0, 1},
+        {"s1 valid after ZeroPadding (1, 1), bands, dw loop, in place", 1, 30, 30, 24, 240, 24,
+         3, 1, 1, 1, 0, 1, 1, "relu6", "relu", "relu6", 1, 1, 1},
         /* refused: the block kernel knows 3x3, undilated, multiplier 1,
          * relu / relu6 / linear */
         {"5x5 depthwise", 1, 12, 12, 8, 32, 8, 5, 1, 1, 1, 1, 0, 0, "relu", "relu", "linear", 1,
@@ -2208,6 +2218,7 @@ static void test_irb_fused(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_irb_case(&cases[i]);
+    unsetenv("KC_IRB");
 }
 
 /* ------------------------------- average pooling moved after a 1x1 */
