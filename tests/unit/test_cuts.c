@@ -2165,12 +2165,8 @@ static void check_irb_case(const irb_case *c)
  * blocks, the residual in place (rows cut between threads read rows
  * their neighbours overwrite) or into another buffer, several images,
  * bands of rows (a large image); blocks it cannot run are refused. */
-static void test_irb_fused(void **state)
+static void irb_fused_isa(void)
 {
-    (void)state;
-    if (kc_isa() == KC_ISA_NONE)
-        skip();
-    setenv("KC_IRB", "1", 1); /* with AVX2 too (irb_simd.inc's two builds) */
     static const irb_case cases[] = {
         {"s1 same, residual in place (MobileNetV2's stride-1 blocks)", 1, 14, 14, 24, 144, 24,
          3, 1, 1, 1, 1, 0, 0, "relu6", "relu6", "linear", 1, 1, 1},
@@ -2218,6 +2214,17 @@ static void test_irb_fused(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_irb_case(&cases[i]);
+}
+
+/* Both builds of irb_simd.inc where the CPU has both; KC_IRB=1: with
+ * AVX2 too (by default the kernel runs with AVX-512 only). */
+static void test_irb_fused(void **state)
+{
+    (void)state;
+    if (kc_isa() == KC_ISA_NONE)
+        skip();
+    setenv("KC_IRB", "1", 1);
+    each_isa(irb_fused_isa);
     unsetenv("KC_IRB");
 }
 
