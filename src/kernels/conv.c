@@ -20,17 +20,6 @@ typedef struct kc_geom {
     int64_t k[3], s[3], d[3], pad[3];
 } kc_geom;
 
-static int64_t kc_pad_before(int64_t in, int64_t out, int64_t k, int64_t s, int64_t d, int mode)
-{
-    int64_t keff = (k - 1) * d + 1;
-    if (mode == 2) /* causal */
-        return keff - 1;
-    if (mode == 0)
-        return 0;
-    int64_t total = (out - 1) * s + keff - in;
-    return total > 0 ? total / 2 : 0;
-}
-
 static void kc_geom_init(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_geom *g)
 {
     const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
@@ -50,8 +39,8 @@ static void kc_geom_init(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_geom
         g->s[i] = axis >= 0 ? a->strides[axis] : 1;
         g->d[i] = axis >= 0 ? a->dilation[axis] : 1;
         g->pad[i] = axis >= 0 && a->kind != KC_CONV_TRANSPOSE
-                        ? kc_pad_before(g->in[i], g->out[i], g->k[i], g->s[i], g->d[i],
-                                        a->padding) +
+                        ? kc_conv_pad_before(g->in[i], g->out[i], (g->k[i] - 1) * g->d[i] + 1,
+                                             g->s[i], a->padding) +
                               a->pad_before[axis]
                         : 0;
     }

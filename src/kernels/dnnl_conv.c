@@ -236,13 +236,9 @@ static void kc_dnnl_window_of(const kc_shape *in, const kc_shape *out, const kc_
         g->dilates[i] = a->dilation[i] - 1;
         if (i == 0)
             g->extent0 = keff;
-        if (a->padding == 2) { /* causal: everything before */
-            g->pad_l[i] = keff - 1;
-            g->pad_r[i] = 0;
-        } else if (a->padding == 1 && total > 0) { /* TF same: extra after */
-            g->pad_l[i] = total / 2;
-            g->pad_r[i] = total - total / 2;
-        }
+        g->pad_l[i] = kc_conv_pad_before(len, olen, keff, a->strides[i], a->padding);
+        /* TF same: the rest after; causal: none */
+        g->pad_r[i] = a->padding == 1 && total > 0 ? total - g->pad_l[i] : 0;
         g->pad_l[i] += a->pad_before[i];
         g->pad_r[i] += a->pad_after[i];
     }

@@ -53,7 +53,9 @@ static void kc_dnnl_pool_window(const kc_exec_ctx *ctx, const kc_pool_attrs *a, 
         g->dst[2 + i] = out->dims[1 + i];
         int64_t total = (g->dst[2 + i] - 1) * a->strides[i] + a->pool[i] - g->src[2 + i];
         g->strides[i] = a->strides[i];
-        g->pad_l[i] = (a->padding && total > 0 ? total / 2 : 0) + a->pad_before[i];
+        g->pad_l[i] = kc_conv_pad_before(g->src[2 + i], g->dst[2 + i], a->pool[i], a->strides[i],
+                                         a->padding ? 1 : 0) +
+                      a->pad_before[i];
         g->pad_r[i] = total - g->pad_l[i] > 0 ? total - g->pad_l[i] : 0;
     }
     g->extent0 = a->pool[0];

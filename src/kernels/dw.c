@@ -88,10 +88,9 @@ int kc_dw_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *o
     memcpy(dims, in->dims, sizeof dims);
     kc_conv_data_shape(a, dims, in->rank);
     int64_t pad[2], s = a->strides[0];
-    for (int i = 0; i < 2; i++) { /* TensorFlow's "same": the extra pixel after */
-        int64_t total = (out->dims[1 + i] - 1) * s + 3 - in->dims[1 + i];
-        pad[i] = (a->padding == 1 && total > 0 ? total / 2 : 0) + a->pad_before[i];
-    }
+    for (int i = 0; i < 2; i++) /* TensorFlow's "same": the extra pixel after */
+        pad[i] = kc_conv_pad_before(in->dims[1 + i], out->dims[1 + i], 3, s, a->padding) +
+                 a->pad_before[i];
     /* at most one pixel of padding on each side, as oneDNN's jit_dw:avx2
      * runs the layer (with a wider folded ZeroPadding it summed
      * otherwise); a stride may leave the last row and column unread */

@@ -88,8 +88,7 @@ static int kc_irb_axis(const kc_conv_attrs *d, int axis, int64_t len, int64_t *o
     *pad = d->pad_before[axis];
     if (d->padding == 1) {
         *out = (padded + s - 1) / s;
-        int64_t total = (*out - 1) * s + 3 - padded;
-        *pad += total > 0 ? total / 2 : 0;
+        *pad += kc_conv_pad_before(padded, *out, 3, s, 1);
     } else
         *out = padded >= 3 ? (padded - 3) / s + 1 : 0;
     return *out > 0;

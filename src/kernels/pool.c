@@ -30,8 +30,8 @@ static kc_status kc_pool_window(const kc_exec_ctx *ctx, const kc_pool_attrs *a)
         st[i] = axis >= 0 ? a->strides[axis] : 1;
         if (axis >= 0) /* a folded ZeroPadding: the data is smaller than the value */
             in[i] -= a->pad_before[axis] + a->pad_after[axis];
-        int64_t total = (out[i] - 1) * st[i] + k[i] - in[i];
-        pad[i] = (a->padding && total > 0 ? total / 2 : 0) + (axis >= 0 ? a->pad_before[axis] : 0);
+        pad[i] = kc_conv_pad_before(in[i], out[i], k[i], st[i], a->padding ? 1 : 0) +
+                 (axis >= 0 ? a->pad_before[axis] : 0);
     }
     for (int64_t b = 0; b < n; b++)
         for (int64_t oz = 0; oz < out[0]; oz++)

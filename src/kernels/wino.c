@@ -264,13 +264,7 @@ static int kc_w1_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_w1_
     st->len_out = out->dims[1 + axis];
     st->outer = in->dims[0] * (sp == 2 && axis == 1 ? in->dims[1] : 1);
     st->inner = sp == 2 && axis == 0 ? in->dims[2] : 1;
-    if (a->padding == 2)
-        st->pad = st->r - 1;
-    else if (a->padding == 1) {
-        int64_t total = st->len_out - 1 + st->r - st->len_in;
-        st->pad = total > 0 ? total / 2 : 0;
-    } else
-        st->pad = 0;
+    st->pad = kc_conv_pad_before(st->len_in, st->len_out, st->r, 1, a->padding);
     if (st->len_out != (a->padding == 0 ? st->len_in - st->r + 1 : st->len_in) ||
         st->len_out < 1)
         return 0;

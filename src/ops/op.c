@@ -68,6 +68,16 @@ kc_status kc_op_same_shape(kc_op_ctx *ctx)
     return KC_OK;
 }
 
+int64_t kc_conv_pad_before(int64_t in, int64_t out, int64_t extent, int64_t stride, int mode)
+{
+    if (mode == 2)
+        return extent - 1;
+    if (mode != 1)
+        return 0;
+    int64_t total = (out - 1) * stride + extent - in;
+    return total > 0 ? total / 2 : 0;
+}
+
 int64_t kc_conv_out_len(int64_t in, int64_t k, int64_t stride, int64_t dilation, int same)
 {
     if (in < 0)

@@ -97,6 +97,12 @@ kc_status kc_op_same_shape(kc_op_ctx *ctx);
 /* TF conv arithmetic: output length for padding "valid"/"same"/"causal";
  * unknown (-1) stays unknown. */
 int64_t kc_conv_out_len(int64_t in, int64_t k, int64_t stride, int64_t dilation, int same);
+/* TF conv and pooling arithmetic: the padding before `in` values along an
+ * axis read into `out` by taps `extent` wide (dilation included) every
+ * `stride` values. mode 1 "same": half of what the output needs, the odd
+ * value after; 2 "causal": extent - 1, all before; 0 "valid": none. A
+ * folded ZeroPadding is the caller's to add. */
+int64_t kc_conv_pad_before(int64_t in, int64_t out, int64_t extent, int64_t stride, int mode);
 /* Broadcast two shapes (NumPy rules). */
 kc_status kc_broadcast(const kc_op_ctx *ctx, const kc_shape *a, const kc_shape *b, kc_shape *out);
 
