@@ -2,16 +2,25 @@
  * load once, warm up, time N runs on seeded random input of the model's
  * shape; print medians, load time and peak RSS as "key: value" lines.
  * --exact: direct convolutions only (kc_session_options.exact).
+ * --slices S: a harness alternates this process with a peer's
+ * (tools/bench/bench.py): after the warm-up it prints `ready`, then runs
+ * S slices of N timed runs, each when a line arrives on standard input,
+ * printing `slice_median_ms: X` after each; the report covers all S x N
+ * runs. Why: on a shared machine whose speed drifts 10-30% within
+ * minutes, two runners whose slices alternate a few hundred ms apart see
+ * the same drift, where two whole runs back to back did not.
  * Under the allocation-counting shim (LD_PRELOAD=build/tests/
  * libkc_alloc_shim.so) it also prints the heap allocations per run after
  * the first (kc_session_run_into, outputs reused). */
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "cli/commands.h"
@@ -61,6 +70,39 @@ static kc_status kc_bench_input(const kc_model *m, int i, long batch, kc_tensor 
     return KC_OK;
 }
 
+/* The harness's go-ahead for the next slice: one line on standard
+ * input; 0 at its end. read(2), not stdio: stdio would allocate its
+ * buffer inside the runs the allocation count covers. */
+static int kc_bench_wait_line(void)
+{
+    for (char c;;) {
+        ssize_t n = read(0, &c, 1);
+        if (n == 1 && c == '\n')
+            return 1;
+        if (n == 0 || (n < 0 && errno != EINTR))
+            return 0;
+    }
+}
+
+/* A line to the harness at once, through write(2) for the same reason. */
+static void kc_bench_say(const char *line)
+{
+    for (size_t done = 0, len = strlen(line); done < len;) {
+        ssize_t n = write(1, line + done, len - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return;
+        done += (size_t)n;
+    }
+}
+
+static double kc_bench_median(double *v, long n)
+{
+    qsort(v, (size_t)n, sizeof *v, kc_cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 typedef unsigned long (*kc_alloc_count_fn)(void);
 
 /* One of the shim's counters, or NULL when it is not preloaded. */
@@ -76,7 +118,7 @@ static kc_alloc_count_fn kc_alloc_counter(const char *name)
 int kc_cmd_bench(int argc, char **argv)
 {
     const char *path = NULL;
-    long batch = 1, iters = 20, warmup = 3, threads = 0;
+    long batch = 1, iters = 20, warmup = 3, threads = 0, slices = 0;
     kc_cli_placement placement = {0};
     int exact = 0;
     for (int i = 0; i < argc; i++) {
@@ -94,11 +136,13 @@ int kc_cmd_bench(int argc, char **argv)
             rc = kc_bench_int(argv[++i], "--warmup", 0, 1000, &warmup);
         else if (!strcmp(argv[i], "--threads") && has)
             rc = kc_bench_int(argv[++i], "--threads", 1, 1024, &threads);
+        else if (!strcmp(argv[i], "--slices") && has)
+            rc = kc_bench_int(argv[++i], "--slices", 1, 1000, &slices);
         else if (!strcmp(argv[i], "--exact"))
             exact = 1;
         else if (argv[i][0] == '-' || path) {
             fprintf(stderr, "kerasc bench: unexpected argument '%s' (usage: kerasc bench MODEL "
-                            "[--batch B] [--iters N] [--warmup W] [--threads T] [--exact] "
+                            "[--batch B] [--iters N] [--warmup W] [--threads T] [--slices S] [--exact] "
                             KC_CLI_PLACEMENT_USAGE ")\n", argv[i]);
             return 2;
         } else
@@ -127,7 +171,9 @@ int kc_cmd_bench(int argc, char **argv)
     double load_ms = kc_now_ms() - t0;
     int n_in = kc_model_num_inputs(m), n_out = kc_model_num_outputs(m), rc = 0;
     kc_tensor *in[KC_BENCH_MAX_IO] = {0}, *out[KC_BENCH_MAX_IO] = {0};
-    double *times = calloc((size_t)iters, sizeof *times);
+    /* with slices, --iters is a slice's runs */
+    long timed = iters * (slices ? slices : 1);
+    double *times = calloc((size_t)timed, sizeof *times);
     if (!times || n_in > KC_BENCH_MAX_IO || n_out > KC_BENCH_MAX_IO)
         rc = 1;
     for (int i = 0; !rc && i < n_in; i++)
@@ -139,11 +185,20 @@ int kc_cmd_bench(int argc, char **argv)
     if (!large)
         counter = NULL;
     unsigned long allocs_from = 0, large_from = 0;
-    long counted = 0;
-    for (long it = 0; !rc && it < warmup + iters; it++) {
+    long counted = 0, slices_done = 0;
+    int input_ended = 0;
+    for (long it = 0; !rc && it < warmup + timed; it++) {
         if (it == 1 && counter) {
             allocs_from = counter();
             large_from = large();
+        }
+        if (slices && it >= warmup && (it - warmup) % iters == 0) {
+            if (it == warmup)
+                kc_bench_say("ready\n");
+            if (!kc_bench_wait_line()) {
+                input_ended = rc = 1;
+                break;
+            }
         }
         double a = kc_now_ms();
         /* The first run plans and returns the outputs; later runs write
@@ -159,19 +214,30 @@ int kc_cmd_bench(int argc, char **argv)
         if (it >= warmup)
             times[it - warmup] = dt;
         counted += it >= 1;
+        if (slices && it >= warmup && (it - warmup + 1) % iters == 0) {
+            char line[64];
+            snprintf(line, sizeof line, "slice_median_ms: %.3f\n",
+                     kc_bench_median(times + (it - warmup + 1 - iters), iters));
+            kc_bench_say(line);
+            slices_done++;
+        }
     }
     unsigned long allocs = counter && counted ? counter() - allocs_from : 0;
     unsigned long large_allocs = counter && counted ? large() - large_from : 0;
     for (int o = 0; o < n_out; o++)
         kc_tensor_free(out[o]);
-    if (rc) {
+    if (input_ended) {
+        fprintf(stderr, "kerasc bench: standard input ended after %ld of %ld slices\n", slices_done,
+                slices);
+    } else if (rc) {
         fprintf(stderr, "kerasc: error: %s\n", kc_last_error()[0] ? kc_last_error() : "out of memory");
     } else {
-        qsort(times, (size_t)iters, sizeof *times, kc_cmp_double);
-        double median = iters % 2 ? times[iters / 2] : (times[iters / 2 - 1] + times[iters / 2]) / 2;
+        double median = kc_bench_median(times, timed);
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        printf("model: %s\nbatch: %ld\niters: %ld\n", path, batch, iters);
+        printf("model: %s\nbatch: %ld\niters: %ld\n", path, batch, timed);
+        if (slices)
+            printf("slices: %ld\n", slices);
         if (threads)
             printf("threads: %ld\n", threads);
         else
@@ -182,7 +248,7 @@ int kc_cmd_bench(int argc, char **argv)
                policy ? policy : "(unset)", spin ? spin : "(unset)", blas ? blas : "(unset)");
         printf("load_ms: %.1f\nfirst_run_ms: %.2f\nmedian_ms: %.3f\nmedian_ms_per_image: %.3f\n"
                "min_ms: %.3f\nmax_ms: %.3f\narena_bytes: %zu\npeak_rss_kb: %ld\n",
-               load_ms, first_ms, median, median / (double)batch, times[0], times[iters - 1],
+               load_ms, first_ms, median, median / (double)batch, times[0], times[timed - 1],
                kc_session_arena_bytes(s), ru.ru_maxrss);
         printf("lanes: %d\nbranch_regions: %d\n", kc_session_lanes(s),
                kc_session_branch_regions(s));

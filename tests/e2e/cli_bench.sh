@@ -18,6 +18,24 @@ if [[ $? -eq 0 ]] && grep -q '^profile: mean ms per run over 2 run(s)' <<<"$out"
 else
   fail "bench --stats output: $out"
 fi
+# --slices: `ready` after the warm-up, then a slice of --iters runs per
+# line on standard input, `slice_median_ms` after each; the report covers
+# every slice's runs (tools/bench/bench.py alternates two runners so).
+out=$(printf '\n\n\n' | "$KERASC" bench "$M" --iters 2 --warmup 1 --slices 3 2>&1)
+if [[ $? -eq 0 && "$(head -1 <<<"$out")" == ready ]] &&
+   [[ $(grep -c '^slice_median_ms: [0-9.]*$' <<<"$out") -eq 3 ]] &&
+   grep -q '^iters: 6$' <<<"$out" && grep -q '^slices: 3$' <<<"$out" &&
+   grep -q '^median_ms_per_image: [0-9.]*$' <<<"$out"; then
+  pass "bench --slices 3: ready, three slices on three lines, the report over all six runs"
+else
+  fail "bench --slices output: $out"
+fi
+err=$(printf '\n' | "$KERASC" bench "$M" --iters 2 --slices 3 2>&1 >/dev/null); rc=$?
+[[ $rc -eq 1 && "$err" == "kerasc bench: standard input ended after 1 of 3 slices" ]] &&
+  pass "bench --slices: input ending early is a one-line error, exit 1" ||
+  fail "bench --slices early end: rc $rc: $err"
+"$KERASC" bench "$M" --slices 0 >/dev/null 2>&1; rc=$?
+[[ $rc -eq 2 ]] && pass "bench --slices 0 is a usage error" || fail "bench --slices 0 exit $rc"
 "$KERASC" bench "$M" --iters 0 >/dev/null 2>&1; rc=$?
 [[ $rc -eq 2 ]] && pass "bench --iters 0 is a usage error" || fail "bench --iters 0 exit $rc"
 "$KERASC" bench /nonexistent.keras >/dev/null 2>&1; rc=$?

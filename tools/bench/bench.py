@@ -13,12 +13,15 @@ runners are alternated, kerasc, ORT, torch, tfjs-wasm, kerasc, ORT, ... for
 --rounds rounds; each run is a fresh process that loads the model, warms up
 (excluded) and times N runs, printing `kerasc bench`'s `key: value` lines.
 A runner's figure is the median over rounds of its per-run median. kerasc/ORT
-is the median over rounds of each round's ratio: kerasc and ORT run back to
-back within a round, so the machine's drift (10-30% within minutes here)
-mostly cancels in the pair, where a ratio of two medians taken at different
-rounds can land anywhere in that drift; the table also shows the range.
-kerasc and ORT time PAIR_ITERS times a row's iterations (the slower peers'
-runs are long already).
+is the median over rounds of each round's ratio. Within a round kerasc and ORT
+run side by side in slices (--slices, default SLICES): both processes load and
+warm up, then take turns, a slice of runs each (`kerasc bench --slices`, the
+same protocol in peer_ort.js), so the two see the same machine: its speed
+drifts 10-30% within minutes here, and two whole runs back to back (the
+earlier protocol) gave a round's ratio anywhere from 0.63 to 1.42 on the same
+code. A round's ratio is the median of its slices' ratios; the table also
+shows the range over the rounds. kerasc and ORT time PAIR_ITERS times a row's
+iterations (the slower peers' runs are long already).
 
 Full mode writes OUT/latest.md (the tables, also printed), OUT/latest.json
 (every number), OUT/latest.png (gnuplot: ms/image per runner, grouped bars)
@@ -43,6 +46,7 @@ import json
 import os
 import platform
 import re
+import select
 import shutil
 import statistics
 import subprocess
@@ -93,6 +97,12 @@ ROWS = [
 # s), and a burst of the shared machine's noise moved a round's ratio by
 # 0.1; four times as many samples per run, 2-3 s, for both alike.
 PAIR_ITERS = 4
+# kerasc and ORT alternate in this many slices per round (--slices), with
+# SLICE_GAP_S between one runner's slice and the other's: enough for either
+# runtime's worker threads, which spin a while after a run, to go to sleep
+# before the other runs (libgomp here: ~0.5 ms; ORT's pool: a few ms).
+SLICES = 8
+SLICE_GAP_S = 0.02
 QUICK_ROW = "mobilenet_v2"
 NUM_KEYS = ("load_ms", "first_run_ms", "median_ms", "median_ms_per_image", "min_ms", "max_ms", "peak_rss_kb",
             "arena_bytes", "weight_f32_bytes")
@@ -137,7 +147,8 @@ def parse(text):
 def run_one(cmd, env, timeout, raw_path):
     t0 = time.time()
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT,
+                           preexec_fn=pin_runner)
         rc, so, se = r.returncode, r.stdout, r.stderr
     except subprocess.TimeoutExpired as e:
         rc, so, se = 124, (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), \
@@ -149,6 +160,136 @@ def run_one(cmd, env, timeout, raw_path):
         msg = (se.strip().splitlines() or [f"exit {rc}"])[-1][:200]
         return None, msg
     return res, None
+
+
+# The CPUs every runner is confined to (None: all it may use): with fewer
+# threads than CPUs, the first `--threads` of them, the same for all. Why:
+# on the shared 2-vCPU machines one vCPU ran ~40% slower than the other at
+# times, and a one-thread runner went wherever the scheduler put it: in the
+# --quick smoke kerasc's slices jumped between 11 and 15.5 ms within one
+# run while ORT's stayed at 13.5.
+PIN_CPUS = None
+
+
+def pin_runner():
+    if PIN_CPUS:
+        os.sched_setaffinity(0, PIN_CPUS)
+
+
+class LineReader:
+    """A child's stdout, line by line, each read bounded by a deadline
+    (select on the pipe, our own buffer: a buffered readline would hold
+    lines select no longer sees)."""
+
+    def __init__(self, proc, deadline):
+        self.proc, self.deadline, self.buf, self.text = proc, deadline, b"", []
+
+    def line(self):
+        while b"\n" not in self.buf:
+            left = self.deadline - time.time()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([self.proc.stdout], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(self.proc.stdout.fileno(), 65536)
+            if not chunk:
+                return None
+            self.buf += chunk
+        raw, self.buf = self.buf.split(b"\n", 1)
+        text = raw.decode(errors="replace")
+        self.text.append(text)
+        return text
+
+    def expect(self, key):
+        """Lines up to the first that starts with key (that one), None at
+        end of output or past the deadline."""
+        while True:
+            text = self.line()
+            if text is None or text.strip().startswith(key):
+                return text
+
+    def rest(self):
+        while self.line() is not None:
+            pass
+        if self.buf:
+            self.text.append(self.buf.decode(errors="replace"))
+            self.buf = b""
+        return "\n".join(self.text)
+
+
+def run_sliced(cmds, env, timeout, raw_paths, slices):
+    """Runs the runners of cmds ({runner: argv}, each with --slices) side
+    by side: starts them one after the other, each loading and warming up
+    alone until it says `ready`, then gives each a slice of runs in turn,
+    `slices` times, SLICE_GAP_S apart. Returns {runner: (parsed, error)},
+    parsed with `slices_ms`, the slices' medians in order."""
+    deadline = time.time() + timeout
+    procs, readers, errs, started = {}, {}, {}, {}
+    result = {}
+    cur = next(iter(cmds))  # the runner being waited on: the one to blame
+    try:
+        for r, cmd in cmds.items():
+            cur = r
+            started[r] = time.time()
+            errs[r] = tempfile.TemporaryFile()
+            procs[r] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errs[r],
+                                        env=env, cwd=ROOT, preexec_fn=pin_runner)
+            readers[r] = LineReader(procs[r], deadline)
+            if readers[r].expect("ready") is None:
+                raise RuntimeError(f"{r} never said ready")
+        slices_ms = {r: [] for r in cmds}
+        for _ in range(slices):
+            for r in cmds:
+                cur = r
+                procs[r].stdin.write(b"\n")
+                procs[r].stdin.flush()
+                got = readers[r].expect("slice_median_ms:")
+                if got is None:
+                    raise RuntimeError(f"{r} gave no slice")
+                slices_ms[r].append(float(got.split(":", 1)[1]))
+                time.sleep(SLICE_GAP_S)
+        for r in cmds:
+            cur = r
+            procs[r].stdin.close()
+        failed = None
+    except (RuntimeError, OSError, ValueError):
+        failed = cur
+        slices_ms = None
+    finally:
+        for r, p in procs.items():
+            if failed is not None and p.poll() is None:
+                p.kill()
+            try:
+                p.wait(timeout=max(1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    for r, cmd in cmds.items():
+        so = readers[r].rest() if r in readers else ""
+        se = ""
+        if hasattr(errs.get(r), "seek"):
+            errs[r].seek(0)
+            se = errs[r].read().decode(errors="replace")
+            errs[r].close()
+        rc = procs[r].returncode if r in procs else None
+        with open(raw_paths[r], "w") as fh:
+            fh.write("$ " + " ".join(cmd) + f" (side by side with {', '.join(x for x in cmds if x != r)}, "
+                     f"{slices} slices)\n# rc {rc}, {time.time() - started.get(r, time.time()):.1f}s wall\n"
+                     + so + "\n# stderr\n" + se)
+        res = parse(so) if rc == 0 and slices_ms is not None else {}
+        if "median_ms_per_image" not in res:
+            if failed is not None and failed != r:
+                msg = f"stopped: {failed} failed beside it"
+            elif time.time() >= deadline:
+                msg = f"timed out after {timeout}s"
+            else:
+                msg = (se.strip().splitlines() or [f"exit {rc}"])[-1][:200]
+            result[r] = (None, msg)
+            continue
+        res["slices_ms"] = slices_ms[r]
+        result[r] = (res, None)
+    return result
 
 
 def med(xs):
@@ -235,11 +376,33 @@ def git_rev():
     return (r.stdout.strip() or "?") + ("+dirty" if d.stdout.strip() else "")
 
 
+def round_ratio(k, o):
+    """One round's kerasc/ORT: the median of its slices' ratios where the
+    two ran side by side in slices, else the ratio of the runs' medians."""
+    ks, os_ = k.get("slices_ms"), o.get("slices_ms")
+    if ks and os_ and len(ks) == len(os_) and all(x > 0 for x in os_):
+        return statistics.median(a / b for a, b in zip(ks, os_))
+    return k["median_ms_per_image"] / o["median_ms_per_image"] if o["median_ms_per_image"] > 0 else None
+
+
 def paired_ratios(kerasc_outs, ort_outs):
     """kerasc/ORT per round, for the rounds both runners completed."""
-    ort_by_round = {o.get("round"): o["median_ms_per_image"] for o in ort_outs}
-    return [k["median_ms_per_image"] / ort_by_round[k.get("round")] for k in kerasc_outs
-            if k.get("round") in ort_by_round and ort_by_round[k.get("round")] > 0]
+    ort_by_round = {o.get("round"): o for o in ort_outs}
+    pairs = [round_ratio(k, ort_by_round[k.get("round")]) for k in kerasc_outs
+             if k.get("round") in ort_by_round]
+    return [x for x in pairs if x is not None]
+
+
+def slice_ratios(kerasc_outs, ort_outs):
+    """Every slice's kerasc/ORT, round after round (empty without slices)."""
+    ort_by_round = {o.get("round"): o.get("slices_ms") or [] for o in ort_outs}
+    out = []
+    for k in kerasc_outs:
+        os_ = ort_by_round.get(k.get("round")) or []
+        ks = k.get("slices_ms") or []
+        if len(ks) == len(os_):
+            out += [a / b for a, b in zip(ks, os_) if b > 0]
+    return out
 
 
 def fmt(x, nd=1):
@@ -261,14 +424,25 @@ def bench(a, rows, batches, runners, raw_dir, kerasc, pair_iters=PAIR_ITERS):
             wu = max(1, int(round(wu * a.iters_scale))) if wu else 0
             rr = [r for r in runners if not (row.get("peer_from") and r in ("ort", "torch"))]
             res = results.setdefault((row["key"], b), {r: [] for r in rr})
+            n_pair = it * pair_iters
+            slices = max(1, min(a.slices, n_pair))
+            per_slice = -(-n_pair // slices)
             for k in range(a.rounds):
-                for r in rr:
-                    if errors.get((row["key"], b, r)):
-                        continue  # a runner that failed once is not retried on that row
-                    n_it = it * pair_iters if r in ("kerasc", "ort") else it
-                    cmd = command(r, row, b, n_it, wu, a.threads, kerasc)
-                    raw = os.path.join(raw_dir, f"{row['key']}_b{b}_{r}_r{k + 1}.txt")
-                    out, err = run_one(cmd, env, a.timeout, raw)
+                raw = {r: os.path.join(raw_dir, f"{row['key']}_b{b}_{r}_r{k + 1}.txt") for r in rr}
+                live = [r for r in rr if not errors.get((row["key"], b, r))]  # a failed runner is not retried
+                pair = [r for r in live if r in ("kerasc", "ort")]
+                got = {}
+                if len(pair) == 2 and slices > 1:
+                    cmds = {r: command(r, row, b, per_slice, wu, a.threads, kerasc) + ["--slices", str(slices)]
+                            for r in pair}
+                    got = run_sliced(cmds, env, a.timeout, raw, slices)
+                    # one stopped because the other failed: runs alone below
+                    got = {r: v for r, v in got.items() if not (v[1] or "").startswith("stopped:")}
+                for r in live:
+                    if r not in got:
+                        n_it = n_pair if r in ("kerasc", "ort") else it
+                        got[r] = run_one(command(r, row, b, n_it, wu, a.threads, kerasc), env, a.timeout, raw[r])
+                    out, err = got[r]
                     if err:
                         errors[(row["key"], b, r)] = err
                         print(f"bench: {row['key']} batch {b} {r}: FAILED: {err}", file=sys.stderr, flush=True)
@@ -315,6 +489,7 @@ def summarize(rows, batches, runners, results, errors, macs):
             if pairs:
                 entry["kerasc_over_ort"] = med(pairs)
                 entry["kerasc_over_ort_rounds"] = pairs
+                entry["kerasc_over_ort_slices"] = slice_ratios(src.get("kerasc") or [], src.get("ort") or [])
             elif k_ and o_ and k_.get("median_ms_per_image") and o_.get("median_ms_per_image"):
                 # ORT measured on another row (†): no round to pair with
                 entry["kerasc_over_ort"] = k_["median_ms_per_image"] / o_["median_ms_per_image"]
@@ -412,7 +587,8 @@ def markdown(table, runners, meta, sgemm):
     L.append("ms/img: median over rounds of each run's median time per batch / batch (warm-up excluded). "
              "GFLOP/s: 2 × multiply-accumulates per image (conv + dense, counted from the architecture: "
              "tools/bench/macs.py) / time. kerasc/ORT: median over rounds of each round's ratio (kerasc and "
-             "ORT run back to back within a round), with its range over the rounds; the target is ≤ 0.8, met (yes) when every round's ratio is; "
+             "ORT run side by side within a round, taking turns slice by slice; a round's ratio is the median "
+             "of its slices'), with its range over the rounds; the target is ≤ 0.8, met (yes) when every round's ratio is; "
              "median only: the median is, some round is not. "
              "† nsfwjs rows: ORT and torch figures are those of the Keras-definition row of the same "
              "architecture (torchvision export, 1000-class head; nsfwjs's head is 5 classes, < 0.5% of the "
@@ -494,7 +670,9 @@ def quick(a, kerasc, raw_dir):
     o = med([o["median_ms_per_image"] for o in res["ort"]])
     pairs = paired_ratios(res["kerasc"], res["ort"])
     ratio = med(pairs) if pairs else k / o
-    print(f"quick: {row['title']} batch 1, {a.threads} thread(s), {a.rounds} rounds x {a.quick_iters} iters")
+    slices = max(1, min(a.slices, a.quick_iters))
+    print(f"quick: {row['title']} batch 1, {a.threads} thread(s), {a.rounds} rounds x {a.quick_iters} iters"
+          + (f" in {slices} slices, the two runners taking turns" if slices > 1 else ""))
     print(f"kerasc_ms_per_image: {k:.3f}")
     print(f"ort_ms_per_image: {o:.3f}")
     print(f"kerasc_ort_ratio: {ratio:.3f}")
@@ -525,6 +703,8 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=None, help="threads for every runner (default 2; --quick 1)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--slices", type=int, default=SLICES,
+                    help="kerasc and ORT take turns this many times a round (1: one whole run each)")
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--models", default=",".join(r["key"] for r in ROWS))
     ap.add_argument("--runners", default=",".join(RUNNERS))
@@ -540,8 +720,11 @@ def main(argv):
     a = ap.parse_args(argv)
     if a.threads is None:
         a.threads = 1 if a.quick else 2
-    if a.threads < 1 or a.rounds < 1:
-        ap.error("--threads and --rounds must be >= 1")
+    if a.threads < 1 or a.rounds < 1 or a.slices < 1:
+        ap.error("--threads, --rounds and --slices must be >= 1")
+    global PIN_CPUS
+    allowed = sorted(os.sched_getaffinity(0))
+    PIN_CPUS = set(allowed[:a.threads]) if a.threads < len(allowed) else None
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     raw_dir = os.path.join(a.out, "raw", ("quick-" if a.quick else "") + stamp)
     os.makedirs(raw_dir, exist_ok=True)

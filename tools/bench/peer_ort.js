@@ -3,7 +3,7 @@
 // ONNX Runtime peer of `kerasc bench` (see bench/README.md).
 //
 //   node tools/bench/peer_ort.js MODEL.onnx [--batch B] [--iters N] [--warmup W] [--threads T]
-//                                [--profile FILE]
+//                                [--slices S] [--profile FILE]
 //
 // Same protocol and output as `kerasc bench`: load (file read + session
 // creation with graph optimisations "all") timed as load_ms; W warm-up runs,
@@ -11,6 +11,10 @@
 // input of the model's shape (NCHW here, batch B); the median; peak RSS of
 // the process (ru_maxrss: node itself, ~40-50 MB, included). Threads:
 // intraOpNumThreads = T, interOpNumThreads = 1, sequential execution.
+// --slices S: `kerasc bench --slices`'s protocol, for tools/bench/bench.py to
+// alternate the two runners slice by slice: `ready` after the warm-up, then
+// S slices of N timed runs, each started by a line on standard input and
+// followed by `slice_median_ms: X`; the report covers all S x N runs.
 // --profile FILE: ONNX Runtime's own per-node profile (JSON, chrome trace
 // format) of every run, warm-ups included, written to FILE; profiling adds
 // its own overhead, so its times are for per-layer comparison
@@ -24,7 +28,7 @@ const ort = require(path.join(BENCH, 'node_modules', 'onnxruntime-node'));
 const ortVersion = require(path.join(BENCH, 'node_modules', 'onnxruntime-node', 'package.json')).version;
 
 function parseArgs(argv) {
-  const a = {model: null, batch: 1, iters: 20, warmup: 3, threads: 0, profile: null};
+  const a = {model: null, batch: 1, iters: 20, warmup: 3, threads: 0, slices: 0, profile: null};
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i];
     const num = () => {
@@ -36,6 +40,7 @@ function parseArgs(argv) {
     else if (k === '--iters') a.iters = num();
     else if (k === '--warmup') a.warmup = num();
     else if (k === '--threads') a.threads = num();
+    else if (k === '--slices') a.slices = num();
     else if (k === '--profile') {
       if (i + 1 >= argv.length) throw new Error('--profile takes a file name');
       a.profile = argv[++i];
@@ -63,6 +68,18 @@ function seededUniform(n, seed) {
 }
 
 const now = () => Number(process.hrtime.bigint()) / 1e6;
+
+function medianOf(xs) {
+  const v = xs.slice().sort((x, y) => x - y);
+  const n = v.length;
+  return n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Standard input's lines, one per next() (the harness's go-aheads).
+function stdinLines() {
+  const rl = require('readline').createInterface({input: process.stdin, terminal: false});
+  return rl[Symbol.asyncIterator]();
+}
 
 async function main() {
   const a = parseArgs(process.argv.slice(2));
@@ -94,22 +111,35 @@ async function main() {
   });
   const times = [];
   let firstMs = 0;
-  for (let it = 0; it < a.warmup + a.iters; it++) {
+  const timed = a.iters * (a.slices || 1);
+  const lines_in = a.slices ? stdinLines() : null;
+  for (let it = 0; it < a.warmup + timed; it++) {
+    if (a.slices && it >= a.warmup && (it - a.warmup) % a.iters === 0) {
+      if (it === a.warmup) process.stdout.write('ready\n');
+      const got = await lines_in.next();
+      if (got.done) {
+        throw new Error(`standard input ended after ${(it - a.warmup) / a.iters} of ${a.slices} slices`);
+      }
+    }
     const s = now();
     const out = await session.run(feeds);
     const dt = now() - s;
     for (const k of Object.keys(out)) if (out[k].dispose) out[k].dispose();
     if (it === 0) firstMs = dt;
     if (it >= a.warmup) times.push(dt);
+    if (a.slices && it >= a.warmup && (it - a.warmup + 1) % a.iters === 0) {
+      process.stdout.write(`slice_median_ms: ${medianOf(times.slice(-a.iters)).toFixed(3)}\n`);
+    }
   }
+  if (lines_in) lines_in.return();
+  const median = medianOf(times);
   times.sort((x, y) => x - y);
   const n = times.length;
-  const median = n % 2 ? times[(n - 1) / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
   const lines = [
     `model: ${a.model}`,
     `runtime: onnxruntime-node ${ortVersion}`,
     `batch: ${a.batch}`,
-    `iters: ${a.iters}`,
+    `iters: ${timed}`,
     `threads: ${a.threads || 'all'}`,
     `load_ms: ${loadMs.toFixed(1)}`,
     `first_run_ms: ${firstMs.toFixed(2)}`,
