@@ -268,7 +268,7 @@ def run_sliced(cmds, env, timeout, raw_paths, slices):
     for r, cmd in cmds.items():
         so = readers[r].rest() if r in readers else ""
         se = ""
-        if hasattr(errs.get(r), "seek"):
+        if r in errs:
             errs[r].seek(0)
             se = errs[r].read().decode(errors="replace")
             errs[r].close()
@@ -377,12 +377,21 @@ def git_rev():
     return (r.stdout.strip() or "?") + ("+dirty" if d.stdout.strip() else "")
 
 
+def slice_pairs(k, o):
+    """One round's kerasc/ORT slice by slice, where the two ran side by
+    side in slices (else empty)."""
+    ks, os_ = k.get("slices_ms") or [], o.get("slices_ms") or []
+    if len(ks) != len(os_) or not all(x > 0 for x in os_):
+        return []
+    return [a / b for a, b in zip(ks, os_)]
+
+
 def round_ratio(k, o):
     """One round's kerasc/ORT: the median of its slices' ratios where the
     two ran side by side in slices, else the ratio of the runs' medians."""
-    ks, os_ = k.get("slices_ms"), o.get("slices_ms")
-    if ks and os_ and len(ks) == len(os_) and all(x > 0 for x in os_):
-        return statistics.median(a / b for a, b in zip(ks, os_))
+    pairs = slice_pairs(k, o)
+    if pairs:
+        return statistics.median(pairs)
     return k["median_ms_per_image"] / o["median_ms_per_image"] if o["median_ms_per_image"] > 0 else None
 
 
@@ -396,14 +405,9 @@ def paired_ratios(kerasc_outs, ort_outs):
 
 def slice_ratios(kerasc_outs, ort_outs):
     """Every slice's kerasc/ORT, round after round (empty without slices)."""
-    ort_by_round = {o.get("round"): o.get("slices_ms") or [] for o in ort_outs}
-    out = []
-    for k in kerasc_outs:
-        os_ = ort_by_round.get(k.get("round")) or []
-        ks = k.get("slices_ms") or []
-        if len(ks) == len(os_):
-            out += [a / b for a, b in zip(ks, os_) if b > 0]
-    return out
+    ort_by_round = {o.get("round"): o for o in ort_outs}
+    return [x for k in kerasc_outs if k.get("round") in ort_by_round
+            for x in slice_pairs(k, ort_by_round[k.get("round")])]
 
 
 def fmt(x, nd=1):
@@ -412,6 +416,12 @@ def fmt(x, nd=1):
     if x >= 100:
         return f"{x:.0f}"
     return f"{x:.{nd}f}" if x >= 10 else f"{x:.{max(nd, 2)}f}"
+
+
+def pair_slices(a, n_pair):
+    """The slices kerasc and ORT take turns in for a row of n_pair runs
+    each: --slices, but never a slice without a run."""
+    return max(1, min(a.slices, n_pair))
 
 
 def bench(a, rows, batches, runners, raw_dir, kerasc, pair_iters=PAIR_ITERS):
@@ -426,7 +436,7 @@ def bench(a, rows, batches, runners, raw_dir, kerasc, pair_iters=PAIR_ITERS):
             rr = [r for r in runners if not (row.get("peer_from") and r in ("ort", "torch"))]
             res = results.setdefault((row["key"], b), {r: [] for r in rr})
             n_pair = it * pair_iters
-            slices = max(1, min(a.slices, n_pair))
+            slices = pair_slices(a, n_pair)
             per_slice = -(-n_pair // slices)
             for k in range(a.rounds):
                 raw = {r: os.path.join(raw_dir, f"{row['key']}_b{b}_{r}_r{k + 1}.txt") for r in rr}
@@ -671,7 +681,7 @@ def quick(a, kerasc, raw_dir):
     o = med([o["median_ms_per_image"] for o in res["ort"]])
     pairs = paired_ratios(res["kerasc"], res["ort"])
     ratio = med(pairs) if pairs else k / o
-    slices = max(1, min(a.slices, a.quick_iters))
+    slices = pair_slices(a, a.quick_iters)
     print(f"quick: {row['title']} batch 1, {a.threads} thread(s), {a.rounds} rounds x {a.quick_iters} iters"
           + (f" in {slices} slices, the two runners taking turns" if slices > 1 else ""))
     print(f"kerasc_ms_per_image: {k:.3f}")
