@@ -293,7 +293,7 @@ static kc_status kc_dnnl_lane_mems(kc_dnnl_prim *p, int bl, dnnl_memory_t **mem,
 
 kc_status kc_dnnl_run_in(kc_dnnl_prim *p, void *const *ptrs, int lane, void *scratch)
 {
-    int bl = kc_batch_lane();
+    int bl = kc_batch_lane() > 0 ? kc_batch_lane() : p->shared ? lane : 0;
     dnnl_memory_t *mem = p->mem, scratch_mem = p->scratch;
     if (bl > 0)
         KC_TRY(kc_dnnl_lane_mems(p, bl, &mem, &scratch_mem));

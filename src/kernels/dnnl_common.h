@@ -20,9 +20,13 @@ typedef struct kc_dnnl_prim {
     dnnl_memory_t scratch;                /* NULL when none is needed */
     size_t scratch_bytes;
     int solo;                             /* runs on the calling thread alone */
-    /* Batch lanes 1..: the same memories again (then the scratchpad's),
-     * made on a lane's first run: binding a pointer changes a memory, and
-     * lanes bind theirs at the same time. */
+    /* run by several threads at once, each passing its own lane (the row
+     * parts of dnnl_conv.c's own_dw pairs): lanes 1.. bind lane memories
+     * as batch lanes do */
+    int shared;
+    /* Batch lanes 1.. (or a shared primitive's lanes): the same memories
+     * again (then the scratchpad's), made on a lane's first run: binding
+     * a pointer changes a memory, and lanes bind theirs at the same time. */
     dnnl_memory_t lane_mem[KC_DNNL_MAX_BATCH_LANES - 1][KC_DNNL_MAX_ARGS + 1];
 } kc_dnnl_prim;
 

@@ -22,11 +22,21 @@
 #include "ops/op.h"
 #include "ops/pool.h"
 
+/* Row counts an own_dw part has a 1x1 primitive for besides its strips'
+ * (one row, then the remainders its strips need). */
+#define KC_DNNL_OWN_SIZES 6
+
 /* An own_dw part's strips (kc_dnnl_conv_part.own). */
 typedef struct kc_dnnl_own_dw {
     kc_dw_geom dw_geom;
     float *dw_w, *dw_b;
-    kc_dnnl_prim row_prim;
+    /* the 1x1 over rows_of[i] rows: rows_of[0] is 1, the rest the
+     * remainders (fewer than strip_new) its strips need, so that a strip
+     * runs one primitive for them rather than one per row (a part of 7
+     * rows on 14x14 ran 9) */
+    kc_dnnl_prim rows_prim[KC_DNNL_OWN_SIZES];
+    int64_t rows_of[KC_DNNL_OWN_SIZES];
+    int n_sizes;
     int64_t strip_rows, strip_new;  /* prim's rows: strip_rows x stride, at most the image's */
     size_t strip_floats;
 } kc_dnnl_own_dw;
@@ -83,9 +93,10 @@ typedef struct kc_dnnl_conv_part {
     int im2col;
     int64_t col_h, col_w, kh, kw, src_h, pad_t, pad_left;
     /* own_dw (kc_dnnl_own_dw_geometry): a post_dw pair whose depthwise
-     * layer runs on kernels/dw.c's loop, image by image, in strips of
-     * own->strip_rows output rows: the 1x1 primitive (`prim` for
-     * strip_rows x stride input rows, own->row_prim for one) writes the
+     * layer runs on kernels/dw.c's loop, image by image (or one image's
+     * rows cut between threads: kc_dnnl_conv_state.row_parts), in strips
+     * of own->strip_rows output rows: the 1x1 primitive (`prim` for
+     * strip_rows x stride input rows, own->rows_prim for fewer) writes the
      * strip's input rows to a per-thread buffer of own->strip_floats,
      * which the loop reads with own's dw_geom, dw_w (kc_dw_weights') and
      * dw_b. */
@@ -114,6 +125,10 @@ typedef struct kc_dnnl_conv_state {
     kc_wino_budget *budget;
     size_t wino_paid;
     int lanes;
+    /* An own_dw pair on one image: its output rows cut between this many
+     * threads (kc_dnnl_row_parts), each running the part's solo
+     * primitives on its rows; 0 when the part runs whole. */
+    int row_parts;
     /* n_parts of them, allocated for the cuts planned: a part holds six
      * oneDNN memory descriptors (~4.7 KB), and a fixed array for
      * KC_DNNL_MAX_CUTS made every convolution's state 300 KB, 16 MB over
@@ -132,7 +147,8 @@ static void kc_dnnl_conv_part_free(kc_dnnl_conv_part *p)
     if (p->dw.owner)
         free(p->dw.packed);
     if (p->own) {
-        kc_dnnl_prim_destroy(&p->own->row_prim);
+        for (int i = 0; i < p->own->n_sizes; i++)
+            kc_dnnl_prim_destroy(&p->own->rows_prim[i]);
         free(p->own->dw_w);
         free(p->own->dw_b);
         free(p->own);
@@ -988,10 +1004,9 @@ static kc_status kc_dnnl_build_fused_part(const kc_exec_ctx *ctx, const kc_conv_
  * on one thread (a batch-8 lane), Zen 3: block_1 3.13 -> 2.60 ms, block_2
  * 2.22 -> 1.79; batch 8 on 2 threads 3.86 -> 3.67 ms an image
  * (alternating, 9 rounds, against the binary before own_dw). */
-static int kc_dnnl_own_dw_geometry(const kc_conv_attrs *a, const kc_dnnl_window *g,
-                                   kc_dw_geom *dg)
+static int kc_dnnl_own_dw_geometry(const kc_conv_attrs *a, const kc_conv_attrs *d,
+                                   const kc_dnnl_window *g, kc_dw_geom *dg)
 {
-    const kc_conv_attrs *d = a->post_dw->attrs;
     if (!kc_dw_enabled() || a->post_pw || !kc_dnnl_act_fusable(a->activation) ||
         kc_wino_act(d->activation) == 3 || g->sp != 2)
         return 0;
@@ -1001,6 +1016,22 @@ static int kc_dnnl_own_dw_geometry(const kc_conv_attrs *a, const kc_dnnl_window 
         out.dims[1 + i] = kc_conv_out_len(in.dims[1 + i], 3, d->strides[i], 1, d->padding == 1);
     }
     return kc_dw_geometry(d, &in, &out, 2, dg);
+}
+
+/* How many threads an own_dw pair on one image (window g) cuts its
+ * output rows between: the team's width, where the depthwise layer runs
+ * on dw.c's loop (kc_dnnl_own_dw_geometry) and KC_DW_ROWS is not 0; else
+ * 0 (the pair runs whole). */
+static int kc_dnnl_row_parts(const kc_conv_attrs *a, const kc_conv_attrs *d,
+                             const kc_dnnl_window *g)
+{
+    kc_dw_geom dg;
+    int width = kc_parallel_width();
+    if (g->src[0] != 1 || width < 2 || kc_env_off("KC_DW_ROWS") ||
+        !kc_dnnl_own_dw_geometry(a, d, g, &dg) || dg.out_h < 2 * width)
+        return 0;
+    /* each part binds a lane's memories (kc_dnnl_prim.shared) */
+    return width < KC_DNNL_MAX_BATCH_LANES ? width : KC_DNNL_MAX_BATCH_LANES;
 }
 
 /* A strip's input rows, at most this many bytes: the strip stays in the
@@ -1050,6 +1081,42 @@ static kc_status kc_dnnl_strip_prim(const kc_conv_attrs *a, kc_dnnl_conv_state *
     return s;
 }
 
+/* The primitive over `want` rows where the part has one, else over one
+ * row; *rows: its rows. */
+static kc_dnnl_prim *kc_dnnl_own_dw_prim(kc_dnnl_own_dw *own, int64_t want, int64_t *rows)
+{
+    for (int i = own->n_sizes - 1; i > 0; i--)
+        if (own->rows_of[i] == want) {
+            *rows = want;
+            return &own->rows_prim[i];
+        }
+    *rows = 1;
+    return &own->rows_prim[0];
+}
+
+/* The remainders (input rows fewer than a strip's) that output rows
+ * [y_lo, y_hi) of an image need, as kc_dnnl_own_dw_image walks them:
+ * at most `most` into want; returns how many. */
+static int kc_dnnl_own_dw_walk(const kc_dnnl_own_dw *own, int64_t y_lo, int64_t y_hi,
+                               int64_t *want, int most)
+{
+    const kc_dw_geom *g = &own->dw_geom;
+    int n = 0;
+    int64_t have1 = 0;
+    for (int64_t y0 = y_lo; y0 < y_hi; y0 += own->strip_rows) {
+        int64_t y1 = y0 + own->strip_rows < y_hi ? y0 + own->strip_rows : y_hi;
+        int64_t r0 = y0 * g->s - g->pad_t, r1 = (y1 - 1) * g->s - g->pad_t + 3;
+        r0 = r0 < 0 ? 0 : r0;
+        r1 = r1 > g->in_h ? g->in_h : r1;
+        int64_t next = have1 > r0 ? have1 : r0;
+        next += (r1 - next) / own->strip_new * own->strip_new;
+        if (next < r1 && n < most)
+            want[n++] = r1 - next;
+        have1 = r1;
+    }
+    return n;
+}
+
 /* Part k of pair a on window `part` with its depthwise layer on dw.c's
  * loop (geometry dg): the 1x1 primitives for a strip's rows and for one
  * row, their activation a post-op, and the depthwise layer's kernel
@@ -1072,15 +1139,34 @@ static kc_status kc_dnnl_build_own_dw_part(const kc_conv_attrs *a, kc_dnnl_conv_
     own->strip_floats = (size_t)(((own->strip_rows - 1) * dg->s + 3) * row_floats);
     /* a strip's new rows but the first's and last's */
     own->strip_new = own->strip_rows * dg->s < dg->in_h ? own->strip_rows * dg->s : dg->in_h;
-    KC_TRY(kc_dnnl_strip_prim(a, st, pt, &one, 1, &own->row_prim, NULL));
+    own->dw_geom = *dg;
+    own->rows_of[0] = 1;
+    own->n_sizes = 1;
+    KC_TRY(kc_dnnl_strip_prim(a, st, pt, &one, 1, &own->rows_prim[0], NULL));
     dnnl_memory_desc_t row_w = pt->w.prim_md;
     KC_TRY(kc_dnnl_strip_prim(a, st, pt, &one, own->strip_new, &pt->prim, &row_w));
+    /* the remainders of the image's strips, or of each row part's */
+    int parts = st->row_parts > 1 ? st->row_parts : 1;
+    for (int q = 0; q < parts; q++) {
+        int64_t want[KC_DNNL_OWN_SIZES];
+        int n = kc_dnnl_own_dw_walk(own, dg->out_h * q / parts, dg->out_h * (q + 1) / parts,
+                                    want, KC_DNNL_OWN_SIZES);
+        for (int i = 0; i < n && own->n_sizes < KC_DNNL_OWN_SIZES; i++) {
+            int64_t got = 0;
+            kc_dnnl_own_dw_prim(own, want[i], &got);
+            if (got == want[i])
+                continue;
+            own->rows_of[own->n_sizes] = want[i];
+            KC_TRY(kc_dnnl_strip_prim(a, st, pt, &one, want[i], &own->rows_prim[own->n_sizes],
+                                      &row_w));
+            own->n_sizes++;
+        }
+    }
     const float *dw_w = dl->weights[0].data, *dw_b = d->use_bias ? dl->weights[1].data : NULL;
     if (!dw_w || (d->use_bias && !dw_b))
         return kc_fail(KC_ERR_UNSUPPORTED, "the weights of '%s' are gone", dl->name);
     KC_TRY(kc_dw_weights(dw_w, dw_b, dg->c, &own->dw_w, &own->dw_b)); /* freed with the part */
     pt->own_dw = 1;
-    own->dw_geom = *dg;
     /* the output is the depthwise layer's: offsets count its images */
     size_t mid_image = pt->dst_image;
     pt->dst_image = (size_t)(dg->out_h * dg->out_w * dg->c);
@@ -1089,19 +1175,22 @@ static kc_status kc_dnnl_build_own_dw_part(const kc_conv_attrs *a, kc_dnnl_conv_
     return KC_OK;
 }
 
-/* One image of an own_dw part, strip by strip: each strip's input rows
- * [r0, r1) in buf (the rows the last strip also read moved to its front,
- * the others made by the 1x1: R x stride at a time, the rest one by
- * one), then its output rows from there. */
+/* Output rows [y_lo, y_hi) of one image of an own_dw part (y_hi 0: all
+ * of them), strip by strip: each strip's input rows [r0, r1) in buf (the
+ * rows the last strip also read moved to its front, the others made by
+ * the 1x1: R x stride at a time, the rest one by one), then its output
+ * rows from there. */
 static kc_status kc_dnnl_own_dw_image(kc_dnnl_conv_part *pt, int lane, void *w, const float *b,
-                                      const float *src, float *dst, float *buf)
+                                      const float *src, float *dst, float *buf, int64_t y_lo,
+                                      int64_t y_hi)
 {
     kc_dnnl_own_dw *own = pt->own;
     const kc_dw_geom *g = &own->dw_geom;
     int64_t row_floats = g->in_w * g->c, src_row = pt->src_image / (size_t)g->in_h;
     int64_t steady = own->strip_new, have0 = 0, have1 = 0; /* rows in buf */
-    for (int64_t y0 = 0; y0 < g->out_h; y0 += own->strip_rows) {
-        int64_t y1 = y0 + own->strip_rows < g->out_h ? y0 + own->strip_rows : g->out_h;
+    int64_t y_end = y_hi > 0 && y_hi < g->out_h ? y_hi : g->out_h;
+    for (int64_t y0 = y_lo; y0 < y_end; y0 += own->strip_rows) {
+        int64_t y1 = y0 + own->strip_rows < y_end ? y0 + own->strip_rows : y_end;
         int64_t r0 = y0 * g->s - g->pad_t, r1 = (y1 - 1) * g->s - g->pad_t + 3;
         r0 = r0 < 0 ? 0 : r0;
         r1 = r1 > g->in_h ? g->in_h : r1;
@@ -1109,11 +1198,13 @@ static kc_status kc_dnnl_own_dw_image(kc_dnnl_conv_part *pt, int lane, void *w, 
         if (keep)
             memmove(buf, buf + (r0 - have0) * row_floats, (size_t)(keep * row_floats) * sizeof *buf);
         while (next < r1) {
-            int whole = r1 - next >= steady;
+            int64_t rows = steady;
+            kc_dnnl_prim *p = r1 - next >= steady ? &pt->prim
+                                                  : kc_dnnl_own_dw_prim(own, r1 - next, &rows);
             void *ptrs[4] = {(void *)(src + next * src_row), w, buf + (next - r0) * row_floats,
                              (void *)b};
-            KC_TRY(kc_dnnl_run_lane(whole ? &pt->prim : &own->row_prim, ptrs, lane));
-            next += whole ? steady : 1;
+            KC_TRY(kc_dnnl_run_lane(p, ptrs, lane));
+            next += rows;
         }
         have0 = r0;
         have1 = r1;
@@ -1131,7 +1222,7 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
 {
     kc_dnnl_conv_part *pt = &st->part[k];
     kc_dw_geom dg;
-    if (a->post_dw && kc_dnnl_own_dw_geometry(a, g, &dg)) {
+    if (a->post_dw && kc_dnnl_own_dw_geometry(a, a->post_dw->attrs, g, &dg)) {
         KC_TRY(kc_dnnl_build_own_dw_part(a, st, k, g, &dg));
         return kc_dnnl_part_weights(ctx, st, k);
     }
@@ -1304,8 +1395,8 @@ static kc_status kc_dnnl_conv_build_one(void *arg, int k, const kc_dnnl_window *
                       ? kc_dnnl_build_pooled_part(b->ctx, b->a, b->st, k, g, src_off)
                       : kc_dnnl_build_part(b->ctx, b->a, b->st, b->groups, k, g);
     pt->prim.solo = pt->to_src.solo = pt->from_dst.solo = pt->pool.solo = solo;
-    if (pt->own)
-        pt->own->row_prim.solo = solo;
+    for (int i = 0; pt->own && i < pt->own->n_sizes; i++)
+        pt->own->rows_prim[i].solo = solo;
     return s;
 }
 
@@ -1327,17 +1418,32 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
         wbytes *= a->kernel[i];
     int n = ctx->whole ? 1 : kc_dnnl_plan_cuts(whole.src[0], whole.dst[2], act, wbytes, cuts);
     /* A fused depthwise pair is cut by images only (its post-op pads both
-     * axes alike: no row parts); one image runs whole. */
-    if (a->post_dw && whole.src[0] == 1)
+     * axes alike: no row parts); one image runs whole, or, where its
+     * depthwise layer runs on dw.c's loop, cut by output rows between the
+     * threads (kc_dnnl_row_parts). */
+    int row_parts = 0;
+    if (a->post_dw && whole.src[0] == 1) {
         n = 1;
+        row_parts = ctx->whole ? 0 : kc_dnnl_row_parts(a, a->post_dw->attrs, &whole);
+    }
     st->in_shape = ctx->in_shape[0];
     if (!(st->part = kc_calloc((size_t)n, sizeof *st->part)))
         return KC_ERR_NOMEM;
     kc_dnnl_conv_build b = {ctx, a, st, groups};
-    int small = kc_dnnl_small(work, wbytes);
+    int small = kc_dnnl_small(work, wbytes) || row_parts > 1; /* row parts: solo primitives */
     /* A layer run whole by the team has one scratchpad for all threads. */
     st->lanes = n > 1 ? (n < kc_threads_max() ? n : kc_threads_max()) : 1;
+    st->row_parts = row_parts; /* the own_dw part builds for its row parts' remainders */
     kc_status s = kc_dnnl_build_cut(&whole, cuts, n, small, kc_dnnl_conv_build_one, &b);
+    st->row_parts = 0;
+    if (s == KC_OK && row_parts > 1 && st->part[0].own_dw) {
+        st->row_parts = row_parts;
+        st->lanes = row_parts;
+        st->part[0].prim.shared = 1;
+        for (int i = 0; i < st->part[0].own->n_sizes; i++)
+            st->part[0].own->rows_prim[i].shared = 1;
+        s = kc_dnnl_lanes(row_parts);
+    }
     if (s == KC_OK || n == 1)
         return s;
     kc_error_clear();
@@ -1358,6 +1464,7 @@ typedef struct kc_dnnl_conv_io {
     const float *dw_w, *dw_b;
     void *spare;            /* the arena's free range during the call */
     size_t spare_bytes;
+    int64_t rows_lo, rows_hi; /* an own_dw pair's output rows to make (rows_hi 0: all) */
 } kc_dnnl_conv_io;
 
 /* bytes for one part's run: in the arena's free range (slot's share of
@@ -1409,7 +1516,7 @@ static kc_status kc_dnnl_execute_once(kc_dnnl_conv_part *pt, int lane, const kc_
                                          pt->own->strip_floats * sizeof(float));
         if (!buf)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a 1x1 convolution's buffer");
-        return kc_dnnl_own_dw_image(pt, lane, wp, b, src, dst, buf);
+        return kc_dnnl_own_dw_image(pt, lane, wp, b, src, dst, buf, io->rows_lo, io->rows_hi);
     }
     if (pt->add_after) {
         size_t bytes = pt->dst_image * sizeof(float);
@@ -1449,7 +1556,8 @@ static kc_status kc_dnnl_execute_part(kc_dnnl_conv_part *pt, int lane, const kc_
     return kc_dnnl_execute_once(pt, lane, io, src, dst);
 }
 
-/* A cut layer's run: the buffers, and each part's outcome. */
+/* A cut layer's run (or an own_dw pair's row parts): the buffers, and
+ * each part's outcome. */
 typedef struct kc_dnnl_conv_job {
     kc_dnnl_conv_state *st;
     const kc_dnnl_conv_io *io;
@@ -1462,13 +1570,31 @@ static void kc_dnnl_conv_job_part(void *arg, int k)
     job->status[k] = kc_dnnl_execute_part(&job->st->part[k], k, job->io);
 }
 
+/* Row part k of an own_dw pair on one image: its even share of the
+ * output rows. (Not kc_balance's cut: the primitives for the strips'
+ * remainders are built for these shares, and a moved cut would fall back
+ * to one row at a time.) */
+static void kc_dnnl_rows_part(void *arg, int k)
+{
+    kc_dnnl_conv_job *job = arg;
+    kc_dnnl_conv_state *st = job->st;
+    int64_t rows = st->part[0].own->dw_geom.out_h;
+    kc_dnnl_conv_io io = *job->io;
+    io.rows_lo = rows * k / st->row_parts;
+    io.rows_hi = rows * (k + 1) / st->row_parts;
+    job->status[k] = io.rows_hi > io.rows_lo ? kc_dnnl_execute_part(&st->part[0], k, &io) : KC_OK;
+}
+
 static kc_status kc_dnnl_execute(kc_dnnl_conv_state *st, const kc_dnnl_conv_io *io)
 {
-    if (st->n_parts == 1)
+    /* inside a batch lane (one thread) the part runs whole: the same bits */
+    int by_rows = st->row_parts > 1 && kc_parallel_width() > 1;
+    if (st->n_parts == 1 && !by_rows)
         return kc_dnnl_execute_part(&st->part[0], 0, io);
     kc_dnnl_conv_job job = {st, io, {KC_OK}};
-    kc_parallel(st->n_parts, kc_dnnl_conv_job_part, &job);
-    for (int k = 0; k < st->n_parts; k++)
+    int n = by_rows ? st->row_parts : st->n_parts;
+    kc_parallel(n, by_rows ? kc_dnnl_rows_part : kc_dnnl_conv_job_part, &job);
+    for (int k = 0; k < n; k++)
         if (job.status[k] != KC_OK) /* the message stayed on the failing thread */
             return kc_fail(job.status[k], "oneDNN failed on part %d of a convolution", k);
     return KC_OK;
@@ -1595,6 +1721,13 @@ int kc_dnnl_conv_im2col_parts(const kc_kernel_state *state)
     return kc_dnnl_count_flag(state, offsetof(kc_dnnl_conv_part, im2col));
 }
 
+int kc_dnnl_conv_row_parts(const kc_kernel_state *state)
+{
+    if (!state || state->free != kc_dnnl_conv_free)
+        return 0;
+    return ((const kc_dnnl_conv_state *)state)->row_parts;
+}
+
 int kc_dnnl_conv_own_dw_parts(const kc_kernel_state *state)
 {
     return kc_dnnl_count_flag(state, offsetof(kc_dnnl_conv_part, own_dw));
@@ -1611,6 +1744,17 @@ int kc_dnnl_conv_pool_fusable(const kc_conv_attrs *a, const kc_layer *pool, cons
     return kc_dnnl_ready() && plain_1x1 && kc_dnnl_act_fusable(a->activation) &&
            p->kind == KC_POOL_AVG && p->spatial == 2 && !p->global && p->padding == 1 &&
            p->strides[0] == 1 && p->strides[1] == 1 && in->rank == 4;
+}
+
+int kc_dnnl_conv_dw_row_parts(const kc_conv_attrs *a, const kc_layer *dw, const kc_shape *in,
+                              const kc_shape *mid)
+{
+    if (!kc_dnnl_ready() || a->kind != KC_CONV_PLAIN || a->spatial != 2 || in->rank != 4 ||
+        mid->rank != 4 || in->dims[0] != 1)
+        return 0;
+    kc_dnnl_window whole;
+    kc_dnnl_window_of(in, mid, a, &whole);
+    return kc_dnnl_row_parts(a, dw->attrs, &whole);
 }
 
 int kc_dnnl_conv_dw_fusable(const kc_conv_attrs *a, const kc_layer *dw, const kc_shape *in,

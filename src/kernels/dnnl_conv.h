@@ -28,6 +28,9 @@ int kc_dnnl_conv_gather_parts(const kc_kernel_state *state);
 int kc_dnnl_conv_im2col_parts(const kc_kernel_state *state);
 /* How many run a fused depthwise layer on kernels/dw.c's loop (own_dw). */
 int kc_dnnl_conv_own_dw_parts(const kc_kernel_state *state);
+/* For tests: the threads an own_dw pair on one image cuts its output
+ * rows between (0: it runs whole). */
+int kc_dnnl_conv_row_parts(const kc_kernel_state *state);
 
 /* The oneDNN implementation part `part` of that state runs (its name, as
  * ONEDNN_VERBOSE prints it: "brgconv_1x1:avx512_core", "jit:avx512_core"),
@@ -42,6 +45,12 @@ const char *kc_dnnl_conv_impl(const kc_kernel_state *state, int part);
 struct kc_conv_attrs;
 int kc_dnnl_conv_dw_fusable(const struct kc_conv_attrs *a, const kc_layer *dw,
                             const kc_shape *in, const kc_shape *mid);
+
+/* For pair a + dw on a batch of one (input shape in, 1x1 output mid):
+ * the threads its output rows are cut between when fused
+ * (kc_dnnl_conv_dw_fusable), 0 when a fused pair would run whole. */
+int kc_dnnl_conv_dw_row_parts(const struct kc_conv_attrs *a, const kc_layer *dw,
+                              const kc_shape *in, const kc_shape *mid);
 
 /* 1 when "same" stride-1 average pooling layer `pool` (input shape in)
  * can run after 1x1 convolution a, which alone reads it

@@ -582,14 +582,14 @@ kc_status kc_fuse_dw_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape,
             KC_TRY(kc_fuse_irb_set(f, g, i, target, 1));
             continue;
         }
-        int want = allow && in->rank == 4 && (in->dims[0] >= 2 || one_thread);
-        if (want) {
-            KC_TRY(kc_fuse_dw_set(f, g, i, 0)); /* judged on the unfused pair */
-            int r = f->dw_of[i];
-            want = kc_dnnl_conv_dw_fusable(kc_conv_attrs_of(f, g, i),
-                                           f->shadow[r] ? f->shadow[r] : g->nodes[r].layer, in,
-                                           mid);
-        }
+        int r = f->dw_of[i];
+        const kc_layer *dl = f->shadow[r] ? f->shadow[r] : g->nodes[r].layer;
+        /* one image on several threads: only where its rows are cut */
+        int want = allow && in->rank == 4 &&
+                   (in->dims[0] >= 2 || one_thread ||
+                    kc_dnnl_conv_dw_row_parts(kc_conv_attrs_of(f, g, i), dl, in, mid) > 1);
+        if (want)
+            want = kc_dnnl_conv_dw_fusable(kc_conv_attrs_of(f, g, i), dl, in, mid);
         KC_TRY(kc_fuse_dw_set(f, g, i, want));
     }
     return KC_OK;

@@ -434,6 +434,9 @@ static kc_status kc_session_fuse_per_plan(kc_session *s, const kc_shape *shapes,
 {
     int before = s->fused.n_dw_on + s->fused.n_pool_on + s->fused.n_irb_on;
     int host = !s->sched && s->stage_first < 0;
+    /* the pairs one image fuses depend on the threads it runs on (a pair
+     * cut by rows needs two): the session's, as kc_session_run sets them */
+    kc_threads_enter(s->threads);
     KC_TRY(kc_fuse_dw_plan(&s->fused, s->graph, s->plan.shape, s->fuse_dw && host, lanes > 1));
     KC_TRY(kc_fuse_pool_plan(&s->fused, s->graph, s->plan.shape,
                              s->fuse_pool && host && !s->exact));

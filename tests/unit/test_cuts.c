@@ -1967,6 +1967,25 @@ static void check_dw_case(const dw_case *c)
         if (owned != (own ? parts : 0))
             fail_msg("%s, %d threads: %d of %d parts on kerasc's depthwise loop, expected %s",
                      c->what, threads[t], owned, parts, own ? "all" : "none");
+        /* one image on 2+ threads: its output rows cut between them, and
+         * fused at batch 1 only then (kc_fuse_dw_plan) */
+        int rows_want = own && c->n == 1 && threads[t] > 1 ? threads[t] : 0;
+        int rows = run_pair(&r, ins, got, kc_dnnl_conv_row_parts);
+        int rows_plan = kc_dnnl_conv_dw_row_parts(&r.pa, &r.dl, &r.in, &r.mid);
+        if (rows != rows_want || rows_plan != rows_want)
+            fail_msg("%s, %d threads: rows cut in %d (planned %d), expected %d", c->what,
+                     threads[t], rows, rows_plan, rows_want);
+        if (rows_want) {
+            float *whole = malloc((size_t)r.out_count * sizeof *whole);
+            setenv("KC_DW_ROWS", "0", 1);
+            if (run_pair(&r, ins, whole, kc_dnnl_conv_row_parts) ||
+                kc_dnnl_conv_dw_row_parts(&r.pa, &r.dl, &r.in, &r.mid))
+                fail_msg("%s: rows cut with KC_DW_ROWS=0", c->what);
+            unsetenv("KC_DW_ROWS");
+            expect_close(got, whole, r.out_count, 0.0f, "%s, %d threads, against one part",
+                         c->what, threads[t]);
+            free(whole);
+        }
         /* the loop's sums are oneDNN's: the same bits as its fused pair */
         setenv("KC_DW", "0", 1);
         if (run_pair(&r, ins, onednn, kc_dnnl_conv_own_dw_parts))

@@ -15,6 +15,7 @@
 
 #include "kerasc.h"
 #include "kernels/dnnl_common.h"
+#include "kernels/dw.h"
 #include "kernels/isa.h"
 #include "ops/conv.h"
 #include "ops/pool.h"
@@ -343,10 +344,12 @@ static void assert_close_runs(kc_session *a, kc_session *b, const kc_tensor *in)
 
 /* With the block kernel off (KC_IRB=0): MobileNetV2's 16 expand +
  * depthwise pairs run as one oneDNN primitive each when the batch has
- * several images, and as two layers for one image (cut into row parts
- * instead); the choice follows each new plan, both ways, and
- * KC_FUSE_DW=0 turns it off. Outputs equal the unfused session's at
- * either batch. */
+ * several images; for one image on 2 threads, where the depthwise loop
+ * runs (kc_dw_enabled), the pairs whose rows it cuts between the threads
+ * (at 64x64: block_1's and block_2's, 16 output rows of 16+ columns), the
+ * others as two layers (KC_DW_ROWS=0: all); the choice follows each new
+ * plan, both ways, and KC_FUSE_DW=0 turns it off. Outputs equal the
+ * unfused session's at either batch. */
 static void run_pair(kc_session *a, kc_session *b, const kc_tensor *in, int want_fused)
 {
     assert_close_runs(a, b, in);
@@ -371,13 +374,20 @@ static void test_depthwise_fusion_per_plan(void **state)
     assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &one), KC_OK);
     memcpy(kc_tensor_data(one), kc_tensor_cdata(two), 64 * 64 * 3 * sizeof(float));
     kc_session *fused = NULL, *plain = NULL;
-    assert_int_equal(kc_session_new(m, NULL, &fused), KC_OK);
+    kc_session_options o = {.threads = 2};
+    assert_int_equal(kc_session_new(m, &o, &fused), KC_OK);
     setenv("KC_FUSE_DW", "0", 1);
-    assert_int_equal(kc_session_new(m, NULL, &plain), KC_OK);
+    assert_int_equal(kc_session_new(m, &o, &plain), KC_OK);
     unsetenv("KC_FUSE_DW");
+    int by_rows = kc_dw_enabled() ? 2 : 0;
     run_pair(fused, plain, two, 16);
+    run_pair(fused, plain, one, by_rows);
+    run_pair(fused, plain, two, 16);
+    setenv("KC_DW_ROWS", "0", 1); /* read when a plan is made */
     run_pair(fused, plain, one, 0);
+    unsetenv("KC_DW_ROWS");
     run_pair(fused, plain, two, 16);
+    run_pair(fused, plain, one, by_rows);
     unsetenv("KC_IRB");
     kc_tensor_free(one);
     kc_tensor_free(two);
@@ -389,13 +399,19 @@ static void test_depthwise_fusion_per_plan(void **state)
 /* A session's outputs on `in` equal the unfused session's, with n_irb
  * blocks run whole; and again on a second run (the kernels' states,
  * built in the first, kept). */
-static void run_blocks(kc_session *a, kc_session *b, const kc_tensor *in, int n_irb)
+static void run_blocks_pairs(kc_session *a, kc_session *b, const kc_tensor *in, int n_irb,
+                             int n_dw)
 {
     assert_close_runs(a, b, in);
     assert_int_equal(a->fused.n_irb_on, n_irb);
-    assert_int_equal(a->fused.n_dw_on, 0);
+    assert_int_equal(a->fused.n_dw_on, n_dw);
     assert_int_equal(b->fused.n_irb_on, 0);
     assert_close_runs(a, b, in);
+}
+
+static void run_blocks(kc_session *a, kc_session *b, const kc_tensor *in, int n_irb)
+{
+    run_blocks_pairs(a, b, in, n_irb, 0);
 }
 
 /* MobileNetV2's 16 inverted-residual blocks (expansion, depthwise,
@@ -450,7 +466,12 @@ static void test_block_fusion_per_plan(void **state)
     setenv("KC_FUSE_DW", "0", 1);
     assert_int_equal(kc_session_new(m, &o, &plain), KC_OK);
     unsetenv("KC_FUSE_DW");
-    run_blocks(by_default, plain, one, kc_isa() == KC_ISA_AVX512 ? 16 : 0);
+    /* on AVX2 the pairs of block_1 and block_2 cut by rows instead
+     * (test_depthwise_fusion_per_plan) */
+    if (kc_isa() == KC_ISA_AVX512)
+        run_blocks(by_default, plain, one, 16);
+    else
+        run_blocks_pairs(by_default, plain, one, 0, kc_dw_enabled() ? 2 : 0);
     kc_session_free(by_default);
     kc_session_free(plain);
     kc_tensor_free(one);
