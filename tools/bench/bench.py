@@ -804,7 +804,7 @@ def full(a, ap, kerasc, raw_dir):
     perr = gnuplot(table, runners, os.path.join(a.out, "latest.png"), a.threads)
     sys.stdout.write(md)
     print(f"\nwritten: {os.path.relpath(os.path.join(a.out, 'latest.md'), ROOT)}, latest.json, "
-          + (f"latest.png" if not perr else f"no chart ({perr})"))
+          + ("latest.png" if not perr else f"no chart ({perr})"))
     return 1 if errors else 0
 
 
