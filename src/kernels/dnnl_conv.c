@@ -1094,20 +1094,31 @@ static kc_dnnl_prim *kc_dnnl_own_dw_prim(kc_dnnl_own_dw *own, int64_t want, int6
     return &own->rows_prim[0];
 }
 
+/* The strip of output rows from y0 (before y_end): its end *y1, and the
+ * input rows [*r0, *r1) it reads. kc_dnnl_own_dw_image runs the strips
+ * and kc_dnnl_own_dw_walk plans their primitives; both step through them
+ * here, so the plan is what runs. */
+static void kc_dnnl_own_dw_strip(const kc_dnnl_own_dw *own, int64_t y0, int64_t y_end,
+                                 int64_t *y1, int64_t *r0, int64_t *r1)
+{
+    const kc_dw_geom *g = &own->dw_geom;
+    *y1 = y0 + own->strip_rows < y_end ? y0 + own->strip_rows : y_end;
+    *r0 = y0 * g->s - g->pad_t;
+    *r1 = (*y1 - 1) * g->s - g->pad_t + 3;
+    *r0 = *r0 < 0 ? 0 : *r0;
+    *r1 = *r1 > g->in_h ? g->in_h : *r1;
+}
+
 /* The remainders (input rows fewer than a strip's) that output rows
  * [y_lo, y_hi) of an image need, as kc_dnnl_own_dw_image walks them:
  * at most `most` into want; returns how many. */
 static int kc_dnnl_own_dw_walk(const kc_dnnl_own_dw *own, int64_t y_lo, int64_t y_hi,
                                int64_t *want, int most)
 {
-    const kc_dw_geom *g = &own->dw_geom;
     int n = 0;
-    int64_t have1 = 0;
-    for (int64_t y0 = y_lo; y0 < y_hi; y0 += own->strip_rows) {
-        int64_t y1 = y0 + own->strip_rows < y_hi ? y0 + own->strip_rows : y_hi;
-        int64_t r0 = y0 * g->s - g->pad_t, r1 = (y1 - 1) * g->s - g->pad_t + 3;
-        r0 = r0 < 0 ? 0 : r0;
-        r1 = r1 > g->in_h ? g->in_h : r1;
+    int64_t have1 = 0, y1 = 0, r0 = 0, r1 = 0;
+    for (int64_t y0 = y_lo; y0 < y_hi; y0 = y1) {
+        kc_dnnl_own_dw_strip(own, y0, y_hi, &y1, &r0, &r1);
         int64_t next = have1 > r0 ? have1 : r0;
         next += (r1 - next) / own->strip_new * own->strip_new;
         if (next < r1 && n < most)
@@ -1188,12 +1199,9 @@ static kc_status kc_dnnl_own_dw_image(kc_dnnl_conv_part *pt, int lane, void *w, 
     const kc_dw_geom *g = &own->dw_geom;
     int64_t row_floats = g->in_w * g->c, src_row = pt->src_image / (size_t)g->in_h;
     int64_t steady = own->strip_new, have0 = 0, have1 = 0; /* rows in buf */
-    int64_t y_end = y_hi > 0 && y_hi < g->out_h ? y_hi : g->out_h;
-    for (int64_t y0 = y_lo; y0 < y_end; y0 += own->strip_rows) {
-        int64_t y1 = y0 + own->strip_rows < y_end ? y0 + own->strip_rows : y_end;
-        int64_t r0 = y0 * g->s - g->pad_t, r1 = (y1 - 1) * g->s - g->pad_t + 3;
-        r0 = r0 < 0 ? 0 : r0;
-        r1 = r1 > g->in_h ? g->in_h : r1;
+    int64_t y_end = y_hi > 0 && y_hi < g->out_h ? y_hi : g->out_h, y1 = 0, r0 = 0, r1 = 0;
+    for (int64_t y0 = y_lo; y0 < y_end; y0 = y1) {
+        kc_dnnl_own_dw_strip(own, y0, y_end, &y1, &r0, &r1);
         int64_t keep = have1 > r0 ? have1 - r0 : 0, next = r0 + keep;
         if (keep)
             memmove(buf, buf + (r0 - have0) * row_floats, (size_t)(keep * row_floats) * sizeof *buf);
