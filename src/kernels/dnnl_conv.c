@@ -1129,11 +1129,14 @@ static int kc_dnnl_own_dw_walk(const kc_dnnl_own_dw *own, int64_t y_lo, int64_t 
 }
 
 /* Part k of pair a on window `part` with its depthwise layer on dw.c's
- * loop (geometry dg): the 1x1 primitives for a strip's rows and for one
- * row, their activation a post-op, and the depthwise layer's kernel
- * packed. Offsets into the output count the depthwise layer's images. */
+ * loop (geometry dg): the 1x1 primitives for a strip's rows, for one row
+ * and for the remainders the strips of an image, or of each of its
+ * row_parts shares (kc_dnnl_rows_part), need; their activation a
+ * post-op, and the depthwise layer's kernel packed. Offsets into the
+ * output count the depthwise layer's images. */
 static kc_status kc_dnnl_build_own_dw_part(const kc_conv_attrs *a, kc_dnnl_conv_state *st, int k,
-                                           const kc_dnnl_window *part, const kc_dw_geom *dg)
+                                           const kc_dnnl_window *part, const kc_dw_geom *dg,
+                                           int row_parts)
 {
     kc_dnnl_conv_part *pt = &st->part[k];
     const kc_layer *dl = a->post_dw;
@@ -1157,7 +1160,7 @@ static kc_status kc_dnnl_build_own_dw_part(const kc_conv_attrs *a, kc_dnnl_conv_
     dnnl_memory_desc_t row_w = pt->w.prim_md;
     KC_TRY(kc_dnnl_strip_prim(a, st, pt, &one, own->strip_new, &pt->prim, &row_w));
     /* the remainders of the image's strips, or of each row part's */
-    int parts = st->row_parts > 1 ? st->row_parts : 1;
+    int parts = row_parts > 1 ? row_parts : 1;
     for (int q = 0; q < parts; q++) {
         int64_t want[KC_DNNL_OWN_SIZES];
         int n = kc_dnnl_own_dw_walk(own, dg->out_h * q / parts, dg->out_h * (q + 1) / parts,
@@ -1226,12 +1229,12 @@ static kc_status kc_dnnl_own_dw_image(kc_dnnl_conv_part *pt, int lane, void *w, 
 
 static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
                                     kc_dnnl_conv_state *st, int64_t groups, int k,
-                                    const kc_dnnl_window *g)
+                                    const kc_dnnl_window *g, int row_parts)
 {
     kc_dnnl_conv_part *pt = &st->part[k];
     kc_dw_geom dg;
     if (a->post_dw && kc_dnnl_own_dw_geometry(a, a->post_dw->attrs, g, &dg)) {
-        KC_TRY(kc_dnnl_build_own_dw_part(a, st, k, g, &dg));
+        KC_TRY(kc_dnnl_build_own_dw_part(a, st, k, g, &dg, row_parts));
         return kc_dnnl_part_weights(ctx, st, k);
     }
     if (a->post_dw) {
@@ -1376,7 +1379,7 @@ static kc_status kc_dnnl_build_pooled_part(const kc_exec_ctx *ctx, const kc_conv
     kc_conv_attrs linear = *a;
     linear.activation = NULL;
     linear.pre_pool = NULL;
-    KC_TRY(kc_dnnl_build_part(ctx, &linear, st, 1, k, &cw));
+    KC_TRY(kc_dnnl_build_part(ctx, &linear, st, 1, k, &cw, 0));
     pt->src_off = src_off / (size_t)g->src[1] * (size_t)cin;
     KC_TRY(kc_dnnl_build_pool_part(a, a->pre_pool->attrs, g, pt));
     st->act_fused = kc_dnnl_act_fusable(a->activation);
@@ -1389,6 +1392,7 @@ typedef struct kc_dnnl_conv_build {
     const kc_conv_attrs *a;
     kc_dnnl_conv_state *st;
     int64_t groups;
+    int row_parts;          /* an own_dw pair's on one image (kc_dnnl_row_parts) */
 } kc_dnnl_conv_build;
 
 static kc_status kc_dnnl_conv_build_one(void *arg, int k, const kc_dnnl_window *g,
@@ -1401,7 +1405,7 @@ static kc_status kc_dnnl_conv_build_one(void *arg, int k, const kc_dnnl_window *
     b->st->n_parts = k + 1;
     kc_status s = b->a->pre_pool
                       ? kc_dnnl_build_pooled_part(b->ctx, b->a, b->st, k, g, src_off)
-                      : kc_dnnl_build_part(b->ctx, b->a, b->st, b->groups, k, g);
+                      : kc_dnnl_build_part(b->ctx, b->a, b->st, b->groups, k, g, b->row_parts);
     pt->prim.solo = pt->to_src.solo = pt->from_dst.solo = pt->pool.solo = solo;
     for (int i = 0; pt->own && i < pt->own->n_sizes; i++)
         pt->own->rows_prim[i].solo = solo;
@@ -1437,13 +1441,11 @@ static kc_status kc_dnnl_build(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
     st->in_shape = ctx->in_shape[0];
     if (!(st->part = kc_calloc((size_t)n, sizeof *st->part)))
         return KC_ERR_NOMEM;
-    kc_dnnl_conv_build b = {ctx, a, st, groups};
+    kc_dnnl_conv_build b = {ctx, a, st, groups, row_parts};
     int small = kc_dnnl_small(work, wbytes) || row_parts > 1; /* row parts: solo primitives */
     /* A layer run whole by the team has one scratchpad for all threads. */
     st->lanes = n > 1 ? (n < kc_threads_max() ? n : kc_threads_max()) : 1;
-    st->row_parts = row_parts; /* the own_dw part builds for its row parts' remainders */
     kc_status s = kc_dnnl_build_cut(&whole, cuts, n, small, kc_dnnl_conv_build_one, &b);
-    st->row_parts = 0;
     if (s == KC_OK && row_parts > 1 && st->part[0].own_dw) {
         st->row_parts = row_parts;
         st->lanes = row_parts;
