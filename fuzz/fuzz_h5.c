@@ -28,10 +28,17 @@
  *    datatype (H5Oopen -> H5D_open -> H5O_msg_read, H5Odtype.c);
  *  - attr_data_overread.h5: heap over-read (or use-after-free) in the
  *    attribute decoder (H5Aexists -> H5O__attr_exists, H5Oattr.c).
- * Three it did find that can be screened are refused by the pre-checks of
+ * Four it did find that can be screened are refused by the pre-checks of
  * the libhdf5 layer: global heaps that hang the parser, local heaps
- * without a final NUL (strdup over-read), and chunked scalar datasets
- * (H5Dread loops, allocating without bound).
+ * without a final NUL (strdup over-read), chunked scalar datasets
+ * (H5Dread loops, allocating without bound), and unfiltered chunks that
+ * store less than a chunk (H5Dread copies a whole chunk out of the shorter
+ * buffer: a heap over-read; tests/data/h5/short_raw_chunks.h5).
+ *
+ * With the sandbox on, an ASan error inside the child still writes a
+ * crash-* file (the sanitizer's death callback is libFuzzer's, inherited
+ * through fork) while the run goes on: KC_SANDBOX_STDERR=1 shows the
+ * child's report, and KC_SANDBOX=0 reproduces it in-process.
  *
  * If h5.c runs libhdf5 in a sandboxed child, set KC_SANDBOX=0 to fuzz
  * libhdf5 and the raw layer in-process; with the sandbox on, this fuzzes

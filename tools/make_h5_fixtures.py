@@ -180,6 +180,22 @@ def make_chunked_scalar():
     patch("chunked_scalar.h5", "chunked_scalar.h5", to_scalar)
 
 
+def unknown_pipeline(data):
+    """/gzip's filter pipeline message (type 0x000b, 56 bytes) turned into
+    an unknown message type: libhdf5 1.10 then takes the dataset as
+    unfiltered and reads each 24-27 byte compressed chunk as a raw one of
+    40 bytes, copying 40 bytes out of the shorter buffer (heap over-read,
+    found by fuzz_h5). The reader must refuse the chunks before reading."""
+    pattern = b"\x0b\x00\x38\x00\x01\x00\x00\x00\x01\x02"
+    i = data.find(pattern)
+    assert i >= 0 and data.find(pattern, i + 1) < 0
+    data[i + 1] = 0x01
+
+
+def make_short_raw_chunks():
+    patch("dtypes.h5", "short_raw_chunks.h5", unknown_pipeline)
+
+
 def make_bad_heaps():
     with h5py.File(path("heaps.h5"), "w") as f:
         f.create_group("layers").attrs["name"] = "dense"  # vlen: global heap
@@ -251,6 +267,7 @@ def main():
     make_truncated()
     make_bad_heaps()
     make_chunked_scalar()
+    make_short_raw_chunks()
     make_libhdf5_repros()
 
 
