@@ -956,6 +956,7 @@ static void kc_h5raw_ds_close(kc_h5raw_ds *ds)
 static kc_status kc_h5raw_check_each_chunk(kc_h5raw *h5, const kc_h5raw_ds *ds, hid_t space,
                                            int filters, hsize_t chunks, int64_t chunk_bytes)
 {
+    /* the chunk's filter mask skips every filter (none: 0 == 0) */
     unsigned all = filters >= 32 ? ~0u : (1u << filters) - 1;
     if (chunks > KC_H5_CHUNKS_CHECKED) {
         hsize_t stored = H5Dget_storage_size(ds->id);
@@ -973,7 +974,7 @@ static kc_status kc_h5raw_check_each_chunk(kc_h5raw *h5, const kc_h5raw_ds *ds, 
         if (H5Dget_chunk_info(ds->id, space, i, at, &mask, &addr, &size) < 0)
             return kc_h5raw_fail(h5, KC_ERR_FORMAT, "cannot read chunk %llu of dataset %s",
                                  (unsigned long long)i, ds->path);
-        if ((filters == 0 || (mask & all) == all) && size != (hsize_t)chunk_bytes)
+        if ((mask & all) == all && size != (hsize_t)chunk_bytes)
             return kc_fail(KC_ERR_FORMAT, "%s: HDF5 dataset %s: unfiltered chunk %llu stores %llu "
                            "bytes, not %lld", h5->label, ds->path, (unsigned long long)i,
                            (unsigned long long)size, (long long)chunk_bytes);
