@@ -2569,7 +2569,7 @@ static void test_dense_packs_from_eight_rows(void **state)
     (void)state;
     /* oneDNN 2.6's AVX2 matmul (gemm:jit) reads W in Keras's layout: no
      * layout to pack into, on any row count */
-    int blocked = __builtin_cpu_supports("avx512f");
+    int blocked = __builtin_cpu_supports("avx512f") != 0; /* a flag, not 1 */
     setenv("KC_DENSE_OWN", "0", 1);
     check_dense(2048, 1000, 1, kc_dnnl_dense_packed, 0, "packed");
     check_dense(2048, 1000, 8, kc_dnnl_dense_packed, blocked, "packed");
