@@ -13,12 +13,15 @@
  * convolution reading `in`, NHWC), depthwise layer `dw` after it and
  * projection layer `pw` after that: the geometry and activations it
  * knows, on a CPU with AVX-512; with AVX2 only where KC_IRB=1 (not
- * faster there than the three layers: irb.c); KC_IRB=0: never. */
+ * faster there than the three layers: irb.c); KC_IRB=0: never. ex NULL:
+ * a block without expansion, `dw` reading `in` (MobileNetV2's first
+ * block), whose projection adds no residual. */
 int kc_irb_fusable(const kc_conv_attrs *ex, const kc_layer *dw, const kc_layer *pw,
                    const kc_shape *in);
 
 /* Run the fused block: ctx is the expansion node's (its layer's attrs
- * carry post_dw and post_pw); ctx->out[0] receives the projection's
+ * carry post_dw and post_pw), or the depthwise node's of a block without
+ * expansion (its attrs carry post_pw); ctx->out[0] receives the projection's
  * output, and holds the residual beforehand when the projection
  * accumulates (it may be ctx->in[0] itself). */
 kc_status kc_irb_conv(const kc_exec_ctx *ctx);

@@ -14,6 +14,8 @@ typedef struct kc_irb_geom {
     int64_t n, h, w, cin, cm, cout; /* images, input rows and columns, channels */
     int64_t ho, wo, s, pt, pl;      /* output rows and columns, stride, padding before */
     int act_e, act_d, act_p;        /* 0 linear, 1 relu, 2 relu6 */
+    int identity;                   /* no expansion: the depthwise layer reads the input
+                                       (cm == cin), its node carries the block */
 } kc_irb_geom;
 
 /* The block's weights, copied into the kernel's state from the fused

@@ -478,11 +478,11 @@ static kc_status kc_fuse_dw_set(kc_fused *f, const kc_graph *g, int i, int on)
 
 /* ------------------- the whole inverted-residual block (per plan) */
 
-/* Pair i's projection: the 1x1 convolution node that alone reads the
- * depthwise node's output, or -1. */
-static int kc_fuse_pw_of(const kc_fused *f, const kc_graph *g, int i)
+/* Depthwise node r's projection: the 1x1 convolution node that alone
+ * reads its output, or -1. */
+static int kc_fuse_proj_of(const kc_fused *f, const kc_graph *g, int r)
 {
-    int r = f->dw_of[i], p = -1;
+    int p = -1;
     int d = kc_resolve(f, g->nodes[r].outputs[0]);
     if (kc_slot_readers(g, f, d, r + 1, &p) != 1 || !kc_is_conv_node(f, g, p, KC_CONV_PLAIN) ||
         kc_resolve(f, g->nodes[p].inputs[0]) != d)
@@ -490,7 +490,8 @@ static int kc_fuse_pw_of(const kc_fused *f, const kc_graph *g, int i)
     return p;
 }
 
-/* Where the block's output goes: the projection's residual (the slot it
+/* Where the output of the block from node i to projection p goes (d:
+ * the depthwise output): the projection's residual (the slot it
  * accumulates into) when it has one, else the output's own slot (sized
  * for it, not for the 6x wider expansion; the plan places it when the
  * block's first node runs). -1 when neither works: the residual is made
@@ -498,10 +499,9 @@ static int kc_fuse_pw_of(const kc_fused *f, const kc_graph *g, int i)
  * projection widens the depthwise output (every view of the one slot
  * must hold at least the output). */
 static int kc_fuse_irb_target(const kc_fused *f, const kc_graph *g, const kc_shape *shape,
-                              int i, int p)
+                              int i, int d, int p)
 {
     int o = g->nodes[p].outputs[0];
-    int d = g->nodes[f->dw_of[i]].outputs[0];
     int t = kc_resolve(f, o);
     /* the slot's smallest view must be what it holds (kc_head_lists) */
     if (kc_shape_count(&shape[o]) > kc_shape_count(&shape[d]))
@@ -561,16 +561,63 @@ static int kc_fuse_irb_wanted(const kc_fused *f, const kc_graph *g, const kc_sha
     const kc_layer *pl = f->shadow[p] ? f->shadow[p] : g->nodes[p].layer;
     if (!kc_irb_fusable(kc_conv_attrs_of(f, g, i), dl, pl, &shape[g->nodes[i].inputs[0]]))
         return 0;
-    *target = kc_fuse_irb_target(f, g, shape, i, p);
+    *target = kc_fuse_irb_target(f, g, shape, i, g->nodes[r].outputs[0], p);
+    return *target >= 0;
+}
+
+/* Run depthwise node i and its projection as a block without expansion
+ * (on) or as the two layers (off); on, the depthwise output shares the
+ * target's slot (the aliases it replaces kept to be put back). */
+static kc_status kc_fuse_dwp_set(kc_fused *f, const kc_graph *g, int i, int target, int on)
+{
+    int p = f->dwp_of[i];
+    int *v = &f->irb_alias[3 * i];
+    const int vals[2] = {g->nodes[i].outputs[0], g->nodes[p].outputs[0]};
+    if (on == f->irb_on[i])
+        return KC_OK;
+    if (on) {
+        if (!kc_fuse_own(f, i, g) || !kc_fuse_own(f, p, g))
+            return KC_ERR_NOMEM;
+        for (int k = 0; k < 2; k++)
+            v[k] = f->alias[vals[k]];
+        f->alias[vals[0]] = target;
+    } else
+        for (int k = 0; k < 2; k++)
+            f->alias[vals[k]] = v[k];
+    ((kc_conv_attrs *)f->shadow[i]->attrs)->post_pw = on ? f->shadow[p] : NULL;
+    f->skip[p] = (unsigned char)on;
+    f->n_irb_on += on - f->irb_on[i];
+    f->irb_on[i] = (unsigned char)on;
+    return KC_OK;
+}
+
+/* Whether depthwise node i and its projection are wanted as one block
+ * for this plan (i not fused into a 1x1 before it), and where the
+ * output goes (*target). */
+static int kc_fuse_dwp_wanted(const kc_fused *f, const kc_graph *g, const kc_shape *shape, int i,
+                              int *target)
+{
+    int p = f->dwp_of[i];
+    if (p < 0 || f->skip[i])
+        return 0;
+    const kc_layer *dl = f->shadow[i] ? f->shadow[i] : g->nodes[i].layer;
+    const kc_layer *pl = f->shadow[p] ? f->shadow[p] : g->nodes[p].layer;
+    if (!kc_irb_fusable(NULL, dl, pl, &shape[g->nodes[i].inputs[0]]))
+        return 0;
+    *target = kc_fuse_irb_target(f, g, shape, i, g->nodes[i].outputs[0], p);
     return *target >= 0;
 }
 
 kc_status kc_fuse_dw_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape, int allow,
                           int one_thread)
 {
-    for (int i = 0; f->dw_of && i < g->n_nodes; i++)
+    for (int i = 0; f->dw_of && i < g->n_nodes; i++) {
+        /* judged on the plain layers */
         if (f->dw_of[i] >= 0 && f->irb_on[i])
-            KC_TRY(kc_fuse_irb_set(f, g, i, -1, 0)); /* judged on the plain layers */
+            KC_TRY(kc_fuse_irb_set(f, g, i, -1, 0));
+        if (f->dwp_of[i] >= 0 && f->irb_on[i])
+            KC_TRY(kc_fuse_dwp_set(f, g, i, -1, 0));
+    }
     for (int i = 0; f->dw_of && i < g->n_nodes; i++) {
         if (f->dw_of[i] < 0)
             continue;
@@ -591,6 +638,11 @@ kc_status kc_fuse_dw_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape,
         if (want)
             want = kc_dnnl_conv_dw_fusable(kc_conv_attrs_of(f, g, i), dl, in, mid);
         KC_TRY(kc_fuse_dw_set(f, g, i, want));
+    }
+    for (int i = 0; f->dwp_of && i < g->n_nodes; i++) {
+        int target = -1;
+        if (allow && kc_fuse_dwp_wanted(f, g, shape, i, &target))
+            KC_TRY(kc_fuse_dwp_set(f, g, i, target, 1));
     }
     return KC_OK;
 }
@@ -660,13 +712,14 @@ kc_status kc_fuse(const kc_graph *g, kc_fuse_level level, int *taken, kc_fused *
     f->pool_of = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->pool_of);
     f->pool_on = kc_calloc((size_t)g->n_nodes + 1, 1);
     f->pw_of = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->pw_of);
+    f->dwp_of = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->dwp_of);
     f->irb_on = kc_calloc((size_t)g->n_nodes + 1, 1);
     f->irb_alias = kc_calloc(3 * ((size_t)g->n_nodes + 1), sizeof *f->irb_alias);
     if (!f->alias || !f->skip || !f->shadow || !f->dw_of || !f->dw_on || !f->pool_of ||
-        !f->pool_on || !f->pw_of || !f->irb_on || !f->irb_alias)
+        !f->pool_on || !f->pw_of || !f->dwp_of || !f->irb_on || !f->irb_alias)
         return KC_ERR_NOMEM;
     for (int i = 0; i < g->n_nodes; i++)
-        f->dw_of[i] = f->pool_of[i] = f->pw_of[i] = -1;
+        f->dw_of[i] = f->pool_of[i] = f->pw_of[i] = f->dwp_of[i] = -1;
     for (int v = 0; v < g->n_values; v++)
         f->alias[v] = -1;
     if (level == KC_FUSE_NONE || kc_env_off("KC_FUSE"))
@@ -719,7 +772,10 @@ kc_status kc_fuse(const kc_graph *g, kc_fuse_level level, int *taken, kc_fused *
             KC_TRY(kc_fuse_dw_pair(f, g, i));
     for (int i = 0; i < g->n_nodes; i++)
         if (f->dw_of[i] >= 0)
-            f->pw_of[i] = kc_fuse_pw_of(f, g, i);
+            f->pw_of[i] = kc_fuse_proj_of(f, g, f->dw_of[i]);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!f->skip[i] && kc_is_conv_node(f, g, i, KC_CONV_DEPTHWISE))
+            f->dwp_of[i] = kc_fuse_proj_of(f, g, i);
     for (int i = 0; i < g->n_nodes; i++)
         if (!f->skip[i])
             KC_TRY(kc_fuse_pool_pair(f, g, i));
@@ -757,6 +813,7 @@ void kc_fused_free(kc_fused *f, int n_nodes)
     free(f->dw_of);
     free(f->dw_on);
     free(f->pw_of);
+    free(f->dwp_of);
     free(f->irb_on);
     free(f->irb_alias);
     free(f->pool_of);

@@ -24,6 +24,10 @@ typedef struct kc_fused {
     int *pw_of;          /* per node with a dw_of: the 1x1 convolution node
                             that alone reads the depthwise output, or -1
                             (the three fusable per plan as one block) */
+    int *dwp_of;         /* per depthwise node no 1x1 carries: the 1x1
+                            convolution node that alone reads its output,
+                            or -1 (the two fusable per plan as a block
+                            without expansion: irb_on, irb_alias) */
     unsigned char *irb_on; /* per such node: the block fused for the plan */
     int n_irb_on;
     int *irb_alias;      /* per such node, 3 each: the aliases of the block's
@@ -63,7 +67,11 @@ void kc_fused_free(kc_fused *fused, int n_nodes);
  * (post_dw and post_pw), the other two skipped and every value of the
  * block in one slot: the projection's residual's when it accumulates
  * (the residual made before the block, read by nothing in it), else the
- * expansion output's. n_irb_on says how many blocks are fused. */
+ * expansion output's. After it, a depthwise node left unfused whose
+ * output only a 1x1 convolution reads (dwp_of: MobileNetV2's first
+ * block, after a 3x3 convolution) runs the two as a block without
+ * expansion on its own node (post_pw), its output in the projection's
+ * slot. n_irb_on says how many blocks are fused. */
 kc_status kc_fuse_dw_plan(kc_fused *fused, const kc_graph *graph, const kc_shape *shape, int allow,
                           int one_thread);
 /* For a plan with value shapes `shape`: run each average pooling found by

@@ -2098,6 +2098,25 @@ static float *irb_reference(const dw_run *r, const kc_layer *pl, const kc_shape 
     return want;
 }
 
+/* A block case's projection weights and its dw_run freed. */
+static void irb_teardown(kc_weight qw[2], dw_run *r)
+{
+    free(qw[0].data);
+    free(qw[1].data);
+    dw_teardown(r);
+}
+
+/* After a run of a block on state st: it holds the block's state; after
+ * the first round its rows' cut goes as far as it goes (kc_balance). */
+static void irb_skew_after(kc_kernel_state *st, const char *what, int round)
+{
+    kc_balance *b = kc_irb_balance(st);
+    if (!b)
+        fail_msg("%s: no state", what);
+    if (!round)
+        skew_cut(b);
+}
+
 static void check_irb_case(const irb_case *c)
 {
     dw_case dc = {c->what, c->n, c->h, c->w, c->c, c->f, c->k, c->s, c->d, c->mult,
@@ -2161,11 +2180,7 @@ static void check_irb_case(const irb_case *c)
             qa.accumulate = 0;
             expect_close(got, want, out_n, 1e-4f * peak, "%s, %d threads%s", c->what, t,
                          round ? ", skewed cut" : "");
-            kc_balance *b = kc_irb_balance(st);
-            if (!b)
-                fail_msg("%s: no state", c->what);
-            if (!round)
-                skew_cut(b); /* no parts: nothing moves */
+            irb_skew_after(st, c->what, round); /* no parts: nothing moves */
         }
         st->free(st);
     }
@@ -2173,9 +2188,7 @@ static void check_irb_case(const irb_case *c)
     free(got);
     free(want);
     free(other);
-    free(qw[0].data);
-    free(qw[1].data);
-    dw_teardown(&r);
+    irb_teardown(qw, &r);
 }
 
 /* The block kernel must equal the three layers run one after another on
@@ -2235,6 +2248,104 @@ static void irb_fused_isa(void)
         check_irb_case(&cases[i]);
 }
 
+/* A block without expansion (the depthwise layer reads the input, its
+ * node carries the projection: MobileNetV2's first block): the two
+ * layers on the plain paths, one thread, are the reference; the block
+ * on 1 to 3 threads, and one image again on one state with its rows'
+ * cut moved as far as it goes, must equal them. c->c is the depthwise
+ * layer's channels (c->f unused); c->residual 1: the projection adds a
+ * residual, which such a block refuses. */
+static void check_irb_identity_case(const irb_case *c)
+{
+    dw_case dc = {c->what, c->n, c->h, c->w, c->c, c->c, c->k, c->s, c->d, c->mult,
+                  c->padding, c->pad_b, c->pad_a, c->act1, c->act2, c->bias, c->bias, 0};
+    dw_run r;
+    dw_setup(&dc, &r);
+    kc_conv_attrs qa = r.pa;
+    qa.filters = c->o;
+    qa.activation = c->act3;
+    qa.use_bias = c->bias;
+    qa.accumulate = c->residual != 0;
+    kc_weight qw[2] = {{.data = rand_buf(c->c * c->o)}, {.data = rand_buf(c->o)}};
+    qw[0].shape = (kc_shape){.rank = 4, .dims = {1, 1, c->c, c->o}};
+    r.dw[0].shape = (kc_shape){.rank = 4, .dims = {c->k, c->k, c->c, c->mult}};
+    kc_layer ql = {.name = "project", .class_name = "Conv2D", .attrs = &qa, .weights = qw,
+                   .n_weights = 2, .def = kc_op_lookup(NULL, "Conv2D")};
+    int fusable = kc_irb_fusable(NULL, &r.dl, &ql, &r.dw_in);
+    if (fusable != c->fusable)
+        fail_msg("%s: fusable %d, expected %d", c->what, fusable, c->fusable);
+    kc_shape out = r.out;
+    out.dims[3] = c->o;
+    int64_t out_n = kc_count(&out);
+    float *dw = malloc((size_t)r.out_count * sizeof *dw);
+    float *want = malloc((size_t)out_n * sizeof *want), *got = malloc((size_t)out_n * sizeof *got);
+    setenv("KC_DNNL", "0", 1);
+    kc_threads_enter(1);
+    const float *ins[1] = {r.x};
+    exec_kernel(&r.dl, ins, &r.dw_in, 1, dw, &r.out, 1, 0, NULL);
+    ins[0] = dw;
+    qa.accumulate = 0;
+    exec_kernel(&ql, ins, &r.out, 1, want, &out, 1, 0, NULL);
+    unsetenv("KC_DNNL");
+    float peak = peak_of(want, out_n);
+    for (int t = 1; fusable && t <= 3; t++) {
+        kc_threads_enter(t);
+        kc_kernel_state *st = NULL;
+        for (int round = 0; round < 2; round++) {
+            r.da.post_pw = &ql;
+            ins[0] = r.x;
+            memset(got, 0, (size_t)out_n * sizeof *got);
+            exec_in_slot(&r.dl, ins, &r.dw_in, 1, got, &r.out, 0, 0, &st);
+            r.da.post_pw = NULL;
+            expect_close(got, want, out_n, 1e-4f * peak, "%s, %d threads%s", c->what, t,
+                         round ? ", skewed cut" : "");
+            if (c->n == 1 && t > 1)
+                irb_skew_after(st, c->what, round);
+        }
+        st->free(st);
+    }
+    kc_threads_enter(0);
+    free(dw);
+    free(want);
+    free(got);
+    irb_teardown(qw, &r);
+}
+
+/* Blocks without expansion: "same" padding on even and odd sizes,
+ * strides 1 and 2, a folded ZeroPadding (the input value counts it in),
+ * channels that are not whole vectors, a projection narrower and wider
+ * than a vector, several images (whole together or band by band), a
+ * large image in bands; refused: a residual sum, a 5x5 kernel, a depth
+ * multiplier. */
+static void irb_identity_isa(void)
+{
+    static const irb_case cases[] = {
+        {"no expansion: 32 -> 16, s1 same (MobileNetV2's first block)", 1, 56, 56, 32, 0, 16, 3,
+         1, 1, 1, 1, 0, 0, NULL, "relu6", "linear", 1, 0, 1},
+        {"no expansion: odd size and channels, 3 images", 3, 9, 11, 20, 0, 36, 3, 1, 1, 1, 1, 0,
+         0, NULL, "relu", "relu6", 1, 0, 1},
+        {"no expansion: s2 same, odd size, no biases", 2, 15, 13, 40, 0, 72, 3, 2, 1, 1, 1, 0, 0,
+         NULL, "linear", "relu", 0, 0, 1},
+        {"no expansion: s2 valid after ZeroPadding (0, 1)", 1, 16, 16, 24, 0, 64, 3, 2, 1, 1, 0,
+         0, 1, NULL, "relu6", "linear", 1, 0, 1},
+        {"no expansion: s1 valid after ZeroPadding (1, 1), 2 images", 2, 12, 12, 16, 0, 16, 3,
+         1, 1, 1, 0, 1, 1, NULL, "relu", "linear", 1, 0, 1},
+        {"no expansion: one big image in bands", 1, 112, 112, 32, 0, 16, 3, 1, 1, 1, 1, 0, 0,
+         NULL, "relu6", "linear", 1, 0, 1},
+        {"no expansion: one row", 1, 1, 9, 8, 0, 8, 3, 1, 1, 1, 1, 0, 0, NULL, "relu6",
+         "linear", 1, 0, 1},
+        /* refused */
+        {"no expansion, the projection adds a residual", 1, 8, 8, 16, 0, 16, 3, 1, 1, 1, 1, 0,
+         0, NULL, "relu6", "linear", 1, 1, 0},
+        {"no expansion, 5x5 depthwise", 1, 12, 12, 8, 0, 8, 5, 1, 1, 1, 1, 0, 0, NULL, "relu",
+         "linear", 1, 0, 0},
+        {"no expansion, depth multiplier 2", 1, 12, 12, 8, 0, 8, 3, 1, 1, 2, 1, 0, 0, NULL,
+         "relu", "linear", 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_irb_identity_case(&cases[i]);
+}
+
 /* Both builds of irb_simd.inc where the CPU has both; KC_IRB=1: with
  * AVX2 too (by default the kernel runs with AVX-512 only). */
 static void test_irb_fused(void **state)
@@ -2244,6 +2355,7 @@ static void test_irb_fused(void **state)
         skip();
     setenv("KC_IRB", "1", 1);
     each_isa(irb_fused_isa);
+    each_isa(irb_identity_isa);
     unsetenv("KC_IRB");
 }
 
