@@ -518,106 +518,79 @@ static int kc_fuse_irb_target(const kc_fused *f, const kc_graph *g, const kc_sha
     return t;
 }
 
-/* Run block i (expansion i, its depthwise node, its projection) as one
- * kernel (on) or as the layers it was (off). On, every value of the
- * block shares the target's slot; the aliases it replaces are kept to be
- * put back. */
-static kc_status kc_fuse_irb_set(kc_fused *f, const kc_graph *g, int i, int target, int on)
+/* Block i's nodes: its depthwise node *r (-1 for a block without
+ * expansion, whose depthwise node is i itself) and its projection *p
+ * (-1: none). */
+static void kc_fuse_block_nodes(const kc_fused *f, int i, int *r, int *p)
 {
-    int r = f->dw_of[i], p = f->pw_of[i];
+    *r = f->dw_of[i];
+    *p = *r >= 0 ? f->pw_of[i] : f->dwp_of[i];
+}
+
+/* Run block i (expansion i, its depthwise node, its projection; or
+ * depthwise node i and its projection) as one kernel on node i (on) or
+ * as the layers it was (off). On, every value of the block shares the
+ * target's slot; the aliases it replaces are kept to be put back. */
+static kc_status kc_fuse_block_set(kc_fused *f, const kc_graph *g, int i, int target, int on)
+{
+    int r, p;
+    kc_fuse_block_nodes(f, i, &r, &p);
     int *v = &f->irb_alias[3 * i];
-    const int vals[3] = {g->nodes[i].outputs[0], g->nodes[r].outputs[0], g->nodes[p].outputs[0]};
+    const int vals[3] = {g->nodes[i].outputs[0], r >= 0 ? g->nodes[r].outputs[0] : -1,
+                         g->nodes[p].outputs[0]};
     if (on == f->irb_on[i])
         return KC_OK;
     if (on) {
-        if (!kc_fuse_own(f, i, g) || !kc_fuse_own(f, r, g) || !kc_fuse_own(f, p, g))
+        if (!kc_fuse_own(f, i, g) || (r >= 0 && !kc_fuse_own(f, r, g)) || !kc_fuse_own(f, p, g))
             return KC_ERR_NOMEM;
         for (int k = 0; k < 3; k++)
-            v[k] = f->alias[vals[k]];
+            if (vals[k] >= 0)
+                v[k] = f->alias[vals[k]];
         int e = vals[0];
         f->alias[e] = target; /* the residual's root, or the output itself */
-        f->alias[vals[1]] = e;
+        if (r >= 0)
+            f->alias[vals[1]] = e;
     } else
         for (int k = 0; k < 3; k++)
-            f->alias[vals[k]] = v[k];
+            if (vals[k] >= 0)
+                f->alias[vals[k]] = v[k];
     kc_conv_attrs *a = f->shadow[i]->attrs;
-    a->post_dw = on ? f->shadow[r] : NULL;
+    a->post_dw = on && r >= 0 ? f->shadow[r] : NULL;
     a->post_pw = on ? f->shadow[p] : NULL;
-    f->skip[r] = f->skip[p] = (unsigned char)on;
-    f->n_irb_on += on - f->irb_on[i];
-    f->irb_on[i] = (unsigned char)on;
-    return KC_OK;
-}
-
-/* Whether block i is wanted whole for this plan, and where its output
- * goes (*target). */
-static int kc_fuse_irb_wanted(const kc_fused *f, const kc_graph *g, const kc_shape *shape, int i,
-                              int *target)
-{
-    int r = f->dw_of[i], p = f->pw_of[i];
-    if (p < 0)
-        return 0;
-    const kc_layer *dl = f->shadow[r] ? f->shadow[r] : g->nodes[r].layer;
-    const kc_layer *pl = f->shadow[p] ? f->shadow[p] : g->nodes[p].layer;
-    if (!kc_irb_fusable(kc_conv_attrs_of(f, g, i), dl, pl, &shape[g->nodes[i].inputs[0]]))
-        return 0;
-    *target = kc_fuse_irb_target(f, g, shape, i, g->nodes[r].outputs[0], p);
-    return *target >= 0;
-}
-
-/* Run depthwise node i and its projection as a block without expansion
- * (on) or as the two layers (off); on, the depthwise output shares the
- * target's slot (the aliases it replaces kept to be put back). */
-static kc_status kc_fuse_dwp_set(kc_fused *f, const kc_graph *g, int i, int target, int on)
-{
-    int p = f->dwp_of[i];
-    int *v = &f->irb_alias[3 * i];
-    const int vals[2] = {g->nodes[i].outputs[0], g->nodes[p].outputs[0]};
-    if (on == f->irb_on[i])
-        return KC_OK;
-    if (on) {
-        if (!kc_fuse_own(f, i, g) || !kc_fuse_own(f, p, g))
-            return KC_ERR_NOMEM;
-        for (int k = 0; k < 2; k++)
-            v[k] = f->alias[vals[k]];
-        f->alias[vals[0]] = target;
-    } else
-        for (int k = 0; k < 2; k++)
-            f->alias[vals[k]] = v[k];
-    ((kc_conv_attrs *)f->shadow[i]->attrs)->post_pw = on ? f->shadow[p] : NULL;
+    if (r >= 0)
+        f->skip[r] = (unsigned char)on;
     f->skip[p] = (unsigned char)on;
     f->n_irb_on += on - f->irb_on[i];
     f->irb_on[i] = (unsigned char)on;
     return KC_OK;
 }
 
-/* Whether depthwise node i and its projection are wanted as one block
- * for this plan (i not fused into a 1x1 before it), and where the
- * output goes (*target). */
-static int kc_fuse_dwp_wanted(const kc_fused *f, const kc_graph *g, const kc_shape *shape, int i,
-                              int *target)
+/* Whether block i is wanted whole for this plan, and where its output
+ * goes (*target). A depthwise node a pair or block before it took
+ * (skipped) carries none. */
+static int kc_fuse_block_wanted(const kc_fused *f, const kc_graph *g, const kc_shape *shape, int i,
+                                int *target)
 {
-    int p = f->dwp_of[i];
-    if (p < 0 || f->skip[i])
+    int r, p;
+    kc_fuse_block_nodes(f, i, &r, &p);
+    if (p < 0 || (r < 0 && f->skip[i]))
         return 0;
-    const kc_layer *dl = f->shadow[i] ? f->shadow[i] : g->nodes[i].layer;
+    int d = r >= 0 ? r : i; /* the depthwise node */
+    const kc_layer *dl = f->shadow[d] ? f->shadow[d] : g->nodes[d].layer;
     const kc_layer *pl = f->shadow[p] ? f->shadow[p] : g->nodes[p].layer;
-    if (!kc_irb_fusable(NULL, dl, pl, &shape[g->nodes[i].inputs[0]]))
+    const kc_conv_attrs *ex = r >= 0 ? kc_conv_attrs_of(f, g, i) : NULL;
+    if (!kc_irb_fusable(ex, dl, pl, &shape[g->nodes[i].inputs[0]]))
         return 0;
-    *target = kc_fuse_irb_target(f, g, shape, i, g->nodes[i].outputs[0], p);
+    *target = kc_fuse_irb_target(f, g, shape, i, g->nodes[d].outputs[0], p);
     return *target >= 0;
 }
 
 kc_status kc_fuse_dw_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape, int allow,
                           int one_thread)
 {
-    for (int i = 0; f->dw_of && i < g->n_nodes; i++) {
-        /* judged on the plain layers */
-        if (f->dw_of[i] >= 0 && f->irb_on[i])
-            KC_TRY(kc_fuse_irb_set(f, g, i, -1, 0));
-        if (f->dwp_of[i] >= 0 && f->irb_on[i])
-            KC_TRY(kc_fuse_dwp_set(f, g, i, -1, 0));
-    }
+    for (int i = 0; f->dw_of && i < g->n_nodes; i++)
+        if (f->irb_on[i])
+            KC_TRY(kc_fuse_block_set(f, g, i, -1, 0)); /* judged on the plain layers */
     for (int i = 0; f->dw_of && i < g->n_nodes; i++) {
         if (f->dw_of[i] < 0)
             continue;
@@ -625,8 +598,8 @@ kc_status kc_fuse_dw_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape,
         const kc_shape *in = &shape[n->inputs[0]], *mid = &shape[n->outputs[0]];
         int target = -1;
         KC_TRY(kc_fuse_dw_set(f, g, i, 0));
-        if (allow && kc_fuse_irb_wanted(f, g, shape, i, &target)) {
-            KC_TRY(kc_fuse_irb_set(f, g, i, target, 1));
+        if (allow && kc_fuse_block_wanted(f, g, shape, i, &target)) {
+            KC_TRY(kc_fuse_block_set(f, g, i, target, 1));
             continue;
         }
         int r = f->dw_of[i];
@@ -641,8 +614,8 @@ kc_status kc_fuse_dw_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape,
     }
     for (int i = 0; f->dwp_of && i < g->n_nodes; i++) {
         int target = -1;
-        if (allow && kc_fuse_dwp_wanted(f, g, shape, i, &target))
-            KC_TRY(kc_fuse_dwp_set(f, g, i, target, 1));
+        if (f->dwp_of[i] >= 0 && allow && kc_fuse_block_wanted(f, g, shape, i, &target))
+            KC_TRY(kc_fuse_block_set(f, g, i, target, 1));
     }
     return KC_OK;
 }
