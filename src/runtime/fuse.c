@@ -566,14 +566,17 @@ static kc_status kc_fuse_block_set(kc_fused *f, const kc_graph *g, int i, int ta
 }
 
 /* Whether block i is wanted whole for this plan, and where its output
- * goes (*target). A depthwise node a pair or block before it took
- * (skipped) carries none. */
+ * goes (*target). A node a pair or block before it took (skipped)
+ * carries none: MobileNetV1's 1x1 layers are one block's projection and
+ * the next block's expansion, and a block on a skipped node never ran
+ * (its kernel refused the run: the projection it was given carried a
+ * block of its own). */
 static int kc_fuse_block_wanted(const kc_fused *f, const kc_graph *g, const kc_shape *shape, int i,
                                 int *target)
 {
     int r, p;
     kc_fuse_block_nodes(f, i, &r, &p);
-    if (p < 0 || (r < 0 && f->skip[i]))
+    if (p < 0 || f->skip[i])
         return 0;
     int d = r >= 0 ? r : i; /* the depthwise node */
     const kc_layer *dl = f->shadow[d] ? f->shadow[d] : g->nodes[d].layer;
@@ -605,16 +608,19 @@ kc_status kc_fuse_dw_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape,
         int r = f->dw_of[i];
         const kc_layer *dl = f->shadow[r] ? f->shadow[r] : g->nodes[r].layer;
         /* one image on several threads: only where its rows are cut */
-        int want = allow && in->rank == 4 &&
+        int want = allow && !f->skip[i] && in->rank == 4 &&
                    (in->dims[0] >= 2 || one_thread ||
                     kc_dnnl_conv_dw_row_parts(kc_conv_attrs_of(f, g, i), dl, in, mid) > 1);
         if (want)
             want = kc_dnnl_conv_dw_fusable(kc_conv_attrs_of(f, g, i), dl, in, mid);
         KC_TRY(kc_fuse_dw_set(f, g, i, want));
     }
+    /* blocks without expansion last: not where the projection carries a
+     * pair or block of its own (decided above) */
     for (int i = 0; f->dwp_of && i < g->n_nodes; i++) {
-        int target = -1;
-        if (f->dwp_of[i] >= 0 && allow && kc_fuse_block_wanted(f, g, shape, i, &target))
+        int target = -1, p = f->dwp_of[i];
+        if (p >= 0 && !f->irb_on[p] && !f->dw_on[p] && allow &&
+            kc_fuse_block_wanted(f, g, shape, i, &target))
             KC_TRY(kc_fuse_block_set(f, g, i, target, 1));
     }
     return KC_OK;

@@ -482,6 +482,51 @@ static void test_block_fusion_per_plan(void **state)
     kc_model_free(m);
 }
 
+/* MobileNetV1's chain (tests/zoo/mobilenet_v1_chain: 1x1, depthwise,
+ * 1x1, depthwise, 1x1, depthwise, 1x1, none widening): its second 1x1 is
+ * the first block's projection and would be the second block's
+ * expansion. A block or pair is never fused on a node an earlier block
+ * absorbed (such a session refused to run: the projection the first
+ * block was given carried a block of its own), nor a block without
+ * expansion whose projection carries one: blocks on the first and third
+ * 1x1, the second depthwise layer alone. One and two images, 1 and 2
+ * threads, with KC_IRB=1 (so an AVX2 machine runs it too); outputs equal
+ * the unfused session's. */
+static void test_block_chain_per_plan(void **state)
+{
+    (void)state;
+    if (kc_isa() == KC_ISA_NONE)
+        skip();
+    setenv("KC_IRB", "1", 1);
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(KC_TEST_DATA "/../zoo/mobilenet_v1_chain/model.keras", NULL, &m),
+                     KC_OK);
+    kc_tensor *two = NULL, *one = NULL;
+    assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/../zoo/mobilenet_v1_chain/input_0.npy",
+                                        &two),
+                     KC_OK);
+    int64_t dims[4] = {1, 12, 12, 16};
+    assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &one), KC_OK);
+    memcpy(kc_tensor_data(one), kc_tensor_cdata(two), 12 * 12 * 16 * sizeof(float));
+    for (int threads = 1; threads <= 2; threads++) {
+        kc_session_options o = {.threads = threads};
+        kc_session *fused = NULL, *plain = NULL;
+        assert_int_equal(kc_session_new(m, &o, &fused), KC_OK);
+        setenv("KC_FUSE_DW", "0", 1);
+        assert_int_equal(kc_session_new(m, &o, &plain), KC_OK);
+        unsetenv("KC_FUSE_DW");
+        run_blocks(fused, plain, one, 2);
+        run_blocks(fused, plain, two, 2);
+        run_blocks(fused, plain, one, 2);
+        kc_session_free(fused);
+        kc_session_free(plain);
+    }
+    unsetenv("KC_IRB");
+    kc_tensor_free(one);
+    kc_tensor_free(two);
+    kc_model_free(m);
+}
+
 /* Winograd by default on 3x3 layers of 64 channels or more, everywhere
  * eligible with KC_WINOGRAD=1, direct convolutions with options.exact (and
  * with KC_WINOGRAD=0, which must give the same bits as exact): they differ
@@ -1351,6 +1396,7 @@ int main(void)
         cmocka_unit_test(test_residual_add_fusion),
         cmocka_unit_test(test_depthwise_fusion_per_plan),
         cmocka_unit_test(test_block_fusion_per_plan),
+        cmocka_unit_test(test_block_chain_per_plan),
         cmocka_unit_test(test_pooling_fusion_per_plan),
         cmocka_unit_test(test_scheduled_sessions_get_portable_rewrites),
         cmocka_unit_test(test_run_into_checks),

@@ -226,6 +226,19 @@ def('depthwise_conv2d_dm2', ['DepthwiseConv2D'], [F32([B, 8, 8, 3])], () => seqM
   ['depthwiseConv2d', {kernelSize: 3, depthMultiplier: 2, padding: 'same'}],
   ['depthwiseConv2d', {kernelSize: 3, depthMultiplier: 1, strides: 2, padding: 'valid', useBias: false}],
 ]));
+// MobileNetV1's chain: 1x1 -> depthwise -> 1x1 -> depthwise -> 1x1, none
+// widening, so that a 1x1 is both one block's projection and the next
+// block's expansion (runtime/fuse.c must not fuse a block on a node an
+// earlier block absorbed)
+def('mobilenet_v1_chain', ['Conv2D', 'DepthwiseConv2D'], [F32([B, 12, 12, 16])], () => seqModel('mobilenet_v1_chain', [12, 12, 16], [
+  ['conv2d', {filters: 16, kernelSize: 1, activation: 'relu6'}],
+  ['depthwiseConv2d', {kernelSize: 3, padding: 'same', activation: 'relu6'}],
+  ['conv2d', {filters: 16, kernelSize: 1, activation: 'relu6'}],
+  ['depthwiseConv2d', {kernelSize: 3, padding: 'same', activation: 'relu6'}],
+  ['conv2d', {filters: 16, kernelSize: 1, activation: 'relu6'}],
+  ['depthwiseConv2d', {kernelSize: 3, strides: 2, padding: 'same', activation: 'relu6'}],
+  ['conv2d', {filters: 16, kernelSize: 1}],
+]));
 def('separable_conv2d', ['SeparableConv2D'], [F32([B, 8, 8, 3])], () => seqModel('separable_conv2d', [8, 8, 3], [
   ['separableConv2d', {filters: 4, kernelSize: 3, padding: 'same', activation: 'relu'}],
   ['separableConv2d', {filters: 5, kernelSize: 3, depthMultiplier: 2, strides: 2, padding: 'valid'}],
