@@ -328,6 +328,17 @@ static void test_residual_add_fusion(void **state)
     assert_int_equal(kc_app_fused_count("mobilenet_v2"), 52 + 35 + 10 + 4);
 }
 
+/* Two sessions of m on `threads` threads: *fused with the per-plan
+ * fusions, *plain with none (KC_FUSE_DW=0 while it is made). */
+static void new_fused_and_plain(kc_model *m, int threads, kc_session **fused, kc_session **plain)
+{
+    kc_session_options o = {.threads = threads};
+    assert_int_equal(kc_session_new(m, &o, fused), KC_OK);
+    setenv("KC_FUSE_DW", "0", 1);
+    assert_int_equal(kc_session_new(m, &o, plain), KC_OK);
+    unsetenv("KC_FUSE_DW");
+}
+
 /* Outputs of two sessions on one input, within the fidelity tolerance. */
 static void assert_close_runs(kc_session *a, kc_session *b, const kc_tensor *in)
 {
@@ -374,11 +385,7 @@ static void test_depthwise_fusion_per_plan(void **state)
     assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &one), KC_OK);
     memcpy(kc_tensor_data(one), kc_tensor_cdata(two), 64 * 64 * 3 * sizeof(float));
     kc_session *fused = NULL, *plain = NULL;
-    kc_session_options o = {.threads = 2};
-    assert_int_equal(kc_session_new(m, &o, &fused), KC_OK);
-    setenv("KC_FUSE_DW", "0", 1);
-    assert_int_equal(kc_session_new(m, &o, &plain), KC_OK);
-    unsetenv("KC_FUSE_DW");
+    new_fused_and_plain(m, 2, &fused, &plain);
     int by_rows = kc_dw_enabled() ? 2 : 0;
     run_pair(fused, plain, two, 16);
     run_pair(fused, plain, one, by_rows);
@@ -448,12 +455,8 @@ static void test_block_fusion_per_plan(void **state)
     memcpy(kc_tensor_data(three) + 2 * image, kc_tensor_cdata(two), image * sizeof(float));
     static const int threads[] = {3, 2};
     for (int t = 0; t < 2; t++) {
-        kc_session_options o = {.threads = threads[t]};
         kc_session *fused = NULL, *plain = NULL;
-        assert_int_equal(kc_session_new(m, &o, &fused), KC_OK);
-        setenv("KC_FUSE_DW", "0", 1);
-        assert_int_equal(kc_session_new(m, &o, &plain), KC_OK);
-        unsetenv("KC_FUSE_DW");
+        new_fused_and_plain(m, threads[t], &fused, &plain);
         run_blocks(fused, plain, one, 17);
         run_blocks(fused, plain, two, 17);
         run_blocks(fused, plain, three, 17);
@@ -462,12 +465,8 @@ static void test_block_fusion_per_plan(void **state)
         kc_session_free(plain);
     }
     unsetenv("KC_IRB");
-    kc_session_options o = {.threads = 2};
     kc_session *by_default = NULL, *plain = NULL;
-    assert_int_equal(kc_session_new(m, &o, &by_default), KC_OK);
-    setenv("KC_FUSE_DW", "0", 1);
-    assert_int_equal(kc_session_new(m, &o, &plain), KC_OK);
-    unsetenv("KC_FUSE_DW");
+    new_fused_and_plain(m, 2, &by_default, &plain);
     /* on AVX2 the pairs of block_1 and block_2 cut by rows instead
      * (test_depthwise_fusion_per_plan) */
     if (kc_isa() == KC_ISA_AVX512)
@@ -509,12 +508,8 @@ static void test_block_chain_per_plan(void **state)
     assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &one), KC_OK);
     memcpy(kc_tensor_data(one), kc_tensor_cdata(two), 12 * 12 * 16 * sizeof(float));
     for (int threads = 1; threads <= 2; threads++) {
-        kc_session_options o = {.threads = threads};
         kc_session *fused = NULL, *plain = NULL;
-        assert_int_equal(kc_session_new(m, &o, &fused), KC_OK);
-        setenv("KC_FUSE_DW", "0", 1);
-        assert_int_equal(kc_session_new(m, &o, &plain), KC_OK);
-        unsetenv("KC_FUSE_DW");
+        new_fused_and_plain(m, threads, &fused, &plain);
         run_blocks(fused, plain, one, 2);
         run_blocks(fused, plain, two, 2);
         run_blocks(fused, plain, one, 2);
