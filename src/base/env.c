@@ -9,3 +9,9 @@ int kc_env_off(const char *name)
     const char *v = getenv(name);
     return v && !strcmp(v, "0");
 }
+
+int kc_env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && !strcmp(v, "1");
+}

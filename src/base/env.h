@@ -6,4 +6,8 @@
  * kerasc switch that turns something off takes. */
 int kc_env_off(const char *name);
 
+/* Whether `name` is set to "1": the form of a switch that turns on
+ * something kerasc does not do by default on this machine. */
+int kc_env_on(const char *name);
+
 #endif

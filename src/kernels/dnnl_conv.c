@@ -640,16 +640,24 @@ static const char *kc_dnnl_preferred_impl(const kc_conv_attrs *a, const kc_dnnl_
  * (kc_residual_add): a direct convolution accumulating into its output,
  * with an activation the pass applies, whose part writes
  * KC_DNNL_ADD_AFTER_BYTES or more in all and KC_DNNL_ADD_AFTER_IMAGE or
- * more an image. oneDNN's sum post-op reads the residual inside its
- * kernel, slowly once the residual is out of cache; here the convolution
- * writes one image at a time into a per-thread buffer and the pass adds
- * it in. Standalone, ResNet50's 1x1 expansions into its residuals: one
- * thread, four images (a lane of batch 8), 64 -> 256 on 56x56 3.9 -> 2.7
- * ms, 128 -> 512 on 28x28 2.8 -> 2.5, 256 -> 1024 on 14x14 2.45 -> 2.27;
- * two threads, one image: 0.57 -> 0.34 on 56x56, 0.39 -> 0.31 on 28x28,
- * level on 14x14 (0.8 MB, under the bound) and slower on 7x7 (0.30 ->
- * 0.36). In ResNet50 at batch 8 (one lane, four images) its 13 layers
- * this takes ran 10-20% faster against the other layers of the same run. */
+ * more an image, where oneDNN runs without AVX-512. There its sum post-op
+ * reads the residual inside its kernel, slowly once the residual is out
+ * of cache; here the convolution writes one image at a time into a
+ * per-thread buffer and the pass adds it in. ResNet50 on an AVX2 build
+ * of both (ONEDNN_MAX_CPU_ISA=AVX2 KC_ISA=avx2, 2-core Zen 5, 6
+ * alternating pairs): batch 1 1.7% slower without it (0/6 pairs faster),
+ * batch 8 level.
+ *
+ * Not with AVX-512, where the sum post-op is the faster (the pass writes
+ * and reads each image's output once more). On the 2-core Zen 5 of
+ * bench/results, ResNet50 without the pass against with it, alternating
+ * whole runs: batch 8 0.958 of the time (7 of 8 pairs faster; its 56x56
+ * expansions into their residuals 4.6-4.8 -> 3.97-4.07 ms a lane of four
+ * images, the layers after them 0.1-0.4 ms less), batch 1 0.987 (6 of
+ * 10; the same layers 0.33-0.39 -> 0.30 ms). On the earlier AVX-512 EPYC
+ * the pass had gained 10-20% on those layers at batch 8 with the run as a
+ * whole level (0.99, six pairs). KC_ADD_AFTER=1 takes the pass there too,
+ * KC_ADD_AFTER=0 never. */
 #define KC_DNNL_ADD_AFTER_BYTES ((int64_t)1 << 20)
 #define KC_DNNL_ADD_AFTER_IMAGE ((int64_t)256 << 10)
 static int kc_dnnl_add_after(const kc_conv_attrs *a, const kc_dnnl_window *g)
@@ -657,7 +665,8 @@ static int kc_dnnl_add_after(const kc_conv_attrs *a, const kc_dnnl_window *g)
     int64_t image_bytes = 4 * g->dst[1];
     for (int i = 0; i < g->sp; i++)
         image_bytes *= g->dst[2 + i];
-    return !kc_env_off("KC_ADD_AFTER") && a->accumulate && !a->post_dw && !a->pre_pool &&
+    int wanted = kc_env_on("KC_ADD_AFTER") || (!kc_env_off("KC_ADD_AFTER") && !kc_dnnl_avx512());
+    return wanted && a->accumulate && !a->post_dw && !a->pre_pool &&
            kc_wino_act(a->activation) != 3 &&
            image_bytes >= KC_DNNL_ADD_AFTER_IMAGE &&
            image_bytes * g->dst[0] >= KC_DNNL_ADD_AFTER_BYTES;

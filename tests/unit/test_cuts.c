@@ -582,8 +582,9 @@ static void test_wide_sum_kernel(void **state)
  * wrong) and an image a part; relu, relu6 and linear; a 3x3 kernel too.
  * Not under 1 MB a part (one 14x14 image of 1024 channels) or 256 KB an
  * image (7x7 ones), with an activation the pass does not apply,
- * without a sum, or with KC_ADD_AFTER=0. Every variant equals the plain
- * path. */
+ * without a sum, or with KC_ADD_AFTER=0. By default only where oneDNN
+ * runs without AVX-512 (kc_dnnl_add_after), KC_ADD_AFTER=1 everywhere.
+ * Every variant equals the plain path. */
 static void test_residual_add_after(void **state)
 {
     (void)state;
@@ -616,9 +617,17 @@ static void test_residual_add_after(void **state)
     };
     if (!kc_dnnl_ready())
         skip();
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setenv("KC_ADD_AFTER", "1", 1); /* then "0" (expect_switched_parts) */
         expect_switched_parts(&cases[i].c, cases[i].threads, cases[i].want, "KC_ADD_AFTER",
                               kc_dnnl_conv_add_after_parts, "add after");
+        int want = kc_dnnl_avx512() ? 0 : cases[i].want;
+        int n = run_sum_case(&cases[i].c, cases[i].threads, kc_dnnl_conv_add_after_parts,
+                             ", by default");
+        if (n != want)
+            fail_msg("%s, %d threads, by default: %d parts add after, expected %d",
+                     cases[i].c.what, cases[i].threads, n, want);
+    }
 }
 
 /* kc_residual_add's vector loops against the plain formula, bit for bit:
