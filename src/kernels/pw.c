@@ -37,6 +37,8 @@
 #include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
+#include "kernels/dnnl_common.h"
+#include "kernels/isa.h"
 #include "kernels/wino.h"
 #include "kernels/wino_tx.h"
 
@@ -330,9 +332,12 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     int mine = st && st->base.free == kc_pw_free;
     /* one thread (a lane of a batch) keeps oneDNN's, even where a state of
      * this kernel is there from a run on the whole team: a lane's image
-     * has the shape of a batch of one */
+     * has the shape of a batch of one. AVX-512 code whose sums equal those
+     * of oneDNN's AVX-512 brgconv: only where kerasc's instruction set is
+     * AVX-512 and oneDNN's is too (ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512
+     * CPU made oneDNN sum in another order, 7.6e-7 apart on 1024 -> 256) */
     if (ctx->w_ext || ctx->whole || kc_pw_off() || kc_parallel_width() < 2 ||
-        !__builtin_cpu_supports("avx512f")) {
+        kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512()) {
         if (mine)
             kc_kernel_state_drop(ctx);
         return KC_OK;

@@ -1371,7 +1371,8 @@ static void expect_same_as_onednn(conv_run *r, const char *what)
  * linear, a residual sum, output channels that are not whole vectors, an
  * activation the caller applies (elu), strides 2 and 3 on even and odd
  * sizes; larger images, fewer than 64 or more than 1280 input channels,
- * KC_PW=0 and whole runs keep the other kernels. Outputs as the plain
+ * KC_PW=0, KC_ISA=avx2 and whole runs keep the other kernels (and it
+ * skips where oneDNN runs without AVX-512). Outputs as the plain
  * path's, also with the parts' cut moved as far as it goes (kc_balance),
  * and equal to oneDNN's bit for bit. */
 static void test_pw_layers(void **state)
@@ -1410,7 +1411,7 @@ static void test_pw_layers(void **state)
                                         {0, 1, 1}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0},
                                         {0, 2, 3}, {0, 0, 0}, {0, 2, 3}, {0, 2, 2},
                                         {0, 2, 2}};
-    if (!__builtin_cpu_supports("avx512f"))
+    if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
         skip();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const conv_case *c = &cases[i];
@@ -1428,6 +1429,11 @@ static void test_pw_layers(void **state)
             expect_count_close(&r, want, got, peak, 2, kc_pw_parts, 0, "parts, KC_PW=0",
                                c->what);
             unsetenv("KC_PW");
+            /* its sums equal oneDNN's AVX-512 ones: not under kerasc's AVX2 */
+            setenv("KC_ISA", "avx2", 1);
+            expect_count_close(&r, want, got, peak, 2, kc_pw_parts, 0, "parts, KC_ISA=avx2",
+                               c->what);
+            unsetenv("KC_ISA");
             kc_threads_enter(2);
             if (run(&r, 0, 1, got) != 1) /* oneDNN's, whole */
                 fail_msg("%s: not run whole when told to", c->what);
@@ -2690,7 +2696,7 @@ static void test_dense_packs_from_eight_rows(void **state)
     (void)state;
     /* oneDNN 2.6's AVX2 matmul (gemm:jit) reads W in Keras's layout: no
      * layout to pack into, on any row count */
-    int blocked = __builtin_cpu_supports("avx512f") != 0; /* a flag, not 1 */
+    int blocked = kc_dnnl_avx512(); /* oneDNN's own ISA (ONEDNN_MAX_CPU_ISA caps it) */
     setenv("KC_DENSE_OWN", "0", 1);
     check_dense(2048, 1000, 1, kc_dnnl_dense_packed, 0, "packed");
     check_dense(2048, 1000, 8, kc_dnnl_dense_packed, blocked, "packed");
