@@ -328,6 +328,26 @@ static void test_residual_add_fusion(void **state)
     assert_int_equal(kc_app_fused_count("mobilenet_v2"), 52 + 35 + 10 + 4);
 }
 
+/* A float32 batch of n images, its image i the float32 batch's image
+ * i mod that batch's count: a test input at another batch size. */
+static kc_tensor *cycled_images(const kc_tensor *batch, int64_t n)
+{
+    int rank = kc_tensor_rank(batch);
+    int64_t dims[KC_MAX_RANK];
+    for (int a = 0; a < rank; a++)
+        dims[a] = kc_tensor_dim(batch, a);
+    int64_t have = dims[0];
+    size_t image = (size_t)(kc_tensor_count(batch) / have);
+    dims[0] = n;
+    kc_tensor *t = NULL;
+    assert_int_equal(kc_tensor_new(KC_F32, rank, dims, &t), KC_OK);
+    float *to = kc_tensor_data(t);
+    const float *from = kc_tensor_cdata(batch);
+    for (int64_t i = 0; i < n; i++)
+        memcpy(to + i * image, from + (i % have) * image, image * sizeof(float));
+    return t;
+}
+
 /* Two sessions of m on `threads` threads: *fused with the per-plan
  * fusions, *plain with none (KC_FUSE_DW=0 while it is made). */
 static void new_fused_and_plain(kc_model *m, int threads, kc_session **fused, kc_session **plain)
@@ -378,12 +398,10 @@ static void test_depthwise_fusion_per_plan(void **state)
     kc_model *m = NULL;
     assert_int_equal(kc_model_load(KC_TEST_DATA "/../apps/mobilenet_v2/model.keras", NULL, &m),
                      KC_OK);
-    kc_tensor *two = NULL, *one = NULL;
+    kc_tensor *two = NULL;
     assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/../apps/mobilenet_v2/input_0.npy", &two),
                      KC_OK);
-    int64_t dims[4] = {1, 64, 64, 3};
-    assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &one), KC_OK);
-    memcpy(kc_tensor_data(one), kc_tensor_cdata(two), 64 * 64 * 3 * sizeof(float));
+    kc_tensor *one = cycled_images(two, 1);
     kc_session *fused = NULL, *plain = NULL;
     new_fused_and_plain(m, 2, &fused, &plain);
     int by_rows = kc_dw_enabled() ? 2 : 0;
@@ -442,17 +460,10 @@ static void test_block_fusion_per_plan(void **state)
     kc_model *m = NULL;
     assert_int_equal(kc_model_load(KC_TEST_DATA "/../apps/mobilenet_v2/model.keras", NULL, &m),
                      KC_OK);
-    kc_tensor *two = NULL, *one = NULL, *three = NULL;
+    kc_tensor *two = NULL;
     assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/../apps/mobilenet_v2/input_0.npy", &two),
                      KC_OK);
-    int64_t dims[4] = {1, 64, 64, 3};
-    size_t image = 64 * 64 * 3;
-    assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &one), KC_OK);
-    dims[0] = 3;
-    assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &three), KC_OK);
-    memcpy(kc_tensor_data(one), kc_tensor_cdata(two), image * sizeof(float));
-    memcpy(kc_tensor_data(three), kc_tensor_cdata(two), 2 * image * sizeof(float));
-    memcpy(kc_tensor_data(three) + 2 * image, kc_tensor_cdata(two), image * sizeof(float));
+    kc_tensor *one = cycled_images(two, 1), *three = cycled_images(two, 3);
     static const int threads[] = {3, 2};
     for (int t = 0; t < 2; t++) {
         kc_session *fused = NULL, *plain = NULL;
@@ -500,13 +511,11 @@ static void test_block_chain_per_plan(void **state)
     kc_model *m = NULL;
     assert_int_equal(kc_model_load(KC_TEST_DATA "/../zoo/mobilenet_v1_chain/model.keras", NULL, &m),
                      KC_OK);
-    kc_tensor *two = NULL, *one = NULL;
+    kc_tensor *two = NULL;
     assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/../zoo/mobilenet_v1_chain/input_0.npy",
                                         &two),
                      KC_OK);
-    int64_t dims[4] = {1, 12, 12, 16};
-    assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &one), KC_OK);
-    memcpy(kc_tensor_data(one), kc_tensor_cdata(two), 12 * 12 * 16 * sizeof(float));
+    kc_tensor *one = cycled_images(two, 1);
     for (int threads = 1; threads <= 2; threads++) {
         kc_session *fused = NULL, *plain = NULL;
         new_fused_and_plain(m, threads, &fused, &plain);
