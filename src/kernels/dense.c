@@ -12,8 +12,9 @@
  * be freed).
  *
  * How: the weights in panels of 16 output units, [k][16] each; the
- * threads take runs of panels; a panel runs its rows one by one, each
- * row's sums in four chains (dense_simd.inc), the last panel masked. */
+ * threads take runs of panels; a panel runs its rows four at a time
+ * with AVX-512 (one at a time with AVX2), each row's sums in four chains
+ * (dense_simd.inc), the last panel masked. */
 #include "kernels/dense.h"
 
 #include <stdlib.h>
@@ -89,13 +90,21 @@ static void kc_dense_job(void *arg, int part)
                   io->bias ? io->bias + 16 * v : NULL, io->y + 16 * v, st->n, kc_dense_cols(st, v));
 }
 
-/* Whether this kernel takes Dense layers here (see dense.h). */
+/* Whether this kernel takes Dense layers (see dense.h): wherever kerasc's
+ * vector kernels have an instruction set, KC_DENSE_OWN=0 never. With
+ * AVX-512 too since four rows share each weight vector loaded
+ * (dense_simd.inc): on the 2-core Zen 5 of bench/results, `--stats`, 4
+ * runs each, oneDNN's brg matmul against this loop: batch 1 MobileNetV2's
+ * 1280 -> 1000 0.064-0.071 -> 0.050-0.060 ms, InceptionV3's 2048 -> 1000
+ * 0.19-0.23 -> 0.17-0.19, ResNet50's 0.175-0.216 -> 0.158-0.228; batch 8
+ * (two lanes of four rows) MobileNetV2 0.196-0.206 -> 0.175-0.210,
+ * ResNet50 0.30-0.37 -> 0.30-0.31 (one outlier 0.49), InceptionV3
+ * 0.33-0.36 -> 0.33-0.39. And a run makes one oneDNN call fewer per lane:
+ * its dnnl_primitive_execute allocates (README, tests/alloc). */
 static int kc_dense_wanted(void)
 {
     const char *env = getenv("KC_DENSE_OWN");
-    if (env)
-        return strcmp(env, "0") != 0;
-    return !kc_dnnl_avx512();
+    return !env || strcmp(env, "0") != 0;
 }
 
 static kc_status kc_dense_build(const kc_exec_ctx *ctx, kc_isa_level isa, kc_dense_state **out)

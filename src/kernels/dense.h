@@ -8,9 +8,8 @@
 
 /* Run the Dense layer of ctx (x·W + b, no activation) on this kernel
  * where it qualifies (*handled 1), else leave it to oneDNN's (*handled
- * 0). Takes the layer where oneDNN runs without AVX-512 and kerasc's
- * vector kernels have an instruction set (KC_DENSE_OWN=1: wherever they
- * have one; =0: never), never with ctx->w_ext. */
+ * 0). Takes the layer wherever kerasc's vector kernels have an
+ * instruction set (KC_DENSE_OWN=0: never), never with ctx->w_ext. */
 kc_status kc_dense_own(const kc_exec_ctx *ctx, int *handled);
 
 /* For tests: 1 when the state is this kernel's, else 0. */

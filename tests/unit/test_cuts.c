@@ -2705,20 +2705,41 @@ static void test_dense_packs_from_eight_rows(void **state)
     unsetenv("KC_DENSE_OWN");
 }
 
-/* Where oneDNN runs without AVX-512, Dense runs on kerasc's own loop
- * (dense.c); KC_DENSE_OWN=1 takes it on any CPU with AVX2 or AVX-512, so
- * this runs for each instruction set there is. Outputs as the plain sum;
- * the first row's bits the same at batch 1 and at batch B, on 1 to 3
- * threads: a lane of one image and a whole batch agree (oneDNN's AVX2
- * gemv and gemm did not: test_stage). Partial last panels, fewer than 16
- * units, fewer than four inputs. */
+/* The sum dense_simd.inc makes, in scalars: four chains over the inputs
+ * k = 0, 1, 2, 3 mod 4, each in order with one rounding a multiply-add
+ * (fmaf), then (s0 + s1) + (s2 + s3), then the bias. The inputs and
+ * weights of dense_run. */
+static void dense_chains(int64_t k, int64_t n, int64_t batch, float *out)
+{
+    for (int64_t r = 0; r < batch; r++)
+        for (int64_t j = 0; j < n; j++) {
+            float chain[4] = {0, 0, 0, 0};
+            for (int64_t i = 0; i < k; i++) {
+                float x = (float)((r * k + i) % 11) / 11.0f;
+                float w = (float)((i * n + j) * 7919 % 13) / 13.0f - 0.5f;
+                chain[i % 4] = fmaf(x, w, chain[i % 4]);
+            }
+            out[r * n + j] = (chain[0] + chain[1]) + (chain[2] + chain[3]) + (float)(j % 5) * 0.1f;
+        }
+}
+
+/* Dense runs on kerasc's own loop (dense.c) by default, on each
+ * instruction set there is (AVX2 one row a pass, AVX-512 four). Outputs
+ * as the plain sum, and every row's bits those of the four-chain sum
+ * (dense_chains) at batch 1 and at batch B, on 1 to 3 threads: a row's
+ * bits depend neither on the rows beside it nor on the cut, so a lane of
+ * one image and a whole batch agree (oneDNN's AVX2 gemv and gemm did not:
+ * test_stage). Batches of 1 to 13 rows (four-row passes and every
+ * remainder), partial last panels, fewer than 16 units, fewer than four
+ * inputs. */
 static void dense_own_isa(void)
 {
-    static const int64_t shapes[][3] = {
-        {64, 10, 1}, {2048, 1000, 3}, {300, 77, 13}, {1280, 1000, 8}, {3, 33, 2}};
+    static const int64_t shapes[][3] = {{64, 10, 1},   {2048, 1000, 3}, {300, 77, 13},
+                                        {1280, 1000, 8}, {3, 33, 2},    {129, 40, 6},
+                                        {17, 16, 5}};
     if (!kc_dnnl_ready())
         skip();
-    setenv("KC_DENSE_OWN", "1", 1);
+    unsetenv("KC_DENSE_OWN"); /* the default takes it */
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int64_t k = shapes[i][0], n = shapes[i][1], batch = shapes[i][2];
         float *one = malloc((size_t)n * sizeof *one), *want1 = malloc((size_t)n * sizeof *one);
@@ -2741,12 +2762,27 @@ static void dense_own_isa(void)
             if (memcmp(got, one, (size_t)n * sizeof *got))
                 fail_msg("Dense %lld -> %lld, %d threads: row 0 at batch %lld differs from batch 1",
                          (long long)k, (long long)n, threads, (long long)batch);
+            dense_chains(k, n, batch, want);
+            for (int64_t i = 0; i < batch * n; i++)
+                if (memcmp(&got[i], &want[i], sizeof *got))
+                    fail_msg("Dense %lld -> %lld, batch %lld, %d threads: row %lld unit %lld "
+                             "%.9g, the four-chain sum %.9g",
+                             (long long)k, (long long)n, (long long)batch, threads,
+                             (long long)(i / n), (long long)(i % n), got[i], want[i]);
         }
         free(one);
         free(want1);
         free(got);
         free(want);
     }
+    setenv("KC_DENSE_OWN", "0", 1); /* and =0 leaves it to oneDNN */
+    float *got = malloc(10 * sizeof *got), *want = malloc(10 * sizeof *want);
+    assert_non_null(got);
+    assert_non_null(want);
+    if (dense_run(64, 10, 1, 2, kc_dense_own_state, got, want) != 0)
+        fail_msg("KC_DENSE_OWN=0: Dense still on kerasc's loop");
+    free(got);
+    free(want);
     unsetenv("KC_DENSE_OWN");
 }
 
