@@ -11,6 +11,7 @@
 #include "kernels/dw.h"
 #include "kernels/irb.h"
 #include "kernels/pw.h"
+#include "kernels/stem.h"
 #include "kernels/wino.h"
 #include "ops/conv.h"
 
@@ -243,6 +244,8 @@ static kc_status kc_conv(const kc_exec_ctx *ctx)
         KC_TRY(kc_pw_conv(ctx, &handled, &act_done));
     if (!handled)
         KC_TRY(kc_dw_conv(ctx, &handled, &act_done));
+    if (!handled)
+        KC_TRY(kc_stem_conv(ctx, &handled, &act_done));
     if (!handled)
         KC_TRY(kc_dnnl_conv(ctx, &handled, &act_done));
     if (handled && act_done)

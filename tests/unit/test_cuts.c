@@ -35,6 +35,7 @@
 #include "kernels/maxpool_nhwc.h"
 #include "kernels/pw.h"
 #include "kernels/residual.h"
+#include "kernels/stem.h"
 #include "kernels/wino.h"
 #include "ops/conv.h"
 #include "ops/core.h"
@@ -780,6 +781,148 @@ static void test_im2col_kernel(void **state)
                               kc_dnnl_avx512() ? 0 : cases[i].want, "KC_IM2COL", im2col_all,
                               "on im2col");
     unsetenv("KC_WINO1D");
+}
+
+/* ----------------- convolutions over few input channels (kernels/stem) */
+
+static int stem_owns(const kc_kernel_state *state) { return kc_stem_owns(state); }
+
+/* The sum stem_simd.inc makes, in scalars: per output, the taps inside
+ * the image in order (row, column, input channel), one fmaf each from
+ * zero, then the bias, then relu / relu6 (others: the caller's, as the
+ * kernel leaves them). Padding as TensorFlow's, from the case alone. */
+static void stem_reference(const conv_case *c, const conv_run *r, float *out)
+{
+    int64_t in_h = r->in_shape.dims[1] - 2 * c->zero_pad, in_w = r->in_shape.dims[2] - 2 * c->zero_pad;
+    int64_t out_h = r->out_shape.dims[1], out_w = r->out_shape.dims[2];
+    int64_t kh = c->k, kw = c->kw ? c->kw : c->k, pad[2] = {c->zero_pad, c->zero_pad};
+    int64_t ext[2] = {kh, kw}, len[2] = {in_h, in_w}, olen[2] = {out_h, out_w};
+    for (int i = 0; i < 2 && c->padding == 1; i++) {
+        int64_t total = (olen[i] - 1) * c->s + ext[i] - len[i];
+        pad[i] = total > 0 ? total / 2 : 0;
+    }
+    const float *x = r->x, *w = r->weights[0].data, *b = r->weights[1].data;
+    for (int64_t n = 0; n < c->n; n++)
+        for (int64_t oy = 0; oy < out_h; oy++)
+            for (int64_t ox = 0; ox < out_w; ox++)
+                for (int64_t fo = 0; fo < c->f; fo++) {
+                    float acc = 0.0f;
+                    for (int64_t ky = 0; ky < kh; ky++)
+                        for (int64_t kx = 0; kx < kw; kx++)
+                            for (int64_t ci = 0; ci < c->c; ci++) {
+                                int64_t iy = oy * c->s - pad[0] + ky, ix = ox * c->s - pad[1] + kx;
+                                if (iy < 0 || iy >= in_h || ix < 0 || ix >= in_w)
+                                    continue;
+                                acc = fmaf(x[((n * in_h + iy) * in_w + ix) * c->c + ci],
+                                           w[((ky * kw + kx) * c->c + ci) * c->f + fo], acc);
+                            }
+                    float v = r->a.use_bias ? acc + b[fo] : acc;
+                    if (!strcmp(c->act, "relu") || !strcmp(c->act, "relu6"))
+                        v = v < 0.0f ? 0.0f : v;
+                    if (!strcmp(c->act, "relu6"))
+                        v = v > 6.0f ? 6.0f : v;
+                    out[((n * out_h + oy) * out_w + ox) * c->f + fo] = v;
+                }
+}
+
+/* A plain convolution of at most 4 input channels, 16 output channels or
+ * more and a kernel of at most 3x3 runs on kerasc's own loop (stem.c) on
+ * every instruction set, 1 to 3 threads: MobileNetV2's stem, "same" and
+ * "valid", strides 1 to 3, a folded ZeroPadding, images cut across, a
+ * last vector part zeros (24, 40), an odd number of vectors (48), a
+ * (3, 2) and a 1x1 kernel, no bias, an activation applied after (tanh).
+ * Its outputs within the fidelity tolerance of the plain path and, but
+ * for tanh, equal to the scalar sum in its order (stem_reference): the
+ * same bits on any threads and instruction set. Not ResNet50's 7x7, 5
+ * input channels, 8 filters, dilation, a fused sum, KC_STEM=0 or the
+ * residency manager (ctx->whole). */
+static void stem_layers_isa(void)
+{
+    static const struct {
+        conv_case c;
+        int use_bias, want;
+    } cases[] = {
+        {{"MobileNetV2's Conv1: same stride 2, 3 -> 32 relu6, 224x224", "Conv2D", KC_CONV_PLAIN,
+          2, 1, 224, 224, 3, 32, 3, 2, 1, 1, 0, 0, "relu6", 1, 0}, 1, 1},
+        {{"same stride 1, 1 -> 16 relu, two 13x17 images", "Conv2D", KC_CONV_PLAIN, 2, 2, 13, 17,
+          1, 16, 3, 1, 1, 1, 0, 0, "relu", 1, 0}, 1, 1},
+        {{"valid stride 2, 3 -> 32 linear, 31x29 (InceptionV3's stem)", "Conv2D", KC_CONV_PLAIN,
+          2, 1, 31, 29, 3, 32, 3, 2, 1, 0, 0, 0, "linear", 1, 0}, 1, 1},
+        {{"valid after a ZeroPadding of 1, stride 2, 4 -> 24 relu6, three 12x15 images", "Conv2D",
+          KC_CONV_PLAIN, 2, 3, 12, 15, 4, 24, 3, 2, 1, 0, 1, 0, "relu6", 1, 0}, 1, 1},
+        {{"same stride 2, 3 -> 48 tanh (applied after), 9x10", "Conv2D", KC_CONV_PLAIN, 2, 1, 9,
+          10, 3, 48, 3, 2, 1, 1, 0, 0, "tanh", 1, 0}, 1, 1},
+        {{"same stride 3, 2 -> 40 relu, no bias, 20x11", "Conv2D", KC_CONV_PLAIN, 2, 2, 20, 11, 2,
+          40, 3, 3, 1, 1, 0, 0, "relu", 1, 0}, 0, 1},
+        {{"valid (3, 2) kernel, 3 -> 16, 7x9", "Conv2D", KC_CONV_PLAIN, 2, 1, 7, 9, 3, 16, 3, 1, 1,
+          0, 0, 0, "linear", 1, 2}, 1, 1},
+        {{"1x1, 3 -> 16, 5x6", "Conv2D", KC_CONV_PLAIN, 2, 1, 5, 6, 3, 16, 1, 1, 1, 1, 0, 0,
+          "relu", 1, 0}, 1, 1},
+        {{"7x7 stride 2 after a ZeroPadding of 3 (ResNet50's conv1)", "Conv2D", KC_CONV_PLAIN, 2, 1,
+          32, 32, 3, 64, 7, 2, 1, 0, 3, 0, "relu", 1, 0}, 1, 0},
+        {{"5 input channels", "Conv2D", KC_CONV_PLAIN, 2, 1, 12, 12, 5, 32, 3, 1, 1, 1, 0, 0,
+          "relu", 1, 0}, 1, 0},
+        {{"8 filters", "Conv2D", KC_CONV_PLAIN, 2, 1, 12, 12, 3, 8, 3, 1, 1, 1, 0, 0, "relu", 1,
+          0}, 1, 0},
+        {{"dilation 2", "Conv2D", KC_CONV_PLAIN, 2, 1, 12, 12, 3, 16, 3, 1, 2, 1, 0, 0, "relu", 1,
+          0}, 1, 0},
+        {{"residual sum fused", "Conv2D", KC_CONV_PLAIN, 2, 1, 12, 12, 3, 16, 3, 1, 1, 1, 0, 1,
+          "relu", 1, 0}, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const conv_case *c = &cases[i].c;
+        conv_run r;
+        setup(c, &r);
+        if (!cases[i].use_bias) {
+            r.a.use_bias = 0;
+            r.layer.n_weights = 1;
+        }
+        float *want = plain_output(&r);
+        float peak = peak_of(want, r.out_count);
+        float *exact = malloc((size_t)r.out_count * sizeof *exact);
+        float *got = malloc((size_t)r.out_count * sizeof *got);
+        assert_non_null(exact);
+        assert_non_null(got);
+        stem_reference(c, &r, exact);
+        const float *ins[1] = {r.x};
+        for (int threads = 1; threads <= 3; threads++) {
+            if (r.residual)
+                memcpy(got, r.residual, (size_t)r.out_count * sizeof *got);
+            kc_threads_enter(threads);
+            int mine = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
+                                   stem_owns);
+            kc_threads_enter(0);
+            if (mine != cases[i].want)
+                fail_msg("%s, %d threads: %s kerasc's stem loop", c->what, threads,
+                         mine ? "ran on" : "not on");
+            expect_close(got, want, r.out_count, 1e-4f * peak, "%s, %d threads", c->what, threads);
+            if (mine && strcmp(c->act, "tanh"))
+                for (int64_t e = 0; e < r.out_count; e++)
+                    if (got[e] != exact[e])
+                        fail_msg("%s, %d threads: element %lld is %.9g, the sum in order %.9g",
+                                 c->what, threads, (long long)e, got[e], exact[e]);
+        }
+        if (cases[i].want) {
+            setenv("KC_STEM", "0", 1);
+            if (exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0, stem_owns))
+                fail_msg("%s: on kerasc's stem loop with KC_STEM=0", c->what);
+            unsetenv("KC_STEM");
+            if (exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 1, stem_owns))
+                fail_msg("%s: on kerasc's stem loop under the residency manager", c->what);
+        }
+        free(want);
+        free(exact);
+        free(got);
+        teardown(&r);
+    }
+}
+
+static void test_stem_layers(void **state)
+{
+    (void)state;
+    if (!kc_dnnl_ready())
+        skip();
+    each_isa(stem_layers_isa);
 }
 
 /* ----------------- 3x3 stride-1 depthwise convolutions (kernels/dw) */
@@ -2880,6 +3023,7 @@ int main(void)
         cmocka_unit_test(test_strided_gather),
         cmocka_unit_test(test_im2col_kernel),
         cmocka_unit_test(test_dw_layers),
+        cmocka_unit_test(test_stem_layers),
         cmocka_unit_test(test_conv1d_cuts),
         cmocka_unit_test(test_wino_transforms),
         cmocka_unit_test(test_wino1d_layers),

@@ -1,0 +1,232 @@
+/* Convolutions over few input channels: an image's RGB stem.
+ *
+ * Why: on oneDNN such a layer is one dnnl_primitive_execute per part and
+ * image, and that call allocates its argument map every time (README,
+ * tests/alloc); with the stem and the classifier (dense.c) on kerasc's own
+ * loops MobileNetV2 makes no heap allocation at all in a run at batch 1.
+ * And oneDNN's brgconv reaches little of the machine on 3 input channels
+ * (MobileNetV2's 3 -> 32 3x3 stride 2: 0.10 ms on the 2-core Zen 5 of
+ * bench/results, ~220 GFLOP/s).
+ *
+ * How (stem_simd.inc): the kernel packed once per 16 output channels,
+ * its taps in Keras's order; blocks of output pixels of a row x vectors
+ * of channels in registers, one multiply-add per tap; the threads take
+ * runs of output rows over the batch, cut where their measured speeds
+ * even their times (kc_balance). Each output is the sum over its taps
+ * inside the image in order, then the bias: the same bits on any rows,
+ * threads, lane or instruction set, so this kernel takes the layer
+ * everywhere, alone on one thread too. */
+#include "kernels/stem.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/balance.h"
+#include "base/env.h"
+#include "base/mem.h"
+#include "base/threads.h"
+#include "kernels/dnnl_common.h"
+#include "kernels/isa.h"
+#include "kernels/wino_tx.h"
+
+/* At most this many input channels: beyond, the taps are many and
+ * oneDNN's blocked kernels keep their lead. */
+#define KC_STEM_MAX_CHANNELS 4
+/* At least this many output channels: one vector. */
+#define KC_STEM_MIN_FILTERS 16
+/* At most this kernel extent. ResNet50's 7x7 3 -> 64 took 0.76-0.92 ms
+ * here against oneDNN's 0.61-0.62 (147 taps and four vectors, in two
+ * passes of two), so it stays on oneDNN; the 3x3 stems are level with
+ * it (MobileNetV2's 0.099-0.102 against 0.101-0.104 ms, InceptionV3's
+ * 3 -> 32 on 299x299 0.19-0.21 against 0.19-0.20). */
+#define KC_STEM_MAX_KERNEL 3
+
+typedef void (*kc_stem_rows_fn)(const kc_stem_geom *, const kc_stem_kernel *, const float *,
+                                float *, int64_t, int64_t);
+
+typedef struct kc_stem_state {
+    kc_kernel_state base;
+    kc_shape in_shape;
+    kc_stem_geom g;
+    kc_stem_rows_fn rows;
+    float *w, *bias;
+    int32_t *off;
+    kc_balance cut; /* parts: runs of output rows over the batch */
+    int width;      /* the threads the cut was made for */
+    int64_t images;
+} kc_stem_state;
+
+static void kc_stem_free(kc_kernel_state *s)
+{
+    kc_stem_state *st = (kc_stem_state *)s;
+    free(st->w);
+    free(st->bias);
+    free(st->off);
+    free(st);
+}
+
+int kc_stem_owns(const kc_kernel_state *state) { return state && state->free == kc_stem_free; }
+
+/* The geometry of layer a from input value shape `in` to `out` (NHWC),
+ * into g; 0 when the layer does not qualify (stem.h). */
+static int kc_stem_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
+                            kc_stem_geom *g)
+{
+    if (a->kind != KC_CONV_PLAIN || a->spatial != 2 || a->groups != 1 || a->padding == 2 ||
+        a->accumulate || a->post_dw || a->post_pw || a->pre_pool || in->rank != 4 ||
+        out->rank != 4 || out->dims[0] != in->dims[0] || in->dims[3] < 1 ||
+        in->dims[3] > KC_STEM_MAX_CHANNELS || out->dims[3] < KC_STEM_MIN_FILTERS)
+        return 0;
+    int64_t s = a->strides[0];
+    for (int i = 0; i < 2; i++)
+        if (a->kernel[i] < 1 || a->kernel[i] > KC_STEM_MAX_KERNEL || a->strides[i] != s ||
+            s < 1 || a->dilation[i] != 1 || a->pad_before[i] < 0 || a->pad_after[i] < 0)
+            return 0;
+    int64_t dims[KC_MAX_RANK];
+    memcpy(dims, in->dims, sizeof dims);
+    kc_conv_data_shape(a, dims, in->rank);
+    if (dims[1] < 1 || dims[2] < 1 || out->dims[1] < 1 || out->dims[2] < 1)
+        return 0;
+    int64_t pad[2];
+    for (int i = 0; i < 2; i++) /* TensorFlow's "same": the extra pixel after */
+        pad[i] = kc_conv_pad_before(in->dims[1 + i], out->dims[1 + i], a->kernel[i], s,
+                                    a->padding) +
+                 a->pad_before[i];
+    /* every output's window must start inside the padded image */
+    for (int i = 0; i < 2; i++)
+        if (pad[i] >= a->kernel[i] || (out->dims[1 + i] - 1) * s - pad[i] >= dims[1 + i])
+            return 0;
+    *g = (kc_stem_geom){.in_h = dims[1], .in_w = dims[2], .c = in->dims[3],
+                        .out_h = out->dims[1], .out_w = out->dims[2], .f = out->dims[3],
+                        .kh = a->kernel[0], .kw = a->kernel[1], .s = s, .pad_t = pad[0],
+                        .pad_l = pad[1], .act = kc_wino_act(a->activation)};
+    g->taps = g->kh * g->kw * g->c;
+    return 1;
+}
+
+/* Keras's (kh, kw, c, f) kernel into 16-channel vectors of taps, the bias
+ * copied, the taps' input offsets for the image's width. */
+static kc_status kc_stem_pack(kc_stem_state *st, const float *w, const float *bias)
+{
+    const kc_stem_geom *g = &st->g;
+    int64_t vecs = (g->f + 15) / 16;
+    st->w = kc_calloc((size_t)(vecs * g->taps * 16), sizeof *st->w);
+    st->off = kc_calloc((size_t)g->taps, sizeof *st->off);
+    if (bias)
+        st->bias = kc_calloc((size_t)g->f, sizeof *st->bias);
+    if (!st->w || !st->off || (bias && !st->bias))
+        return KC_ERR_NOMEM;
+    for (int64_t v = 0; v < vecs; v++) {
+        int64_t n = g->f - 16 * v < 16 ? g->f - 16 * v : 16;
+        for (int64_t t = 0; t < g->taps; t++)
+            memcpy(st->w + (v * g->taps + t) * 16, w + t * g->f + 16 * v,
+                   (size_t)n * sizeof *w);
+    }
+    if (bias)
+        memcpy(st->bias, bias, (size_t)g->f * sizeof *bias);
+    for (int64_t ky = 0; ky < g->kh; ky++)
+        for (int64_t kx = 0; kx < g->kw; kx++)
+            for (int64_t ci = 0; ci < g->c; ci++)
+                st->off[(ky * g->kw + kx) * g->c + ci] = (int32_t)((ky * g->in_w + kx) * g->c + ci);
+    return KC_OK;
+}
+
+static kc_status kc_stem_build(const kc_exec_ctx *ctx, const kc_stem_geom *g, kc_isa_level isa,
+                               kc_stem_state **out)
+{
+    const kc_conv_attrs *a = ctx->layer->attrs;
+    const float *w = kc_w(ctx, 0), *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
+    if (!w || (a->use_bias && !bias))
+        return kc_fail(KC_ERR_UNSUPPORTED, "the convolution's weights are gone");
+    /* the tap offsets are int32: an image too wide for them stays on oneDNN */
+    if ((g->kh * g->in_w + g->kw) * g->c > INT32_MAX)
+        return KC_OK;
+    kc_stem_state *st = kc_calloc(1, sizeof *st);
+    if (!st)
+        return KC_ERR_NOMEM;
+    st->base.free = kc_stem_free;
+    st->in_shape = ctx->in_shape[0];
+    st->g = *g;
+    st->images = ctx->in_shape[0].dims[0];
+    st->rows = isa == KC_ISA_AVX512 ? kc_stem_rows_avx512 : kc_stem_rows_avx2;
+    st->width = kc_parallel_width();
+    kc_balance_init(&st->cut, st->images * g->out_h, st->width, 2);
+    if (kc_stem_pack(st, w, bias) != KC_OK) {
+        kc_stem_free(&st->base);
+        return KC_ERR_NOMEM;
+    }
+    st->base.weights_cached = 1; /* the packed kernel (and bias copy) are what runs read */
+    *out = st;
+    return KC_OK;
+}
+
+typedef struct kc_stem_job {
+    const kc_stem_state *st;
+    const float *in;
+    float *out;
+} kc_stem_job;
+
+/* Part k's output rows, image by image. */
+static void kc_stem_part(void *arg, int k)
+{
+    const kc_stem_job *job = arg;
+    const kc_stem_state *st = job->st;
+    const kc_stem_geom *g = &st->g;
+    kc_stem_kernel kernel = {st->w, st->bias, st->off};
+    int64_t lo = st->cut.lo[k], hi = st->cut.lo[k + 1];
+    int64_t in_image = g->in_h * g->in_w * g->c, out_image = g->out_h * g->out_w * g->f;
+    while (lo < hi) {
+        int64_t img = lo / g->out_h, y0 = lo % g->out_h;
+        int64_t y1 = hi - img * g->out_h < g->out_h ? hi - img * g->out_h : g->out_h;
+        st->rows(g, &kernel, job->in + img * in_image, job->out + img * out_image, y0, y1);
+        lo = img * g->out_h + y1;
+    }
+}
+
+kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
+{
+    const kc_conv_attrs *a = ctx->layer->attrs;
+    *handled = 0;
+    *act_done = 0;
+    if (!ctx->state || a->kind != KC_CONV_PLAIN)
+        return KC_OK;
+    kc_stem_state *st = (kc_stem_state *)*ctx->state;
+    int mine = kc_stem_owns(*ctx->state);
+    kc_isa_level isa = kc_isa();
+    /* streamed weights arrive fresh each run; under the residency manager
+     * (ctx->whole) its copy thread needs a core */
+    /* KC_DNNL=0 (kc_dnnl_ready) keeps the plain path, the tests' reference */
+    if (ctx->w_ext || ctx->whole || kc_env_off("KC_STEM") || isa == KC_ISA_NONE ||
+        !kc_dnnl_ready()) {
+        if (mine)
+            kc_kernel_state_drop(ctx);
+        return KC_OK;
+    }
+    if (!mine || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])) {
+        kc_stem_geom g;
+        int takes = kc_stem_geometry(a, &ctx->in_shape[0], &ctx->out_shape[0], &g);
+        /* as kc_pw_conv: another kernel's state goes only where this one
+         * takes the layer */
+        if (st && (mine || takes))
+            kc_kernel_state_drop(ctx);
+        if (!takes)
+            return KC_OK;
+        st = NULL;
+        KC_TRY(kc_stem_build(ctx, &g, isa, &st));
+        if (!st)
+            return KC_OK;
+        *ctx->state = &st->base;
+    }
+    int width = kc_parallel_width(); /* 1 in a lane of a batch */
+    if (st->width != width) {
+        st->width = width;
+        kc_balance_init(&st->cut, st->images * st->g.out_h, width, 2);
+    }
+    kc_stem_job job = {st, ctx->in[0], ctx->out[0]};
+    double seconds[KC_BALANCE_MAX_PARTS] = {0};
+    kc_parallel_timed(st->cut.parts, kc_stem_part, &job, seconds);
+    kc_balance_update(&st->cut, seconds);
+    *handled = 1;
+    *act_done = st->g.act != 3;
+    return KC_OK;
+}

@@ -1,0 +1,54 @@
+/* Convolutions over few input channels (an image's RGB stem: MobileNetV2's
+ * 3 -> 32 3x3 stride 2, InceptionV3's 3 -> 32) on kerasc's own loop
+ * (stem.c, stem_simd.inc). */
+#ifndef KC_KERNELS_STEM_H
+#define KC_KERNELS_STEM_H
+
+#include <stdint.h>
+
+#include "kernels/kernel.h"
+#include "ops/conv.h"
+
+/* One image's geometry: input data rows and columns (a folded
+ * ZeroPadding excluded) and channels, output rows, columns and channels,
+ * the kernel's rows and columns, the stride (both axes), the padding
+ * before (top, left), the activation (kc_wino_act's codes: 0 linear, 1
+ * relu, 2 relu6; 3 applied by the caller), taps = kh * kw * c. */
+typedef struct kc_stem_geom {
+    int64_t in_h, in_w, c, out_h, out_w, f, kh, kw, s, pad_t, pad_l, taps;
+    int act;
+} kc_stem_geom;
+
+/* The loop's copy of the kernel: per vector of 16 output channels, its
+ * taps in Keras's order (row, column, input channel) of 16 floats, zeros
+ * past the last channel; `off[t]`: tap t's input offset in floats from
+ * the window's first pixel, for an image `in_w` columns wide. */
+typedef struct kc_stem_kernel {
+    const float *w;           /* vector v's tap t at w + (v * taps + t) * 16 */
+    const float *bias;        /* f floats, or NULL */
+    const int32_t *off;       /* taps */
+} kc_stem_kernel;
+
+/* Output rows [y0, y1) of one image (NHWC `in` and `out`): each output
+ * the sum over its taps inside the image in order, from zero, one
+ * multiply-add each, then the bias, then the activation; the same bits
+ * whatever the rows, threads and instruction set. */
+void kc_stem_rows_avx512(const kc_stem_geom *g, const kc_stem_kernel *k, const float *in,
+                         float *out, int64_t y0, int64_t y1);
+void kc_stem_rows_avx2(const kc_stem_geom *g, const kc_stem_kernel *k, const float *in,
+                       float *out, int64_t y0, int64_t y1);
+
+/* Run the layer of ctx on this kernel where it qualifies (*handled 1),
+ * else leave it to the next (*handled 0); *act_done: its activation was
+ * applied too. A plain 2-D convolution, undilated, ungrouped, the same
+ * stride on both axes, a kernel of at most 3x3 (KC_STEM_MAX_KERNEL), at
+ * most KC_STEM_MAX_CHANNELS input channels, 16
+ * output channels or more, no fused sum. Needs ctx->state and kerasc's
+ * vector kernels (kc_isa); never with ctx->w_ext or ctx->whole, nor
+ * with KC_STEM=0 or KC_DNNL=0 (the plain path). */
+kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done);
+
+/* For tests: 1 when the state is this kernel's. */
+int kc_stem_owns(const kc_kernel_state *state);
+
+#endif
