@@ -89,6 +89,17 @@ void *kc_kernel_state_drop(const kc_exec_ctx *ctx)
     return NULL;
 }
 
+void kc_for_image_rows(int64_t lo, int64_t hi, int64_t rows,
+                       void (*fn)(void *arg, int64_t image, int64_t y0, int64_t y1), void *arg)
+{
+    while (lo < hi) {
+        int64_t image = lo / rows, y0 = lo % rows;
+        int64_t y1 = hi - image * rows < rows ? hi - image * rows : rows;
+        fn(arg, image, y0, y1);
+        lo = image * rows + y1;
+    }
+}
+
 float *kc_scratch(int64_t floats)
 {
     if (floats < 1)

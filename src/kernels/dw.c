@@ -143,22 +143,24 @@ static kc_status kc_dw_build(const kc_exec_ctx *ctx, const kc_dw_geom *g, kc_dw_
     return KC_OK;
 }
 
-/* Part k's rows, image by image. */
-static void kc_dw_part(void *arg, int k)
+/* One image's run of output rows. */
+static void kc_dw_image_rows(void *arg, int64_t img, int64_t y0, int64_t y1)
 {
     const kc_dw_job *job = arg;
     const kc_dw_state *st = job->st;
     const kc_dw_geom *g = &st->g;
-    int64_t rows = st->in_shape.dims[0] * g->out_h;
-    int64_t lo = rows * k / job->parts, hi = rows * (k + 1) / job->parts;
     int64_t in_image = g->in_h * g->in_w * g->c, out_image = g->out_h * g->out_w * g->c;
-    while (lo < hi) {
-        int64_t img = lo / g->out_h, y0 = lo % g->out_h;
-        int64_t y1 = hi - img * g->out_h < g->out_h ? hi - img * g->out_h : g->out_h;
-        kc_dw_rows_avx2(g, job->in + img * in_image, st->w, st->bias, job->out + img * out_image,
-                        y0, y1);
-        lo = img * g->out_h + y1;
-    }
+    kc_dw_rows_avx2(g, job->in + img * in_image, st->w, st->bias, job->out + img * out_image, y0,
+                    y1);
+}
+
+/* Part k's rows, image by image. */
+static void kc_dw_part(void *arg, int k)
+{
+    const kc_dw_job *job = arg;
+    int64_t rows = job->st->in_shape.dims[0] * job->st->g.out_h;
+    kc_for_image_rows(rows * k / job->parts, rows * (k + 1) / job->parts, job->st->g.out_h,
+                      kc_dw_image_rows, (void *)job);
 }
 
 kc_status kc_dw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)

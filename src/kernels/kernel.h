@@ -98,6 +98,11 @@ const float *kc_w(const kc_exec_ctx *ctx, int i);
 /* Free the node's kernel state (built for another input shape or mode)
  * and empty its slot; returns NULL, the state the kernel now has. */
 void *kc_kernel_state_drop(const kc_exec_ctx *ctx);
+/* Rows [lo, hi) of a batch of images `rows` rows each, counted over the
+ * batch (a part's share of a cut by output rows), run image by image:
+ * fn(arg, image, y0, y1) for each image's run of rows [y0, y1). */
+void kc_for_image_rows(int64_t lo, int64_t hi, int64_t rows,
+                       void (*fn)(void *arg, int64_t image, int64_t y0, int64_t y1), void *arg);
 /* Apply a Keras activation by name in place over n values. */
 kc_status kc_activation_apply(const char *name, int keras_major, float *x, int64_t n,
                              int64_t last_dim);

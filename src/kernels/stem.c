@@ -166,21 +166,23 @@ typedef struct kc_stem_job {
     float *out;
 } kc_stem_job;
 
-/* Part k's output rows, image by image. */
-static void kc_stem_part(void *arg, int k)
+/* One image's run of output rows. */
+static void kc_stem_image_rows(void *arg, int64_t img, int64_t y0, int64_t y1)
 {
     const kc_stem_job *job = arg;
     const kc_stem_state *st = job->st;
     const kc_stem_geom *g = &st->g;
     kc_stem_kernel kernel = {st->w, st->bias, st->off};
-    int64_t lo = st->cut.lo[k], hi = st->cut.lo[k + 1];
     int64_t in_image = g->in_h * g->in_w * g->c, out_image = g->out_h * g->out_w * g->f;
-    while (lo < hi) {
-        int64_t img = lo / g->out_h, y0 = lo % g->out_h;
-        int64_t y1 = hi - img * g->out_h < g->out_h ? hi - img * g->out_h : g->out_h;
-        st->rows(g, &kernel, job->in + img * in_image, job->out + img * out_image, y0, y1);
-        lo = img * g->out_h + y1;
-    }
+    st->rows(g, &kernel, job->in + img * in_image, job->out + img * out_image, y0, y1);
+}
+
+/* Part k's output rows, image by image. */
+static void kc_stem_part(void *arg, int k)
+{
+    const kc_stem_job *job = arg;
+    kc_for_image_rows(job->st->cut.lo[k], job->st->cut.lo[k + 1], job->st->g.out_h,
+                      kc_stem_image_rows, (void *)job);
 }
 
 kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
