@@ -167,10 +167,27 @@ static kc_status kc_pool_global(const kc_exec_ctx *ctx, const kc_pool_attrs *a)
     return KC_OK;
 }
 
+/* A windowed pooling whose one window is the whole image: Keras 2's
+ * MobileNetV2 (nsfwjs's) ends in AveragePooling2D(7) on 7x7, the global
+ * average under another name. It runs as global pooling: no oneDNN
+ * primitive, whose every call allocates (README, tests/alloc), and the
+ * same cells summed. No folded padding, no mask. */
+static int kc_pool_whole_window(const kc_exec_ctx *ctx, const kc_pool_attrs *a)
+{
+    const kc_shape *is = &ctx->in_shape[0], *os = &ctx->out_shape[0];
+    if (ctx->in_mask || is->rank != a->spatial + 2 || os->rank != is->rank)
+        return 0;
+    for (int i = 0; i < a->spatial; i++)
+        if (a->pad_before[i] || a->pad_after[i] || a->pool[i] != is->dims[1 + i] ||
+            os->dims[1 + i] != 1)
+            return 0;
+    return os->dims[0] == is->dims[0] && os->dims[is->rank - 1] == is->dims[is->rank - 1];
+}
+
 static kc_status kc_pool(const kc_exec_ctx *ctx)
 {
     const kc_pool_attrs *a = ctx->layer->attrs;
-    if (a->global)
+    if (a->global || kc_pool_whole_window(ctx, a))
         return kc_pool_global(ctx, a);
     int handled = 0;
     KC_TRY(kc_dnnl_pool(ctx, &handled));

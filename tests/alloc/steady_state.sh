@@ -3,10 +3,14 @@
 # bench under an LD_PRELOAD shim (kc_alloc_shim.c) over runs 2..N, every
 # allocation of the process included (kerasc, oneDNN, OpenBLAS, libc):
 #  - models that need no oneDNN primitive (merges, global pooling): 0;
-#  - models with oneDNN primitives (Dense as matmul, the reduced
-#    application models: convolutions, residual sums, pooling,
-#    concatenation, at batch 1, 3 and 4 (two batch lanes)): 0 allocations
-#    of 64 KiB or more.
+#  - models whose every layer kerasc's own kernels take: 0 too. Dense
+#    (dense.c) with AVX2 and FMA or AVX-512; with AVX-512, MobileNetV2 at
+#    batch 1, reduced and nsfwjs's real one: its RGB stem (stem.c), its
+#    blocks (irb.c, pw.c), a pooling window the whole image (nsfwjs's),
+#    Dense;
+#  - models with oneDNN primitives (the reduced application models:
+#    convolutions, residual sums, pooling, concatenation, at batch 1, 3
+#    and 4 (two batch lanes)): 0 allocations of 64 KiB or more.
 #    What remains there is oneDNN's own: dnnl_primitive_execute builds a
 #    std::unordered_map of its arguments on every call (7-8 small
 #    operator-new blocks per primitive; gdb backtraces on ResNet50 show
@@ -22,6 +26,30 @@ for m in merge_ops global_pooling; do
     [[ "$got" == "0.00" ]] && pass "$m batch $batch: 0 heap allocations per inference" ||
       fail "$m batch $batch: allocs_per_inference '$got': $out"
   done
+done
+zero=()
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+  zero+=("zoo/dense_relu/model.keras 1" "zoo/dense_relu/model.keras 4"
+         "zoo/batchnorm_dense/model.keras 3")
+else
+  echo "skip the Dense models: no AVX2 and FMA here, Dense on oneDNN or plain"
+fi
+# MobileNetV2's blocks take kerasc's kernels where oneDNN runs AVX-512
+# (on AVX2 its depthwise and 1x1 layers stay on oneDNN: 660 a run)
+if grep -qw avx512f /proc/cpuinfo && [[ -z "${ONEDNN_MAX_CPU_ISA:-}${KC_ISA:-}" ]]; then
+  zero+=("apps/mobilenet_v2/model.keras 1")
+  nsfw="${KC_NSFWJS_DIR:-$HERE/../tools/node_modules/nsfwjs/dist/models}/mobilenet_v2/model.min.js"
+  [[ -f "$nsfw" ]] && zero+=("$nsfw 1") || echo "skip $nsfw (not installed)"
+else
+  echo "skip MobileNetV2's zero: no AVX-512 here (or an ISA cap)"
+fi
+for item in "${zero[@]}"; do
+  model=${item% *} batch=${item##* }
+  [[ "$model" == /* ]] || model="$HERE/$model"
+  out=$(bench "$model" --batch "$batch")
+  got=$(sed -n 's/^allocs_per_inference: //p' <<<"$out")
+  [[ "$got" == "0.00" ]] && pass "$model batch $batch: 0 heap allocations per inference" ||
+    fail "$model batch $batch: allocs_per_inference '$got': $out"
 done
 # batch 3 on 2 threads runs as one batch, cut layer by layer; batch 4 as
 # two lanes of 2 images side by side (lanes: 2)

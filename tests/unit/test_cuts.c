@@ -2746,6 +2746,49 @@ static void check_global_pool(const char *cls, int max, int64_t n, int64_t cells
     free(got);
 }
 
+/* A windowed pooling of `pool` cells a side on a side x side image,
+ * valid; returns the parts of the oneDNN state it left (0: none) and
+ * checks the output against the sums in cell order: bit for bit where
+ * the window is the whole image (run as global pooling), within 1e-5
+ * otherwise. */
+static int check_window_pool(const char *cls, int max, int64_t n, int64_t side, int64_t pool,
+                             int64_t c)
+{
+    kc_pool_attrs a = {.kind = max ? KC_POOL_MAX : KC_POOL_AVG, .spatial = 2,
+                       .pool = {pool, pool, 1}, .strides = {pool, pool, 1}};
+    int64_t out = side / pool;
+    kc_shape is = {.rank = 4, .dims = {n, side, side, c}}, os = {.rank = 4, .dims = {n, out, out, c}};
+    kc_layer layer = {.name = (char *)cls, .class_name = (char *)cls, .attrs = &a};
+    layer.def = kc_op_lookup(NULL, cls);
+    float *x = rand_buf(n * side * side * c);
+    float *want = malloc((size_t)(n * out * out * c) * sizeof *want);
+    float *got = malloc((size_t)(n * out * out * c) * sizeof *got);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t oy = 0; oy < out; oy++)
+            for (int64_t ox = 0; ox < out; ox++)
+                for (int64_t j = 0; j < c; j++) {
+                    float acc = max ? -INFINITY : 0.0f;
+                    for (int64_t y = oy * pool; y < (oy + 1) * pool; y++)
+                        for (int64_t x0 = ox * pool; x0 < (ox + 1) * pool; x0++) {
+                            float v = x[((b * side + y) * side + x0) * c + j];
+                            acc = max ? fmaxf(acc, v) : acc + v;
+                        }
+                    want[((b * out + oy) * out + ox) * c + j] =
+                        max ? acc : acc / (float)(pool * pool);
+                }
+    kc_threads_enter(2);
+    const float *ins[1] = {x};
+    int parts = exec_kernel(&layer, ins, &is, 1, got, &os, 0, 0, kc_dnnl_pool_parts);
+    kc_threads_enter(0);
+    expect_close(got, want, n * out * out * c, pool == side ? 0.0f : 1e-5f,
+                 "%s %lld on %lldx%lld, %lld images", cls, (long long)pool, (long long)side,
+                 (long long)side, (long long)n);
+    free(x);
+    free(want);
+    free(got);
+    return parts;
+}
+
 static void test_global_pool(void **state)
 {
     (void)state;
@@ -2753,6 +2796,16 @@ static void test_global_pool(void **state)
     check_global_pool("GlobalMaxPooling2D", 1, 3, 49, 1280 + 17);
     check_global_pool("GlobalAveragePooling2D", 0, 2, 5, 100); /* small: one part */
     check_global_pool("GlobalMaxPooling2D", 1, 1, 64, 2048);
+    /* a window the whole image (nsfwjs's MobileNetV2 ends in
+     * AveragePooling2D(7) on 7x7) runs as global pooling, no oneDNN state:
+     * its calls allocate (tests/alloc); a smaller window stays on oneDNN */
+    if (check_window_pool("AveragePooling2D", 0, 2, 7, 7, 1280))
+        fail_msg("AveragePooling2D(7) on 7x7: on oneDNN, not as global pooling");
+    if (check_window_pool("MaxPooling2D", 1, 1, 5, 5, 40))
+        fail_msg("MaxPooling2D(5) on 5x5: on oneDNN, not as global pooling");
+    int small = check_window_pool("AveragePooling2D", 0, 2, 8, 2, 64);
+    if (kc_dnnl_ready() && !small)
+        fail_msg("AveragePooling2D(2) on 8x8: not on oneDNN");
 }
 
 /* One Dense run of `batch` rows on `threads` threads; returns what probe
