@@ -14,8 +14,8 @@
  * runs of output rows over the batch, cut where their measured speeds
  * even their times (kc_balance). Each output is the sum over its taps
  * inside the image in order, then the bias: the same bits on any rows,
- * threads, lane or instruction set, so this kernel takes the layer
- * everywhere, alone on one thread too. */
+ * threads, lane or instruction set, so where this kernel is on it takes
+ * the layer everywhere, alone on one thread too. */
 #include "kernels/stem.h"
 
 #include <stdlib.h>
@@ -36,7 +36,8 @@
 #define KC_STEM_MIN_FILTERS 16
 /* At most this kernel extent. ResNet50's 7x7 3 -> 64 took 0.76-0.92 ms
  * here against oneDNN's 0.61-0.62 (147 taps and four vectors, in two
- * passes of two), so it stays on oneDNN; the 3x3 stems are level with
+ * passes of two; 0.71-0.73 against 0.63 in one pass of 6 pixels x 4
+ * vectors), so it stays on oneDNN; the 3x3 stems are level with
  * it (MobileNetV2's 0.099-0.102 against 0.101-0.104 ms, InceptionV3's
  * 3 -> 32 on 299x299 0.19-0.21 against 0.19-0.20). */
 #define KC_STEM_MAX_KERNEL 3
@@ -185,6 +186,19 @@ static void kc_stem_part(void *arg, int k)
                       kc_stem_image_rows, (void *)job);
 }
 
+/* Whether this kernel takes layers here: with AVX-512 (KC_STEM=0: never;
+ * =1: with AVX2 too). Its AVX2 build was slower than oneDNN's AVX2
+ * kernel: MobileNetV2's stem 0.120-0.144 against 0.109-0.136 ms (oneDNN
+ * and kerasc capped to AVX2 on the Zen 5, 4 runs each), where the layers
+ * around stay on oneDNN anyway. */
+static int kc_stem_wanted(kc_isa_level isa)
+{
+    const char *env = getenv("KC_STEM");
+    if (env)
+        return strcmp(env, "0") != 0 && isa != KC_ISA_NONE;
+    return isa == KC_ISA_AVX512;
+}
+
 kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
@@ -194,12 +208,11 @@ kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         return KC_OK;
     kc_stem_state *st = (kc_stem_state *)*ctx->state;
     int mine = kc_stem_owns(*ctx->state);
-    kc_isa_level isa = kc_isa();
+    kc_isa_level isa = kc_isa(); /* KC_ISA may cap it below the CPU's */
     /* streamed weights arrive fresh each run; under the residency manager
      * (ctx->whole) its copy thread needs a core */
     /* KC_DNNL=0 (kc_dnnl_ready) keeps the plain path, the tests' reference */
-    if (ctx->w_ext || ctx->whole || kc_env_off("KC_STEM") || isa == KC_ISA_NONE ||
-        !kc_dnnl_ready()) {
+    if (ctx->w_ext || ctx->whole || !kc_stem_wanted(isa) || !kc_dnnl_ready()) {
         if (mine)
             kc_kernel_state_drop(ctx);
         return KC_OK;

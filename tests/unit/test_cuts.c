@@ -916,7 +916,7 @@ static void stem_layers_isa(void)
             setenv("KC_STEM", "0", 1);
             if (exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0, stem_owns))
                 fail_msg("%s: on kerasc's stem loop with KC_STEM=0", c->what);
-            unsetenv("KC_STEM");
+            setenv("KC_STEM", "1", 1); /* as test_stem_layers runs this */
             if (exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 1, stem_owns))
                 fail_msg("%s: on kerasc's stem loop under the residency manager", c->what);
         }
@@ -927,12 +927,37 @@ static void stem_layers_isa(void)
     }
 }
 
+/* KC_STEM=1 takes the loop on AVX2 too, so that both builds are checked;
+ * by default it runs with AVX-512 only (its AVX2 build was slower than
+ * oneDNN's there), and KC_ISA=avx2 leaves the layer to oneDNN. */
 static void test_stem_layers(void **state)
 {
     (void)state;
     if (!kc_dnnl_ready())
         skip();
+    setenv("KC_STEM", "1", 1);
     each_isa(stem_layers_isa);
+    unsetenv("KC_STEM");
+    static const conv_case mobilenet = {"MobileNetV2's stem, by default", "Conv2D",
+                                        KC_CONV_PLAIN, 2, 1, 24, 24, 3, 32, 3, 2, 1, 1, 0, 0,
+                                        "relu6", 1, 0};
+    conv_run r;
+    setup(&mobilenet, &r);
+    float *got = malloc((size_t)r.out_count * sizeof *got);
+    assert_non_null(got);
+    const float *ins[1] = {r.x};
+    for (int level = KC_ISA_AVX512; level >= KC_ISA_AVX2; level--) {
+        setenv("KC_ISA", kc_isa_name((kc_isa_level)level), 1);
+        if (kc_isa() != (kc_isa_level)level)
+            continue;
+        int mine = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0, stem_owns);
+        if (mine != (level == KC_ISA_AVX512))
+            fail_msg("%s, KC_ISA=%s: %s kerasc's stem loop", mobilenet.what,
+                     kc_isa_name((kc_isa_level)level), mine ? "ran on" : "not on");
+    }
+    unsetenv("KC_ISA");
+    free(got);
+    teardown(&r);
 }
 
 /* ----------------- 3x3 stride-1 depthwise convolutions (kernels/dw) */
