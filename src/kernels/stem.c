@@ -54,7 +54,6 @@ typedef struct kc_stem_state {
     int32_t *off;
     kc_balance cut; /* parts: runs of output rows over the batch */
     int width;      /* the threads the cut was made for */
-    int64_t images;
 } kc_stem_state;
 
 static void kc_stem_free(kc_kernel_state *s)
@@ -148,10 +147,9 @@ static kc_status kc_stem_build(const kc_exec_ctx *ctx, const kc_stem_geom *g, kc
     st->base.free = kc_stem_free;
     st->in_shape = ctx->in_shape[0];
     st->g = *g;
-    st->images = ctx->in_shape[0].dims[0];
     st->rows = isa == KC_ISA_AVX512 ? kc_stem_rows_avx512 : kc_stem_rows_avx2;
     st->width = kc_parallel_width();
-    kc_balance_init(&st->cut, st->images * g->out_h, st->width, 2);
+    kc_balance_init(&st->cut, st->in_shape.dims[0] * g->out_h, st->width, 2);
     if (kc_stem_pack(st, w, bias) != KC_OK) {
         kc_stem_free(&st->base);
         return KC_ERR_NOMEM;
@@ -210,8 +208,8 @@ kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     int mine = kc_stem_owns(*ctx->state);
     kc_isa_level isa = kc_isa(); /* KC_ISA may cap it below the CPU's */
     /* streamed weights arrive fresh each run; under the residency manager
-     * (ctx->whole) its copy thread needs a core */
-    /* KC_DNNL=0 (kc_dnnl_ready) keeps the plain path, the tests' reference */
+     * (ctx->whole) its copy thread needs a core; KC_DNNL=0 (kc_dnnl_ready)
+     * keeps the plain path, the tests' reference */
     if (ctx->w_ext || ctx->whole || !kc_stem_wanted(isa) || !kc_dnnl_ready()) {
         if (mine)
             kc_kernel_state_drop(ctx);
@@ -235,7 +233,7 @@ kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     int width = kc_parallel_width(); /* 1 in a lane of a batch */
     if (st->width != width) {
         st->width = width;
-        kc_balance_init(&st->cut, st->images * st->g.out_h, width, 2);
+        kc_balance_init(&st->cut, st->in_shape.dims[0] * st->g.out_h, width, 2);
     }
     kc_stem_job job = {st, ctx->in[0], ctx->out[0]};
     double seconds[KC_BALANCE_MAX_PARTS] = {0};
