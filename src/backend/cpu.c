@@ -7,7 +7,12 @@
  * themselves); the copy stream is a worker thread draining a FIFO of
  * copies, event records and event waits, so uploads genuinely overlap
  * compute. KC_CPU_DEVICE_GBPS=<GB/s> makes the copy stream pace itself to
- * that link bandwidth, to exercise overlap the way a PCIe link would. */
+ * that link bandwidth, to exercise overlap the way a PCIe link would.
+ * KC_CPU_DEVICE_SETTLE=1 makes each compute wait, before it runs, until
+ * the copy stream has settled: it is copying, blocked on an event the
+ * compute has not reached, or out of work. The copy thread then no longer
+ * races the compute for a core, so a trace shows what the scheduler
+ * allows to overlap rather than what a loaded host let run (tests). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +51,9 @@ struct kc_backend {
     size_t cap, head, count;
     int busy, stop;
     double gbps;           /* pacing, 0 = as fast as memcpy */
+    int settle;            /* KC_CPU_DEVICE_SETTLE: compute waits for the copy stream */
+    int copying, blocked;  /* the copy thread is inside a copy / an unmet event wait */
+    pthread_cond_t progress; /* broadcast when copying, blocked or count changes */
 };
 
 static void kc_event_complete(kc_backend_event *e, uint64_t target)
@@ -64,6 +72,25 @@ static void kc_event_block(kc_backend_event *e, uint64_t target)
     while (e->completed < target)
         pthread_cond_wait(&e->done_cond, &e->lock);
     pthread_mutex_unlock(&e->lock);
+}
+
+static int kc_event_reached(kc_backend_event *e, uint64_t target)
+{
+    pthread_mutex_lock(&e->lock);
+    int reached = e->completed >= target;
+    pthread_mutex_unlock(&e->lock);
+    return reached;
+}
+
+/* KC_CPU_DEVICE_SETTLE: hold the compute until the copy stream is copying,
+ * waiting on the compute, or idle (never on a RECORD or a met WAIT, which
+ * it passes without the compute's help). */
+static void kc_copy_settle(kc_backend *b)
+{
+    pthread_mutex_lock(&b->lock);
+    while (b->count && !b->copying && !b->blocked)
+        pthread_cond_wait(&b->progress, &b->lock);
+    pthread_mutex_unlock(&b->lock);
 }
 
 /* A paced copy: memcpy in 1 MiB pieces, sleeping to hold `gbps`. */
@@ -96,6 +123,9 @@ static void *kc_copy_worker(void *arg)
             break;
         kc_copy_op op = b->queue[b->head];
         b->busy = 1;
+        b->copying = op.kind == KC_COPY_OP_COPY;
+        b->blocked = op.kind == KC_COPY_OP_WAIT && !kc_event_reached(op.event, op.target);
+        pthread_cond_broadcast(&b->progress);
         pthread_mutex_unlock(&b->lock);
         if (op.kind == KC_COPY_OP_COPY)
             kc_copy_paced(op.dst, op.src, op.bytes, b->gbps);
@@ -106,7 +136,8 @@ static void *kc_copy_worker(void *arg)
         pthread_mutex_lock(&b->lock);
         b->head = (b->head + 1) % b->cap;
         b->count--;
-        b->busy = 0;
+        b->busy = b->copying = b->blocked = 0;
+        pthread_cond_broadcast(&b->progress);
         if (!b->count)
             pthread_cond_broadcast(&b->idle);
     }
@@ -157,9 +188,12 @@ static kc_status kc_cpu_open(int index, const kc_backend_host *host, kc_backend 
     b->gbps = gbps ? strtod(gbps, NULL) : 0;
     if (b->gbps < 0 || b->gbps > 1e4)
         b->gbps = 0;
+    const char *settle = getenv("KC_CPU_DEVICE_SETTLE");
+    b->settle = settle && !strcmp(settle, "1");
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->wake, NULL);
     pthread_cond_init(&b->idle, NULL);
+    pthread_cond_init(&b->progress, NULL);
     if (!b->queue || pthread_create(&b->worker, NULL, kc_copy_worker, b)) {
         free(b->queue);
         free(b);
@@ -181,6 +215,7 @@ static void kc_cpu_close(kc_backend *b)
     pthread_mutex_destroy(&b->lock);
     pthread_cond_destroy(&b->wake);
     pthread_cond_destroy(&b->idle);
+    pthread_cond_destroy(&b->progress);
     free(b->queue);
     free(b);
 }
@@ -305,7 +340,6 @@ typedef struct kc_cpu_node {
 
 static kc_status kc_cpu_run(kc_backend *b, const kc_backend_call *call)
 {
-    (void)b;
     kc_cpu_node *n = *call->state;
     if (!n) {
         n = kc_calloc(1, sizeof *n);
@@ -316,6 +350,8 @@ static kc_status kc_cpu_run(kc_backend *b, const kc_backend_call *call)
         if (!n->fn)
             return kc_fail(KC_ERR_UNSUPPORTED, "no CPU kernel");
     }
+    if (b->settle)
+        kc_copy_settle(b);
     return kc_cpu_exec(n->fn, call, &n->kernel_state, 1); /* beside the copy thread */
 }
 
