@@ -22,11 +22,11 @@
  * 0.39-0.41 -> 0.38-0.39; MobileNetV2's last 1x1 0.175 -> 0.152.
  * Stride-1 images of 14x14 stay on oneDNN's (level there).
  *
- * The sums: over the input channels in order, the bias then the residual
- * added after, as oneDNN's: its outputs equal oneDNN's bit for bit up to
- * KC_PW_MAX_CHANNELS input channels, so that no output depends on which
- * of the two ran a layer (one thread, a lane of a batch, a pipeline stage
- * keep oneDNN's: in a lane of four images it was 10-30% slower). */
+ * The sums: over the input channels in order, in chunks of KC_PW_CHUNK,
+ * the bias then the residual added after, as oneDNN's: its outputs equal
+ * oneDNN's bit for bit, so that no output depends on which of the two
+ * ran a layer (one thread, a lane of a batch, a pipeline stage keep
+ * oneDNN's: in a lane of four images it was 10-30% slower). */
 #include "kernels/pw.h"
 
 #include <immintrin.h>
@@ -55,13 +55,17 @@
 /* At least this many input and output channels: below, the weights are
  * small enough to stay in cache and the product too thin. */
 #define KC_PW_MIN_CHANNELS 64
-/* At most this many input channels: up to here the sums below equal
- * oneDNN 2.6's brgconv_1x1 bit for bit (checked from 48 to 1280 input
- * channels, strides 1 to 3: test_pw_layers), so that a layer's output
- * does not depend on which of the two ran it (one thread, a lane of a
- * batch, a pipeline stage take oneDNN's). With 2048 oneDNN sums in
- * another order (2.6e-5 apart on ResNet50's 7x7 2048 -> 512). */
-#define KC_PW_MAX_CHANNELS 1280
+/* The sums over the input channels run in chunks of this many, each
+ * from zero, the chunks' sums then added in order: oneDNN 2.6's AVX-512
+ * brgconv_1x1 sums so (found by trying chunk sizes against it; checked
+ * with 48 to 4096 input channels, strides 1 to 3: test_pw_layers), and
+ * then a layer's output does not depend on which of the two ran it (one
+ * thread, a lane of a batch, a pipeline stage take oneDNN's). Summed in
+ * one run, ResNet50's 7x7 2048 -> 512 layers differed from oneDNN's by
+ * 2.6e-5, so they stayed on oneDNN: 0.36-0.39 ms each at batch 1 on
+ * two threads against 0.29-0.34 here (`--stats`, two sets of 6
+ * alternating runs, faster in every run). */
+#define KC_PW_CHUNK 1280
 
 typedef struct kc_pw_state {
     kc_kernel_state base;
@@ -113,7 +117,7 @@ static int kc_pw_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_pw_
     st->n = out->dims[3];
     int64_t most = st->stride > 1 ? KC_PW_MAX_PIXELS_STRIDED : KC_PW_MAX_PIXELS;
     if (st->pixels < 1 || st->pixels > most || st->k < KC_PW_MIN_CHANNELS ||
-        st->n < KC_PW_MIN_CHANNELS || st->k > KC_PW_MAX_CHANNELS || out->dims[0] != in->dims[0])
+        st->n < KC_PW_MIN_CHANNELS || out->dims[0] != in->dims[0])
         return 0;
     st->vectors = (st->n + 15) / 16;
     st->act = kc_wino_act(a->activation);
@@ -192,20 +196,43 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
     const float *a = io->in + p0 * k;
     const char *pf = fetch.at;
     int64_t issued = 0;
-    for (int64_t kk = 0; kk < k; kk++, b += 16) {
-        for (; issued * k < fetch.n * (kk + 1); issued++)
-            _mm_prefetch(pf + issued * 64, _MM_HINT_T1);
-        __m512 bv[3];
-        #pragma GCC unroll 3
-        for (int j = 0; j < nv; j++)
-            bv[j] = _mm512_loadu_ps(b + k * 16 * j);
-        #pragma GCC unroll 8
-        for (int i = 0; i < mr; i++) {
-            __m512 x = _mm512_set1_ps(a[i * k + kk]);
+    /* the sums of the chunks before the last (kc_pw_chunked) */
+    __attribute__((aligned(64))) float done[KC_PW_MR][3][16];
+    for (int64_t k0 = 0; k0 < k; k0 += KC_PW_CHUNK) {
+        int64_t k1 = k - k0 > KC_PW_CHUNK ? k0 + KC_PW_CHUNK : k;
+        if (k0 > 0) {
+            #pragma GCC unroll 8
+            for (int i = 0; i < mr; i++)
+                #pragma GCC unroll 3
+                for (int j = 0; j < nv; j++) {
+                    if (k0 > KC_PW_CHUNK)
+                        acc[i][j] = _mm512_add_ps(_mm512_load_ps(done[i][j]), acc[i][j]);
+                    _mm512_store_ps(done[i][j], acc[i][j]);
+                    acc[i][j] = _mm512_setzero_ps();
+                }
+        }
+        for (int64_t kk = k0; kk < k1; kk++, b += 16) {
+            for (; issued * k < fetch.n * (kk + 1); issued++)
+                _mm_prefetch(pf + issued * 64, _MM_HINT_T1);
+            __m512 bv[3];
             #pragma GCC unroll 3
             for (int j = 0; j < nv; j++)
-                acc[i][j] = _mm512_fmadd_ps(x, bv[j], acc[i][j]);
+                bv[j] = _mm512_loadu_ps(b + k * 16 * j);
+            #pragma GCC unroll 8
+            for (int i = 0; i < mr; i++) {
+                __m512 x = _mm512_set1_ps(a[i * k + kk]);
+                #pragma GCC unroll 3
+                for (int j = 0; j < nv; j++)
+                    acc[i][j] = _mm512_fmadd_ps(x, bv[j], acc[i][j]);
+            }
         }
+    }
+    if (k > KC_PW_CHUNK) {
+        #pragma GCC unroll 8
+        for (int i = 0; i < mr; i++)
+            #pragma GCC unroll 3
+            for (int j = 0; j < nv; j++)
+                acc[i][j] = _mm512_add_ps(_mm512_load_ps(done[i][j]), acc[i][j]);
     }
     #pragma GCC unroll 8
     for (int i = 0; i < mr; i++)

@@ -1538,13 +1538,14 @@ static void expect_same_as_onednn(conv_run *r, const char *what)
     free(onednn);
 }
 
-/* 1x1 layers of at most 64 output pixels (256 strided), 64 to 1280
- * input channels and 64+ output channels run on kc_pw_conv when cut
+/* 1x1 layers of at most 64 output pixels (256 strided), 64+ input
+ * channels (beyond 1280 summed in chunks of 1280, as oneDNN does) and
+ * 64+ output channels run on kc_pw_conv when cut
  * between 2+ threads (one thread, or a lane of a batch, keeps oneDNN's),
  * the output vectors split into parts of at least 4: bias, relu / relu6 /
  * linear, a residual sum, output channels that are not whole vectors, an
  * activation the caller applies (elu), strides 2 and 3 on even and odd
- * sizes; larger images, fewer than 64 or more than 1280 input channels,
+ * sizes; larger images, fewer than 64 input channels,
  * KC_PW=0, KC_ISA=avx2 and whole runs keep the other kernels (and it
  * skips where oneDNN runs without AVX-512). Outputs as the plain
  * path's, also with the parts' cut moved as far as it goes (kc_balance),
@@ -1580,11 +1581,18 @@ static void test_pw_layers(void **state)
          15, 13, 128, 136, 1, 2, 1, 1, 0, 1, "relu", 1},
         {"1x1 96 -> 128 stride 3 on 10x11, valid", "Conv2D", KC_CONV_PLAIN, 2, 1, 10, 11, 96,
          128, 1, 3, 1, 0, 0, 0, "relu6", 1},
+        /* more than 1280 input channels: summed in chunks of 1280, as oneDNN */
+        {"1x1 4096 -> 256 on one 4x4: chunks of 1280, 1280, 1280, 256", "Conv2D",
+         KC_CONV_PLAIN, 2, 1, 4, 4, 4096, 256, 1, 1, 1, 1, 0, 0, "relu", 1},
+        {"1x1 1296 -> 64 on one 6x6: a last chunk of 16", "Conv2D", KC_CONV_PLAIN, 2, 1, 6, 6,
+         1296, 64, 1, 1, 1, 1, 0, 0, "relu", 1},
+        {"1x1 3000 -> 100 stride 2 + sum on one 9x9: a last chunk of 440", "Conv2D",
+         KC_CONV_PLAIN, 2, 1, 9, 9, 3000, 100, 1, 2, 1, 1, 0, 1, "relu", 1},
     };
     static const int want_parts[][3] = {{0, 2, 3}, {0, 2, 3}, {0, 2, 3}, {0, 2, 3},
-                                        {0, 1, 1}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0},
+                                        {0, 1, 1}, {0, 0, 0}, {0, 0, 0}, {0, 2, 3},
                                         {0, 2, 3}, {0, 0, 0}, {0, 2, 3}, {0, 2, 2},
-                                        {0, 2, 2}};
+                                        {0, 2, 2}, {0, 2, 3}, {0, 1, 1}, {0, 1, 1}};
     if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
         skip();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
