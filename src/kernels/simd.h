@@ -41,6 +41,7 @@ static inline void kc_vf_store_m(float *p, kc_vmask m, kc_vf v) { _mm512_mask_st
 static inline kc_vf kc_vf_add(kc_vf a, kc_vf b) { return _mm512_add_ps(a, b); }
 static inline kc_vf kc_vf_sub(kc_vf a, kc_vf b) { return _mm512_sub_ps(a, b); }
 static inline kc_vf kc_vf_mul(kc_vf a, kc_vf b) { return _mm512_mul_ps(a, b); }
+static inline kc_vf kc_vf_div(kc_vf a, kc_vf b) { return _mm512_div_ps(a, b); }
 /* a * b + c, one rounding */
 static inline kc_vf kc_vf_fmadd(kc_vf a, kc_vf b, kc_vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline kc_vf kc_vf_max(kc_vf a, kc_vf b) { return _mm512_max_ps(a, b); }
@@ -87,6 +88,7 @@ static inline void kc_vf_store_m(float *p, kc_vmask m, kc_vf v)
 static inline kc_vf kc_vf_add(kc_vf a, kc_vf b) { return _mm256_add_ps(a, b); }
 static inline kc_vf kc_vf_sub(kc_vf a, kc_vf b) { return _mm256_sub_ps(a, b); }
 static inline kc_vf kc_vf_mul(kc_vf a, kc_vf b) { return _mm256_mul_ps(a, b); }
+static inline kc_vf kc_vf_div(kc_vf a, kc_vf b) { return _mm256_div_ps(a, b); }
 static inline kc_vf kc_vf_fmadd(kc_vf a, kc_vf b, kc_vf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline kc_vf kc_vf_max(kc_vf a, kc_vf b) { return _mm256_max_ps(a, b); }
 static inline kc_vf kc_vf_min(kc_vf a, kc_vf b) { return _mm256_min_ps(a, b); }

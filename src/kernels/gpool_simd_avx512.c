@@ -1,0 +1,3 @@
+/* gpool_simd.inc for AVX-512 (CMakeLists.txt: -mavx512f). */
+#define KC_SIMD_AVX512 1
+#include "kernels/gpool_simd.inc"
