@@ -22,6 +22,7 @@
 #include "base/clock.h"
 #include "backend/backend.h"
 #include "backend/cpu_exec.h"
+#include "base/env.h"
 #include "base/mem.h"
 
 struct kc_backend_event {
@@ -188,8 +189,7 @@ static kc_status kc_cpu_open(int index, const kc_backend_host *host, kc_backend 
     b->gbps = gbps ? strtod(gbps, NULL) : 0;
     if (b->gbps < 0 || b->gbps > 1e4)
         b->gbps = 0;
-    const char *settle = getenv("KC_CPU_DEVICE_SETTLE");
-    b->settle = settle && !strcmp(settle, "1");
+    b->settle = kc_env_on("KC_CPU_DEVICE_SETTLE");
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->wake, NULL);
     pthread_cond_init(&b->idle, NULL);

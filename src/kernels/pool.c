@@ -111,6 +111,7 @@ typedef struct kc_gpool_job {
     int64_t cells, c, blocks, per_part; /* blocks: per image */
     int64_t items;                      /* images x blocks */
     int max;
+    kc_isa_level isa;                   /* the vector loops to take, read once a run */
 } kc_gpool_job;
 
 /* A full block has a constant trip count, which GCC's -O2 vectoriser
@@ -136,9 +137,8 @@ static void kc_gpool_max(const float *restrict p, float *restrict o, int64_t len
 }
 
 static void kc_gpool_block(const float *p, float *o, int64_t cells, int64_t stride, int64_t len,
-                           int max)
+                           int max, kc_isa_level isa)
 {
-    kc_isa_level isa = kc_isa();
     if (isa == KC_ISA_AVX512) {
         kc_gpool_cells_avx512(p, cells, stride, len, max, o);
         return;
@@ -163,7 +163,7 @@ static void kc_gpool_part(void *arg, int k)
         int64_t b = it / g->blocks, j0 = it % g->blocks * KC_GPOOL_BLOCK;
         int64_t len = g->c - j0 < KC_GPOOL_BLOCK ? g->c - j0 : KC_GPOOL_BLOCK;
         kc_gpool_block(g->in + b * g->cells * g->c + j0, g->out + b * g->c + j0, g->cells, g->c,
-                       len, g->max);
+                       len, g->max, g->isa);
     }
 }
 
@@ -176,7 +176,8 @@ static kc_status kc_pool_global(const kc_exec_ctx *ctx, const kc_pool_attrs *a)
     if (n * c <= 0)
         return KC_OK;
     kc_gpool_job g = {ctx->in[0], ctx->out[0], kc_count(is) / (n * c), c,
-                      (c + KC_GPOOL_BLOCK - 1) / KC_GPOOL_BLOCK, 0, 0, a->kind == KC_POOL_MAX};
+                      (c + KC_GPOOL_BLOCK - 1) / KC_GPOOL_BLOCK, 0, 0, a->kind == KC_POOL_MAX,
+                      kc_isa()};
     g.items = n * g.blocks;
     int parts = kc_parallel_parts(kc_count(is) * (int64_t)sizeof(float), g.items);
     g.per_part = (g.items + parts - 1) / parts;

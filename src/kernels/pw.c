@@ -196,7 +196,7 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
     const float *a = io->in + p0 * k;
     const char *pf = fetch.at;
     int64_t issued = 0;
-    /* the sums of the chunks before the last (kc_pw_chunked) */
+    /* the sums of the chunks before the last (KC_PW_CHUNK) */
     __attribute__((aligned(64))) float done[KC_PW_MR][3][16];
     for (int64_t k0 = 0; k0 < k; k0 += KC_PW_CHUNK) {
         int64_t k1 = k - k0 > KC_PW_CHUNK ? k0 + KC_PW_CHUNK : k;
