@@ -32,7 +32,7 @@
 #include "base/tensor.h"
 #include "graph/graph.h"
 
-#define KC_BACKEND_ABI 1
+#define KC_BACKEND_ABI 2
 
 typedef struct kc_backend kc_backend;             /* one opened device */
 typedef struct kc_backend_event kc_backend_event; /* a point in a stream */
@@ -127,6 +127,15 @@ typedef struct kc_backend_iface {
     void (*state_free)(kc_backend *b, void *state);
     /* Both streams drained. */
     kc_status (*synchronize)(kc_backend *b);
+    /* Optional (NULL: not offered). Page-lock the host range [ptr, ptr +
+     * bytes), page-aligned, so that upload_async from inside it is one
+     * direct DMA on the copy stream instead of a staged copy made by the
+     * calling thread. KC_OK when pinned; any other status (reported
+     * through no error message) leaves it pageable, and uploads from it
+     * stay correct, only staged. */
+    kc_status (*host_pin)(kc_backend *b, void *ptr, size_t bytes);
+    /* Undo one successful host_pin of exactly that ptr. */
+    void (*host_unpin)(kc_backend *b, void *ptr);
 } kc_backend_iface;
 
 /* The CUDA plugin's one exported symbol (dlsym'd by name). */

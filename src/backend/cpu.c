@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "base/clock.h"
@@ -55,6 +56,11 @@ struct kc_backend {
     int settle;            /* KC_CPU_DEVICE_SETTLE: compute waits for the copy stream */
     int copying, blocked;  /* the copy thread is inside a copy / an unmet event wait */
     pthread_cond_t progress; /* broadcast when copying, blocked or count changes */
+    struct kc_cpu_pin {      /* ranges host_pin locked (mlock) */
+        void *ptr;
+        size_t bytes;
+    } *pins;
+    int n_pins, cap_pins;
 };
 
 static void kc_event_complete(kc_backend_event *e, uint64_t target)
@@ -216,8 +222,49 @@ static void kc_cpu_close(kc_backend *b)
     pthread_cond_destroy(&b->wake);
     pthread_cond_destroy(&b->idle);
     pthread_cond_destroy(&b->progress);
+    for (int i = 0; i < b->n_pins; i++)
+        munlock(b->pins[i].ptr, b->pins[i].bytes);
+    free(b->pins);
     free(b->queue);
     free(b);
+}
+
+/* Page-locking as a GPU backend does (mlock), so that the scheduler's
+ * pinning of streamed weights runs on machines without a GPU. The copy
+ * thread copies the same way from locked pages; a lock limit refuses it,
+ * and those uploads are as before. Like cudaHostRegister, a range that
+ * overlaps one already pinned is refused. */
+static kc_status kc_cpu_host_pin(kc_backend *b, void *ptr, size_t bytes)
+{
+    if (!ptr || !bytes)
+        return KC_ERR_ARG;
+    for (int i = 0; i < b->n_pins; i++) {
+        const char *lo = b->pins[i].ptr, *hi = lo + b->pins[i].bytes;
+        if ((const char *)ptr < hi && (const char *)ptr + bytes > lo)
+            return KC_ERR_UNSUPPORTED;
+    }
+    if (b->n_pins == b->cap_pins) {
+        int cap = b->cap_pins ? 2 * b->cap_pins : 16;
+        struct kc_cpu_pin *grown = realloc(b->pins, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return KC_ERR_NOMEM;
+        b->pins = grown;
+        b->cap_pins = cap;
+    }
+    if (mlock(ptr, bytes) != 0)
+        return KC_ERR_UNSUPPORTED;
+    b->pins[b->n_pins++] = (struct kc_cpu_pin){ptr, bytes};
+    return KC_OK;
+}
+
+static void kc_cpu_host_unpin(kc_backend *b, void *ptr)
+{
+    for (int i = 0; i < b->n_pins; i++)
+        if (b->pins[i].ptr == ptr) {
+            munlock(ptr, b->pins[i].bytes);
+            b->pins[i] = b->pins[--b->n_pins];
+            return;
+        }
 }
 
 static kc_status kc_cpu_info(kc_backend *b, kc_backend_info *out)
@@ -399,6 +446,8 @@ static const kc_backend_iface kc_cpu_iface = {
     .run = kc_cpu_run,
     .state_free = kc_cpu_state_free,
     .synchronize = kc_cpu_synchronize,
+    .host_pin = kc_cpu_host_pin,
+    .host_unpin = kc_cpu_host_unpin,
 };
 
 const kc_backend_iface *kc_backend_cpu_iface(void) { return &kc_cpu_iface; }

@@ -75,14 +75,20 @@ static int kc_root(const kc_sched *sc, int v)
 /* ------------------------------------------------------------ devices */
 
 /* Upload bandwidth of a device, measured with one 16 MiB transfer after a
- * warm-up one (a first transfer pays for page faults and pinning). */
-static kc_status kc_measure_link(kc_sdev *d)
+ * warm-up one (a first transfer pays for page faults and pinning), from
+ * page-locked memory when the plan will pin its streamed weights. */
+static kc_status kc_measure_link(kc_sdev *d, int pinned)
 {
     const size_t bytes = (size_t)16 << 20;
     void *dev = NULL;
-    char *host = kc_calloc(bytes, 1);
+    char *host = NULL;
+    if (posix_memalign((void **)&host, (size_t)sysconf(_SC_PAGESIZE), bytes) == 0)
+        memset(host, 0, bytes);
+    else
+        host = NULL;
     kc_backend_event *e = NULL;
     kc_status st = host ? KC_OK : KC_ERR_NOMEM;
+    d->link_pinned = st == KC_OK && pinned && d->io->host_pin(d->b, host, bytes) == KC_OK;
     if (st == KC_OK)
         st = d->io->alloc(d->b, bytes, &dev);
     if (st == KC_OK)
@@ -100,6 +106,8 @@ static kc_status kc_measure_link(kc_sdev *d)
             best = (double)bytes / dt;
     }
     d->link_bps = best > 0 ? best : 1e10;
+    if (d->link_pinned)
+        d->io->host_unpin(d->b, host);
     if (e)
         d->io->event_free(d->b, e);
     if (dev)
@@ -145,7 +153,7 @@ static kc_status kc_open_device(kc_sched *sc, kc_device_type type, int index, in
         d->budget = info.free_bytes / 10 * 9;
     d->flops_per_s = type == KC_DEVICE_GPU ? 2e13 : 5e10;
     sc->n_dev++;
-    KC_TRY(kc_measure_link(d));
+    KC_TRY(kc_measure_link(d, kc_sched_pin_wanted(sc, d)));
     *out = sc->n_dev - 1;
     return KC_OK;
 }
@@ -291,6 +299,7 @@ void kc_sched_free(kc_sched *sc)
     for (int d = 0; d < sc->n_dev; d++)
         if (sc->dev[d].b)
             sc->dev[d].io->synchronize(sc->dev[d].b);
+    kc_sched_unpin(sc);
     if (sc->nodes) {
         kc_free_events(sc);
         for (int i = 0; i < sc->s->graph->n_nodes; i++) {
@@ -379,6 +388,7 @@ static kc_status kc_prepare_device(kc_sched *sc, int d)
     const kc_session *s = sc->s;
     const kc_graph *g = s->graph;
     dv->io->synchronize(dv->b);
+    kc_sched_unpin_device(sc, d);
     kc_release_blocks(dv);
     size_t workspace = 0;
     int n_items = 0;
@@ -440,6 +450,8 @@ static kc_status kc_prepare_device(kc_sched *sc, int d)
     }
     free(items);
     free(item_node);
+    if (st == KC_OK)
+        st = kc_sched_pin_streamed(sc, d);
     if (st == KC_OK)
         st = kc_alloc_block(dv, KC_BLOCK_ARENA, arena);
     if (st == KC_OK)
@@ -627,9 +639,11 @@ static kc_status kc_run_on_device(kc_sched *sc, int i, kc_backend_call *call)
     call->workspace = dv->block[KC_BLOCK_WORKSPACE];
     call->workspace_size = dv->block_bytes[KC_BLOCK_WORKSPACE];
     call->state = &n->state;
+    n->t_start = kc_now() - sc->run_t0;
     KC_TRY(dv->io->record(dv->b, KC_STREAM_COMPUTE, n->ev_start));
     KC_TRY(dv->io->run(dv->b, call));
     KC_TRY(dv->io->record(dv->b, KC_STREAM_COMPUTE, n->ev_end));
+    n->t_end = kc_now() - sc->run_t0;
     if (n->item >= 0 && n->wmode == KC_WMODE_STREAMED) {
         if (sc->disk) { /* its upload is done: drop the host pages */
             KC_TRY(dv->io->event_sync(dv->b, n->ev_up_end));

@@ -17,6 +17,9 @@ void kc_sched_free(kc_sched *sched);
 /* After the session (re)planned its shapes: size device buffers, decide
  * residency, upload resident weights. */
 kc_status kc_sched_prepare(kc_sched *sched);
+/* Unlock the host weights the last prepare page-locked for streaming
+ * (before anything frees or rewrites them; the next prepare locks again). */
+void kc_sched_unpin(kc_sched *sched);
 /* Run every node; the inputs are in the host arena, the outputs end there. */
 kc_status kc_sched_run(kc_sched *sched);
 const char *kc_sched_stats(const kc_sched *sched);

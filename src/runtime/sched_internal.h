@@ -30,6 +30,11 @@ typedef struct kc_sdev {
     int *stream_nodes;             /* node index per streamed sequence number */
     kc_backend_event *ev_base;     /* recorded at each run's start */
     double base_offset;            /* host seconds from run start to ev_base */
+    void **pins;                   /* host ranges host_pin locked (sched_pin.c) */
+    int n_pins;
+    size_t pinned_bytes;           /* of the streamed weights, page-locked */
+    size_t pinnable_bytes;         /* the streamed weights' bytes */
+    int link_pinned;               /* link_bps measured from pinned memory */
 } kc_sdev;
 
 typedef struct kc_snode {
@@ -42,7 +47,8 @@ typedef struct kc_snode {
     int seq;                       /* streamed: order on its device */
     void *state;                   /* the device backend's per-node state */
     kc_backend_event *ev_start, *ev_end, *ev_up_start, *ev_up_end;
-    double t_start, t_end;         /* host-run nodes */
+    double t_start, t_end;         /* host-run nodes; for device nodes, the
+                                      host's time enqueueing it (run()) */
     double start_s, compute_s;     /* last run, seconds from run start */
     double up_at, up_s;            /* its upload (streamed), or -1 */
 } kc_snode;
@@ -67,6 +73,12 @@ struct kc_sched {
 };
 
 const kc_layer *kc_sched_layer(const kc_sched *sc, int i);
+
+/* sched_pin.c: page-lock device d's streamed weights for the plan (after
+ * unlocking the last plan's), and unlock them. */
+int kc_sched_pin_wanted(const kc_sched *sc, const kc_sdev *dv);
+kc_status kc_sched_pin_streamed(kc_sched *sc, int d);
+void kc_sched_unpin_device(kc_sched *sc, int d);
 kc_status kc_sched_build_stats(kc_sched *sc);
 kc_status kc_sched_write_trace(const kc_sched *sc, const char *path);
 

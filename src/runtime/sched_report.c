@@ -1,5 +1,6 @@
 /* What the scheduler shows: per-layer stats of the last run, a Chrome /
- * Perfetto trace (a compute lane and a copy lane per device) and the
+ * Perfetto trace (per device a compute lane, a copy lane and the host's
+ * enqueueing of each layer) and the
  * placement description (`kerasc summary --placement`). */
 #include <stdarg.h>
 #include <stdio.h>
@@ -73,11 +74,20 @@ static void kc_device_lines(const kc_sched *sc, kc_text *t)
         kc_text_add(t,
                     "device %s (%s): budget %s, peak %.2f MiB = activations %.2f + resident "
                     "weights %.2f + ring %d x %.2f + workspace %.2f MiB; link %.2f GB/s "
-                    "measured\n",
+                    "measured%s\n",
                     dv->label, dv->name, budget, kc_mib(dv->peak),
                     kc_mib(dv->block_bytes[KC_BLOCK_ARENA]), kc_mib(r->resident_bytes), r->depth,
                     kc_mib(r->slot_bytes), kc_mib(dv->block_bytes[KC_BLOCK_WORKSPACE]),
-                    dv->link_bps / 1e9);
+                    dv->link_bps / 1e9, dv->link_pinned ? " (pinned)" : "");
+        if (r->n_streamed && kc_sched_pin_wanted(sc, dv))
+            kc_text_add(t, "streamed weights %s: %.2f of %.2f MiB pinned in host memory "
+                           "(whole pages; the rest staged)\n",
+                        dv->label, kc_mib(dv->pinned_bytes), kc_mib(dv->pinnable_bytes));
+        else if (r->n_streamed)
+            kc_text_add(t, "streamed weights %s: staged, not pinned (%s)\n", dv->label,
+                        !dv->io->host_pin ? "the backend does not pin"
+                        : sc->disk        ? "the disk tier"
+                                          : "KC_PIN=0");
     }
 }
 
@@ -88,12 +98,17 @@ kc_status kc_sched_build_stats(kc_sched *sc)
     kc_device_lines(sc, &t);
     kc_text_add(&t, "%-32s %-14s %-9s %10s %11s %8s\n", "layer", "device", "weights",
                 "compute_ms", "transfer_ms", "GB/s");
-    double compute = 0, transfer = 0, streamed = 0, bound_copy = 0;
+    double compute = 0, transfer = 0, streamed = 0, bound_copy = 0, enqueue = 0;
+    int n_enqueued = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         const kc_snode *n = &sc->nodes[i];
         if (n->compute_s < 0)
             continue;
         compute += n->compute_s;
+        if (n->ran_on != KC_SCHED_HOST) {
+            enqueue += n->t_end - n->t_start;
+            n_enqueued++;
+        }
         char xfer[32] = "", rate[32] = "";
         if (n->up_s >= 0) {
             transfer += n->up_s;
@@ -108,6 +123,12 @@ kc_status kc_sched_build_stats(kc_sched *sc)
                     rate);
     }
     double bound = compute > bound_copy ? compute : bound_copy;
+    /* A device layer's compute time (its events) also counts any wait for
+     * the host to enqueue its work: when the host's enqueue time comes
+     * close to it, the run is launch-bound, not device-bound. */
+    if (n_enqueued)
+        kc_text_add(&t, "host: enqueueing %d device layers took %.3f ms (%.1f us a layer)\n",
+                    n_enqueued, enqueue * 1e3, enqueue * 1e6 / n_enqueued);
     kc_text_add(&t,
                 "total: compute %.3f ms, streamed %.2f MiB in %.3f ms (%.2f GB/s), boundary "
                 "copies %.2f MiB\n",
@@ -157,8 +178,10 @@ static void kc_trace_lane_names(const kc_sched *sc, FILE *f)
         kc_json_name(f, label);
         fprintf(f, "}},\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":0,"
                    "\"args\":{\"name\":\"compute\"}},\n{\"ph\":\"M\",\"name\":\"thread_name\","
-                   "\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"copy\"}}",
-                d + 1, d + 1);
+                   "\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"copy\"}},\n{\"ph\":\"M\","
+                   "\"name\":\"thread_name\",\"pid\":%d,\"tid\":2,\"args\":{\"name\":"
+                   "\"host enqueue\"}}",
+                d + 1, d + 1, d + 1);
     }
 }
 
@@ -184,6 +207,12 @@ kc_status kc_sched_write_trace(const kc_sched *sc, const char *path)
                 n->start_s * 1e6, n->compute_s * 1e6);
         kc_json_name(f, g->nodes[i].layer->class_name);
         fprintf(f, ",\"weights\":\"%s\"}}", kc_wmode_name(sc, i));
+        if (pid > 0) { /* the host's side of a device layer: its enqueueing */
+            fprintf(f, ",\n{\"ph\":\"X\",\"cat\":\"enqueue\",\"name\":");
+            kc_json_name(f, g->nodes[i].layer->name);
+            fprintf(f, ",\"pid\":%d,\"tid\":2,\"ts\":%.3f,\"dur\":%.3f}", pid,
+                    n->t_start * 1e6, (n->t_end - n->t_start) * 1e6);
+        }
         if (n->up_s >= 0) {
             fprintf(f, ",\n{\"ph\":\"X\",\"cat\":\"copy\",\"name\":");
             char name[300];

@@ -457,6 +457,8 @@ static kc_status kc_session_plan(kc_session *s, kc_shape *shapes, int n, int lan
     *fresh = 1;
     kc_head_free(s);
     kc_plan_free(&s->plan);
+    if (s->sched) /* the weights it page-locked may be rewritten or freed */
+        kc_sched_unpin(s->sched);
     KC_TRY(kc_session_refuse(s));
     KC_TRY(kc_plan_build(s->model, s->fused.alias, shapes, n, &s->plan));
     KC_TRY(kc_session_fuse_per_plan(s, shapes, n, lanes));

@@ -7,8 +7,9 @@
  * the legacy default stream. upload_async copies pageable host memory
  * through KC_CUDA_RING_SLOTS pinned chunks: the host memcpy into a chunk
  * waits on that chunk's event (its previous copy has completed), then the
- * chunk is copied on the copy stream and the event re-recorded. Nothing
- * but the ring is ever pinned. */
+ * chunk is copied on the copy stream and the event re-recorded. Ranges
+ * the host pinned (host_pin: a session's streamed weights) skip the ring:
+ * one direct DMA each, and the calling thread copies nothing. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,10 @@ static void kc_cuda_close(kc_backend *b)
         (void)cudaStreamSynchronize(b->compute);
     if (b->copy)
         (void)cudaStreamSynchronize(b->copy);
+    if (b->verbose && b->dnn_calls)
+        fprintf(stderr, "cuda: %ld cudnnConvolutionForward calls took %.1f us of host time "
+                        "each\n", b->dnn_calls, b->dnn_host_s * 1e6 / (double)b->dnn_calls);
+    kc_cuda_unpin_all(b); /* a host that forgot host_unpin */
     for (int i = 0; i < KC_CUDA_RING_SLOTS; i++) {
         if (b->ring_done[i]) {
             (void)cudaEventSynchronize(b->ring_done[i]);
@@ -162,6 +167,10 @@ static kc_status kc_cuda_open(int index, const kc_backend_host *host, kc_backend
         return host->fail(KC_ERR_NOMEM, "cuda: out of memory opening device %d", index);
     b->device = index;
     b->host = *host;
+    const char *algo = getenv("KC_CUDA_CONV_ALGO");
+    b->conv_find = algo && strcmp(algo, "find") == 0;
+    const char *verbose = getenv("KC_CUDA_VERBOSE");
+    b->verbose = verbose && strcmp(verbose, "1") == 0;
     kc_status st = kc_cuda_open_device(b);
     if (st != KC_OK) {
         kc_cuda_close(b);
@@ -201,6 +210,53 @@ static void kc_cuda_free(kc_backend *b, void *ptr)
         b->host.warn("cuda: cudaFree failed: %s", cudaGetErrorString(err));
 }
 
+/* Pageable host memory -> device through the pinned staging ring, on the
+ * copy stream. */
+static kc_status kc_cuda_staged(kc_backend *b, char *dst, const char *src, size_t bytes)
+{
+    for (size_t off = 0; off < bytes; off += KC_CUDA_RING_CHUNK) {
+        size_t n = bytes - off < KC_CUDA_RING_CHUNK ? bytes - off : KC_CUDA_RING_CHUNK;
+        int slot = b->ring_next;
+        b->ring_next = (slot + 1) % KC_CUDA_RING_SLOTS;
+        /* The chunk's previous copy must have read it before we refill it. */
+        KC_CU(b, cudaEventSynchronize(b->ring_done[slot]));
+        memcpy(b->ring[slot], src + off, n);
+        KC_CU(b, cudaMemcpyAsync(dst + off, b->ring[slot], n, cudaMemcpyHostToDevice, b->copy));
+        KC_CU(b, cudaEventRecord(b->ring_done[slot], b->copy));
+    }
+    return KC_OK;
+}
+
+/* A copy between the device and host memory that may lie partly inside
+ * page-locked ranges: CUDA refuses one copy from a range that is only
+ * partly registered, so it goes in pieces. Pinned pieces are direct DMA
+ * on `stream`; pageable ones go through the ring (staged, uploads on the
+ * copy stream) or as plain pageable copies on `stream`. */
+static kc_status kc_cuda_copy_split(kc_backend *b, char *dev, char *host, size_t bytes,
+                                    enum cudaMemcpyKind kind, cudaStream_t stream, int staged)
+{
+    size_t off = 0;
+    while (off < bytes) {
+        size_t pageable = 0;
+        size_t n = kc_cuda_pinned_run(host + off, bytes - off, &pageable);
+        if (n) {
+            KC_CU(b, kind == cudaMemcpyHostToDevice
+                         ? cudaMemcpyAsync(dev + off, host + off, n, kind, stream)
+                         : cudaMemcpyAsync(host + off, dev + off, n, kind, stream));
+        } else {
+            n = pageable;
+            if (staged)
+                KC_TRY(kc_cuda_staged(b, dev + off, host + off, n));
+            else
+                KC_CU(b, kind == cudaMemcpyHostToDevice
+                             ? cudaMemcpyAsync(dev + off, host + off, n, kind, stream)
+                             : cudaMemcpyAsync(host + off, dev + off, n, kind, stream));
+        }
+        off += n;
+    }
+    return KC_OK;
+}
+
 static kc_status kc_cuda_upload_async(kc_backend *b, void *dst, const void *src, size_t bytes)
 {
     if (!bytes)
@@ -209,18 +265,7 @@ static kc_status kc_cuda_upload_async(kc_backend *b, void *dst, const void *src,
         return kc_cuda_report(b, KC_ERR_ARG, "cuda: upload_async of %zu bytes from/to NULL",
                               bytes);
     KC_CU(b, cudaSetDevice(b->device));
-    for (size_t off = 0; off < bytes; off += KC_CUDA_RING_CHUNK) {
-        size_t n = bytes - off < KC_CUDA_RING_CHUNK ? bytes - off : KC_CUDA_RING_CHUNK;
-        int slot = b->ring_next;
-        b->ring_next = (slot + 1) % KC_CUDA_RING_SLOTS;
-        /* The chunk's previous copy must have read it before we refill it. */
-        KC_CU(b, cudaEventSynchronize(b->ring_done[slot]));
-        memcpy(b->ring[slot], (const char *)src + off, n);
-        KC_CU(b, cudaMemcpyAsync((char *)dst + off, b->ring[slot], n, cudaMemcpyHostToDevice,
-                                 b->copy));
-        KC_CU(b, cudaEventRecord(b->ring_done[slot], b->copy));
-    }
-    return KC_OK;
+    return kc_cuda_copy_split(b, dst, (char *)src, bytes, cudaMemcpyHostToDevice, b->copy, 1);
 }
 
 static kc_status kc_cuda_upload(kc_backend *b, void *dst, const void *src, size_t bytes)
@@ -228,7 +273,8 @@ static kc_status kc_cuda_upload(kc_backend *b, void *dst, const void *src, size_
     if (!bytes)
         return KC_OK;
     KC_CU(b, cudaSetDevice(b->device));
-    KC_CU(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, b->compute));
+    KC_TRY(kc_cuda_copy_split(b, dst, (char *)src, bytes, cudaMemcpyHostToDevice, b->compute,
+                              0));
     KC_CU(b, cudaStreamSynchronize(b->compute));
     return KC_OK;
 }
@@ -238,7 +284,8 @@ static kc_status kc_cuda_download(kc_backend *b, void *dst, const void *src, siz
     if (!bytes)
         return KC_OK;
     KC_CU(b, cudaSetDevice(b->device));
-    KC_CU(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, b->compute));
+    KC_TRY(kc_cuda_copy_split(b, (char *)src, dst, bytes, cudaMemcpyDeviceToHost, b->compute,
+                              0));
     KC_CU(b, cudaStreamSynchronize(b->compute));
     return KC_OK;
 }
@@ -342,6 +389,8 @@ static const kc_backend_iface kc_cuda_iface = {
     .run = kc_cuda_run,
     .state_free = kc_cuda_state_free,
     .synchronize = kc_cuda_synchronize,
+    .host_pin = kc_cuda_host_pin,
+    .host_unpin = kc_cuda_host_unpin,
 };
 
 KC_CUDA_EXPORT const kc_backend_iface *kc_backend_cuda_iface(void);

@@ -30,6 +30,11 @@ struct kc_backend {
     int ring_next;
     void *blas_ws;          /* cuBLAS's workspace, fixed at open */
     int quiet;              /* probing: report no error through the host */
+    int conv_find;          /* KC_CUDA_CONV_ALGO=find: time the algorithms */
+    int verbose;            /* KC_CUDA_VERBOSE=1: each plan's algorithm, and
+                               at close the host time cuDNN's calls took */
+    double dnn_host_s;      /* host seconds inside cudnnConvolutionForward */
+    long dnn_calls;
     size_t reserved;
     char name[128];
 };
@@ -61,6 +66,15 @@ kc_status kc_cuda_fail_blas(kc_backend *b, cublasStatus_t st, const char *call);
         if (kc_blas_st_ != CUBLAS_STATUS_SUCCESS)              \
             return kc_cuda_fail_blas((b), kc_blas_st_, #call); \
     } while (0)
+
+/* cuda_pin.c: host ranges page-locked by host_pin, process-wide. */
+kc_status kc_cuda_host_pin(kc_backend *b, void *ptr, size_t bytes);
+void kc_cuda_host_unpin(kc_backend *b, void *ptr);
+void kc_cuda_unpin_all(kc_backend *b);
+/* The bytes from p (at most `bytes`) inside one pinned range; 0 when p is
+ * pageable, with *pageable set to the bytes before the next pinned range
+ * (at most `bytes`). */
+size_t kc_cuda_pinned_run(const void *p, size_t bytes, size_t *pageable);
 
 /* cuda_ops.c */
 int kc_cuda_supports(kc_backend *b, const kc_layer *layer, const kc_node *node);

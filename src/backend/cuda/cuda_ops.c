@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_kernels.h"
@@ -30,6 +31,13 @@
 
 static kc_status kc_cuda_msg(kc_backend *b, kc_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+static double kc_cuda_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static kc_status kc_cuda_msg(kc_backend *b, kc_status st, const char *fmt, ...)
 {
@@ -457,13 +465,19 @@ static kc_status kc_cuda_plan_build(kc_backend *b, const kc_backend_call *call, 
     KC_DNN(b, cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, on, oc, oh,
                                          ow));
 
-    /* The fastest deterministic FMA algorithm within the cap (heuristics,
-     * no benchmarking: the same choice every run). */
+    /* The fastest deterministic FMA algorithm within the cap: by cuDNN's
+     * heuristics (no benchmarking: the same choice every run), or with
+     * KC_CUDA_CONV_ALGO=find by timing each once on this GPU. */
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int returned = 0, found = 0;
-    KC_DNN(b, cudnnGetConvolutionForwardAlgorithm_v7(b->cudnn, p->xd, p->wd, p->cd, p->yd,
-                                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned,
-                                                     perf));
+    if (b->conv_find)
+        KC_DNN(b, cudnnFindConvolutionForwardAlgorithm(b->cudnn, p->xd, p->wd, p->cd, p->yd,
+                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                       &returned, perf));
+    else
+        KC_DNN(b, cudnnGetConvolutionForwardAlgorithm_v7(b->cudnn, p->xd, p->wd, p->cd, p->yd,
+                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                         &returned, perf));
     for (int i = 0; i < returned && !found; i++) {
         if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC ||
             perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
@@ -523,6 +537,10 @@ static kc_status kc_cuda_plan_get(kc_backend *b, const kc_backend_call *call, si
             np->use_direct = 1;
             np->total = 0;
         }
+        if (b->verbose && !np->use_direct)
+            fprintf(stderr, "cuda: %s: cuDNN algorithm %d, workspace %zu bytes%s\n",
+                    call->layer->name ? call->layer->name : "?", (int)np->algo, np->algo_bytes,
+                    b->conv_find ? " (timed)" : "");
         if (np->total <= avail || attempt == 1) {
             if (call->state) {
                 kc_cuda_state_free(b, *call->state);
@@ -682,9 +700,14 @@ static kc_status kc_cuda_conv_cudnn(kc_backend *b, const kc_backend_call *call,
         x = xp;
     }
     const float one = 1.0f, zero = 0.0f;
+    double t0 = b->verbose ? kc_cuda_now() : 0;
     cudnnStatus_t ds = cudnnConvolutionForward(b->cudnn, &one, p->xd, x, p->wd, wk, p->cd,
                                                p->algo, p->algo_bytes ? ws + p->off_algo : NULL,
                                                p->algo_bytes, &zero, p->yd, call->out[0]);
+    if (b->verbose) {
+        b->dnn_host_s += kc_cuda_now() - t0;
+        b->dnn_calls++;
+    }
     if (ds == CUDNN_STATUS_NOT_SUPPORTED || ds == CUDNN_STATUS_BAD_PARAM) {
         p->use_direct = 1; /* remembered in the node's state */
         if (owned)
