@@ -119,6 +119,8 @@ for batch in 1 32; do
   bench_run "batch $batch, fully resident, cuDNN's heuristic algorithms" --batch $batch --iters $iters
   KC_CUDA_CONV_ALGO=find bench_run "batch $batch, fully resident, algorithms timed (KC_CUDA_CONV_ALGO=find)" \
     --batch $batch --iters $iters
+  KC_CUDA_GEMM_1X1=0 bench_run "batch $batch, fully resident, 1x1 layers on cuDNN (KC_CUDA_GEMM_1X1=0)" \
+    --batch $batch --iters $iters
   # The budget leaves the activations and workspace whole and a fraction
   # of the weights: batch 32 needs about 450 MiB of activations + workspace.
   fixed=$(( batch == 1 ? 64 : 512 ))

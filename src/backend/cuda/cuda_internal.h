@@ -31,6 +31,8 @@ struct kc_backend {
     void *blas_ws;          /* cuBLAS's workspace, fixed at open */
     int quiet;              /* probing: report no error through the host */
     int conv_find;          /* KC_CUDA_CONV_ALGO=find: time the algorithms */
+    int gemm_1x1;           /* 1x1 stride-1 convolutions on cuBLAS (default;
+                               KC_CUDA_GEMM_1X1=0: on cuDNN) */
     int verbose;            /* KC_CUDA_VERBOSE=1: each plan's algorithm, and
                                at close the host time cuDNN's calls took */
     double dnn_host_s;      /* host seconds inside cudnnConvolutionForward */

@@ -339,6 +339,22 @@ static void kc_cuda_conv_geom(const kc_backend_call *call, const kc_conv_attrs *
 
 static size_t kc_cuda_align(size_t n) { return (n + 255) & ~(size_t)255; }
 
+/* A 1x1, stride-1, ungrouped convolution is one matrix product over the
+ * pixels: (N*H*W x C) . (C x F), the HWIO weights being that C x F matrix
+ * already. On cuBLAS it needs no weight transpose and no workspace, and
+ * its host cost is a few microseconds where cuDNN's legacy call took
+ * 40-200 on an H200, whose batch-1 runs the host's enqueueing bounds.
+ * KC_CUDA_GEMM_1X1=0 keeps them on cuDNN. */
+static int kc_cuda_conv_is_gemm(const kc_backend *b, const kcu_geom *g, const kc_conv_attrs *a)
+{
+    if (!b->gemm_1x1 || a->kind != KC_CONV_PLAIN || a->groups != 1)
+        return 0;
+    for (int i = 0; i < 3; i++)
+        if (g->k[i] != 1 || g->s[i] != 1 || g->pad[i] != 0 || g->in[i] != g->out[i])
+            return 0;
+    return 1;
+}
+
 /* ------------------------------------------------------- cuDNN conv plan */
 
 #define KC_CUDA_PLAN_TAG 0x6b63636eu /* "kccn" */
@@ -579,6 +595,10 @@ size_t kc_cuda_workspace_bytes(kc_backend *b, const kc_backend_call *call)
         return kc_cuda_align((size_t)kc_cuda_separable_mid(call, a) * sizeof(float));
     if (a->kind != KC_CONV_PLAIN)
         return 0;
+    kcu_geom g;
+    kc_cuda_conv_geom(call, a, &g);
+    if (kc_cuda_conv_is_gemm(b, &g, a))
+        return 0;
     if (cudaSetDevice(b->device) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
@@ -661,6 +681,16 @@ static kc_status kc_cuda_conv_direct(kc_backend *b, const kc_backend_call *call,
                             call->keras_major);
 }
 
+/* The 1x1 convolution as that product, then bias and activation. */
+static kc_status kc_cuda_conv_gemm(kc_backend *b, const kc_backend_call *call,
+                                   const kc_conv_attrs *a, const kcu_geom *g)
+{
+    int64_t rows = g->n * g->out[0] * g->out[1] * g->out[2];
+    KC_TRY(kc_cuda_gemm(b, rows, g->f, g->c, call->in[0], kc_cuda_w(call, 0), call->out[0]));
+    return kc_cuda_activate(b, call->out[0], call->out[0], a->use_bias ? kc_cuda_w(call, 1) : NULL,
+                            rows * g->f, g->f, a->activation, call->keras_major);
+}
+
 /* Plain and grouped convolutions on cuDNN: weights HWIO -> KRSC into the
  * workspace, asymmetric ("same" with an odd total, causal) padding made
  * explicit into the workspace, then cudnnConvolutionForward, then bias and
@@ -734,7 +764,9 @@ static kc_status kc_cuda_conv(kc_backend *b, const kc_backend_call *call)
     kc_cuda_conv_geom(call, a, &g);
     int64_t n_out = kc_cuda_count(&call->out_shape[0]);
     switch (a->kind) {
-    case KC_CONV_PLAIN: return kc_cuda_conv_cudnn(b, call, a);
+    case KC_CONV_PLAIN:
+        return kc_cuda_conv_is_gemm(b, &g, a) ? kc_cuda_conv_gemm(b, call, a, &g)
+                                               : kc_cuda_conv_cudnn(b, call, a);
     case KC_CONV_DEPTHWISE:
         KC_KER(b, kcu_depthwise(call->in[0], kc_cuda_w(call, 0),
                                 a->use_bias ? kc_cuda_w(call, 1) : NULL, call->out[0], g,
