@@ -33,6 +33,23 @@ if [[ $? -eq 0 ]] && grep -q '^bound: max(compute' <<<"$out" && grep -q 'achieve
 else
   fail "streamed run: $out"
 fi
+# the host's side: its enqueue time per device layer (stats and a trace
+# lane), the pinned share of the streamed weights, and the overlap tool
+if grep -Eq '^host: enqueueing [0-9]+ device layers took' <<<"$out" &&
+   grep -Eq '^streamed weights /CPU:0\[budget\]: [0-9.]+ of [0-9.]+ MiB pinned in host memory' <<<"$out" &&
+   grep -q '"cat":"enqueue"' "$T/trace.json" && grep -q '"name":"host enqueue"' "$T/trace.json"; then
+  pass "stats and trace show the host's enqueue time and the pinned weights"
+else
+  fail "enqueue/pinned lines: $out"
+fi
+ov=$(/usr/bin/python3 "$(dirname "$0")/../../tools/bench/trace_overlap.py" "$T/trace.json" 2>&1)
+grep -Eq 'uploads [1-9][0-9]*, early [0-9]+; copy_ms [0-9.]+, overlapped_ms .*enqueue_ms [0-9.]+' <<<"$ov" &&
+  pass "trace_overlap.py reads the trace: $ov" || fail "trace_overlap.py: $ov"
+out=$(KC_PIN=0 "$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/staged.npy" \
+      --variables /CPU:0 --device-memory 400KiB --stats 2>&1)
+grep -q '^streamed weights /CPU:0\[budget\]: staged, not pinned (KC_PIN=0)' <<<"$out" &&
+  cmp -s "$T/staged.npy" "$T/streamed.npy" &&
+  pass "KC_PIN=0 stages every upload, same bits" || fail "KC_PIN=0: $out"
 if /usr/bin/python3 - "$T/plain.npy" "$T/streamed.npy" <<'PY'
 import sys, numpy as np
 a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
