@@ -1101,6 +1101,33 @@ static void test_gpu_upload_ring(void **state)
     free(back);
 }
 
+/* owner pins `bytes` at a and at b. */
+static void pin_two(kc_backend *owner, char *a, char *b, size_t bytes)
+{
+    assert_int_equal(g_if->host_pin(owner, a, bytes), KC_OK);
+    assert_int_equal(g_if->host_pin(owner, b, bytes), KC_OK);
+}
+
+/* A device buffer of `bytes` on b and an event. */
+static void device_buffer(kc_backend *b, size_t bytes, void **d, kc_backend_event **e)
+{
+    assert_int_equal(g_if->alloc(b, bytes, d), KC_OK);
+    assert_int_equal(g_if->event_new(b, e), KC_OK);
+}
+
+/* upload_async of src into d on b's copy stream, the compute stream made
+ * to wait for it, then download into back: back must equal src. */
+static void upload_download(kc_backend *b, kc_backend_event *e, void *d, const void *src,
+                            void *back, size_t bytes)
+{
+    assert_int_equal(g_if->upload_async(b, d, src, bytes), KC_OK);
+    assert_int_equal(g_if->record(b, KC_STREAM_COPY, e), KC_OK);
+    assert_int_equal(g_if->wait(b, KC_STREAM_COMPUTE, e), KC_OK);
+    memset(back, 0, bytes);
+    assert_int_equal(g_if->download(b, back, d, bytes), KC_OK);
+    assert_memory_equal(src, back, bytes);
+}
+
 /* host_pin: copies from or into host memory that is partly pinned
  * arrive whole: CUDA refuses one copy across a pinned range's edge, so
  * the plugin splits them (seen on an H200 before the split: resident
@@ -1122,23 +1149,16 @@ static void test_gpu_host_pin(void **state)
     for (size_t i = 0; i < n; i++)
         src[i] = (float)i * 0.5f;
     /* pageable, then pinned, then pageable again */
-    char *mid = (char *)src + page;
+    char *mid = (char *)src + page, *back_mid = (char *)back + 3 * page;
     size_t mid_bytes = (bytes / 2) & ~(page - 1);
-    assert_int_equal(g_if->host_pin(g_b, mid, mid_bytes), KC_OK);
+    pin_two(g_b, mid, back_mid, mid_bytes);
     assert_int_not_equal(g_if->host_pin(g_b, src, 2 * page), KC_OK); /* overlaps */
-    char *back_mid = (char *)back + 3 * page;
-    assert_int_equal(g_if->host_pin(g_b, back_mid, mid_bytes), KC_OK);
     void *d = NULL;
-    assert_int_equal(g_if->alloc(g_b, bytes, &d), KC_OK);
     kc_backend_event *e;
-    assert_int_equal(g_if->event_new(g_b, &e), KC_OK);
-    /* the copy stream: direct DMA for the pinned piece, staged around it */
-    assert_int_equal(g_if->upload_async(g_b, d, src, bytes), KC_OK);
-    assert_int_equal(g_if->record(g_b, KC_STREAM_COPY, e), KC_OK);
-    assert_int_equal(g_if->wait(g_b, KC_STREAM_COMPUTE, e), KC_OK);
-    memset(back, 0, bytes);
-    assert_int_equal(g_if->download(g_b, back, d, bytes), KC_OK); /* into partly pinned */
-    assert_memory_equal(src, back, bytes);
+    device_buffer(g_b, bytes, &d, &e);
+    /* the copy stream: direct DMA for the pinned piece, staged around it;
+     * the download lands in partly pinned memory */
+    upload_download(g_b, e, d, src, back, bytes);
     /* a piece wholly inside the pinned range, at an offset */
     assert_int_equal(g_if->upload_async(g_b, (char *)d + 2 * page, mid + page, page + 12),
                      KC_OK);
@@ -1163,6 +1183,47 @@ static void test_gpu_host_pin(void **state)
     free(back);
 }
 
+/* Another session's pinned range (a second handle on the same GPU, as a
+ * second session opens): copies across it arrive whole, are never DMA'd
+ * from it (its owner may unpin it mid-copy), it cannot be pinned twice,
+ * and its owner's unpinning leaves the other device's copies working. */
+static void test_gpu_host_pin_foreign(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    kc_backend *other = NULL;
+    assert_int_equal(g_if->open(0, &g_host, &other), KC_OK);
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t n = (size_t)3 << 20; /* 12 MiB: over a staging chunk */
+    const size_t bytes = n * sizeof(float);
+    float *src = NULL, *back = NULL;
+    assert_int_equal(posix_memalign((void **)&src, page, bytes), 0);
+    assert_int_equal(posix_memalign((void **)&back, page, bytes), 0);
+    for (size_t i = 0; i < n; i++)
+        src[i] = (float)(i % 1000) - 3.25f;
+    char *mid = (char *)src + 2 * page, *back_mid = (char *)back + page;
+    size_t mid_bytes = (bytes - 4 * page) & ~(page - 1);
+    pin_two(g_b, mid, back_mid, mid_bytes);
+    assert_int_not_equal(g_if->host_pin(other, mid, page), KC_OK);
+    void *d = NULL;
+    kc_backend_event *e;
+    device_buffer(other, bytes, &d, &e);
+    upload_download(other, e, d, src, back, bytes);
+    assert_int_equal(g_if->upload(other, d, src, bytes), KC_OK);
+    g_if->host_unpin(g_b, mid); /* the owner lets go */
+    g_if->host_unpin(g_b, back_mid);
+    memset(back, 0, bytes);
+    assert_int_equal(g_if->download(other, back, d, bytes), KC_OK);
+    assert_memory_equal(src, back, bytes);
+    assert_int_equal(g_if->host_pin(other, mid, page), KC_OK); /* free to pin now */
+    g_if->host_unpin(other, mid);
+    g_if->event_free(other, e);
+    g_if->free(other, d);
+    g_if->close(other);
+    free(src);
+    free(back);
+}
+
 int main(void)
 {
     const struct CMUnitTest plugin[] = {
@@ -1179,6 +1240,7 @@ int main(void)
         cmocka_unit_test(test_gpu_activations), cmocka_unit_test(test_gpu_rescaling),
         cmocka_unit_test(test_gpu_merges),      cmocka_unit_test(test_gpu_pool1d),
         cmocka_unit_test(test_gpu_upload_ring), cmocka_unit_test(test_gpu_host_pin),
+        cmocka_unit_test(test_gpu_host_pin_foreign),
     };
     int failed = 0;
     if (setup(NULL) != 0)

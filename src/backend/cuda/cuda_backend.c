@@ -229,31 +229,61 @@ static kc_status kc_cuda_staged(kc_backend *b, char *dst, const char *src, size_
     return KC_OK;
 }
 
+/* Device -> pageable host memory through a staging chunk, synchronous. */
+static kc_status kc_cuda_bounce_down(kc_backend *b, char *dst, const char *src, size_t bytes,
+                                     cudaStream_t stream)
+{
+    for (size_t off = 0; off < bytes; off += KC_CUDA_RING_CHUNK) {
+        size_t n = bytes - off < KC_CUDA_RING_CHUNK ? bytes - off : KC_CUDA_RING_CHUNK;
+        int slot = b->ring_next;
+        b->ring_next = (slot + 1) % KC_CUDA_RING_SLOTS;
+        KC_CU(b, cudaEventSynchronize(b->ring_done[slot]));
+        KC_CU(b, cudaMemcpyAsync(b->ring[slot], src + off, n, cudaMemcpyDeviceToHost, stream));
+        KC_CU(b, cudaStreamSynchronize(stream));
+        memcpy(dst + off, b->ring[slot], n);
+    }
+    return KC_OK;
+}
+
+/* One piece of a copy lying inside a range another device or session
+ * pinned: that range may be unpinned at any moment, so nothing is DMA'd
+ * from or into it behind the host's back. It goes through this device's
+ * own staging chunks: asynchronously on the copy stream (an upload_async),
+ * or synchronously, in order after the work already on `stream`. */
+static kc_status kc_cuda_copy_foreign(kc_backend *b, char *dev, char *host, size_t n,
+                                      enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    if (kind == cudaMemcpyDeviceToHost)
+        return kc_cuda_bounce_down(b, host, dev, n, stream);
+    if (stream == b->copy)
+        return kc_cuda_staged(b, dev, host, n);
+    KC_CU(b, cudaStreamSynchronize(stream));
+    KC_TRY(kc_cuda_staged(b, dev, host, n));
+    KC_CU(b, cudaStreamSynchronize(b->copy));
+    return KC_OK;
+}
+
 /* A copy between the device and host memory that may lie partly inside
- * page-locked ranges: CUDA refuses one copy from a range that is only
- * partly registered, so it goes in pieces. Pinned pieces are direct DMA
- * on `stream`; pageable ones go through the ring (staged, uploads on the
- * copy stream) or as plain pageable copies on `stream`. */
+ * page-locked ranges: CUDA refuses one copy across a registered range's
+ * edge, so it goes in pieces. Pieces this device pinned are direct DMA on
+ * `stream`; pageable ones go through the ring (`staged`: the uploads on
+ * the copy stream) or as plain pageable copies on `stream`; pieces pinned
+ * by another device or session as kc_cuda_copy_foreign says. */
 static kc_status kc_cuda_copy_split(kc_backend *b, char *dev, char *host, size_t bytes,
                                     enum cudaMemcpyKind kind, cudaStream_t stream, int staged)
 {
     size_t off = 0;
     while (off < bytes) {
-        size_t pageable = 0;
-        size_t n = kc_cuda_pinned_run(host + off, bytes - off, &pageable);
-        if (n) {
+        size_t n = 0;
+        kc_cuda_pin_kind at = kc_cuda_pin_lookup(b, host + off, bytes - off, &n);
+        if (at == KC_PIN_FOREIGN)
+            KC_TRY(kc_cuda_copy_foreign(b, dev + off, host + off, n, kind, stream));
+        else if (at == KC_PIN_NONE && staged)
+            KC_TRY(kc_cuda_staged(b, dev + off, host + off, n));
+        else
             KC_CU(b, kind == cudaMemcpyHostToDevice
                          ? cudaMemcpyAsync(dev + off, host + off, n, kind, stream)
                          : cudaMemcpyAsync(host + off, dev + off, n, kind, stream));
-        } else {
-            n = pageable;
-            if (staged)
-                KC_TRY(kc_cuda_staged(b, dev + off, host + off, n));
-            else
-                KC_CU(b, kind == cudaMemcpyHostToDevice
-                             ? cudaMemcpyAsync(dev + off, host + off, n, kind, stream)
-                             : cudaMemcpyAsync(host + off, dev + off, n, kind, stream));
-        }
         off += n;
     }
     return KC_OK;

@@ -73,10 +73,15 @@ kc_status kc_cuda_fail_blas(kc_backend *b, cublasStatus_t st, const char *call);
 kc_status kc_cuda_host_pin(kc_backend *b, void *ptr, size_t bytes);
 void kc_cuda_host_unpin(kc_backend *b, void *ptr);
 void kc_cuda_unpin_all(kc_backend *b);
-/* The bytes from p (at most `bytes`) inside one pinned range; 0 when p is
- * pageable, with *pageable set to the bytes before the next pinned range
- * (at most `bytes`). */
-size_t kc_cuda_pinned_run(const void *p, size_t bytes, size_t *pageable);
+typedef enum kc_cuda_pin_kind {
+    KC_PIN_NONE,    /* pageable */
+    KC_PIN_OWN,     /* pinned by this device (b): direct DMA */
+    KC_PIN_FOREIGN  /* pinned by another device or session: may go any time */
+} kc_cuda_pin_kind;
+/* What lies at p for a copy of `bytes` from there, and in *run how many
+ * bytes from p (at most `bytes`, at least 1) are alike. */
+kc_cuda_pin_kind kc_cuda_pin_lookup(const kc_backend *b, const void *p, size_t bytes,
+                                    size_t *run);
 
 /* cuda_ops.c */
 int kc_cuda_supports(kc_backend *b, const kc_layer *layer, const kc_node *node);

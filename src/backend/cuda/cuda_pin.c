@@ -6,8 +6,10 @@
  * refuses a single copy from a range that is only partly registered
  * (cudaErrorInvalidValue, seen on an H200 when a pinned page range ended
  * inside another buffer). The copies (cuda_backend.c) split at the
- * registered ranges' edges with kc_cuda_pinned_run. Overlapping pins are
- * refused here, before CUDA is asked, so no CUDA error is raised. */
+ * registered ranges' edges with kc_cuda_pin_lookup, and DMA directly only
+ * from ranges their own device pinned: another session's may be unpinned
+ * while a copy is in flight. Overlapping pins are refused here, before
+ * CUDA is asked, so no CUDA error is raised. */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -95,20 +97,24 @@ void kc_cuda_unpin_all(kc_backend *b)
     pthread_mutex_unlock(&kc_pin_lock);
 }
 
-size_t kc_cuda_pinned_run(const void *p, size_t bytes, size_t *pageable)
+kc_cuda_pin_kind kc_cuda_pin_lookup(const kc_backend *b, const void *p, size_t bytes,
+                                    size_t *run)
 {
     const char *at = p;
-    size_t run = 0, gap = bytes;
+    kc_cuda_pin_kind kind = KC_PIN_NONE;
+    size_t n = bytes;
     pthread_mutex_lock(&kc_pin_lock);
-    for (int i = 0; i < kc_n_pins && !run; i++) {
+    for (int i = 0; i < kc_n_pins; i++) {
         if (at >= kc_pins[i].lo && at < kc_pins[i].hi) {
             size_t left = (size_t)(kc_pins[i].hi - at);
-            run = left < bytes ? left : bytes;
-        } else if (kc_pins[i].lo > at && (size_t)(kc_pins[i].lo - at) < gap) {
-            gap = (size_t)(kc_pins[i].lo - at);
+            n = left < bytes ? left : bytes;
+            kind = kc_pins[i].owner == b ? KC_PIN_OWN : KC_PIN_FOREIGN;
+            break;
         }
+        if (kc_pins[i].lo > at && (size_t)(kc_pins[i].lo - at) < n)
+            n = (size_t)(kc_pins[i].lo - at); /* pageable up to the next range */
     }
     pthread_mutex_unlock(&kc_pin_lock);
-    *pageable = run ? 0 : gap;
-    return run;
+    *run = n;
+    return kind;
 }
