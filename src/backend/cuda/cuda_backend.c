@@ -212,16 +212,24 @@ static void kc_cuda_free(kc_backend *b, void *ptr)
         b->host.warn("cuda: cudaFree failed: %s", cudaGetErrorString(err));
 }
 
+/* The staging ring's next chunk, into *slot, once the copy that last
+ * used it has finished with it (it is refilled or overwritten next). */
+static kc_status kc_cuda_ring_take(kc_backend *b, int *slot)
+{
+    *slot = b->ring_next;
+    b->ring_next = (*slot + 1) % KC_CUDA_RING_SLOTS;
+    KC_CU(b, cudaEventSynchronize(b->ring_done[*slot]));
+    return KC_OK;
+}
+
 /* Pageable host memory -> device through the pinned staging ring, on the
  * copy stream. */
 static kc_status kc_cuda_staged(kc_backend *b, char *dst, const char *src, size_t bytes)
 {
     for (size_t off = 0; off < bytes; off += KC_CUDA_RING_CHUNK) {
         size_t n = bytes - off < KC_CUDA_RING_CHUNK ? bytes - off : KC_CUDA_RING_CHUNK;
-        int slot = b->ring_next;
-        b->ring_next = (slot + 1) % KC_CUDA_RING_SLOTS;
-        /* The chunk's previous copy must have read it before we refill it. */
-        KC_CU(b, cudaEventSynchronize(b->ring_done[slot]));
+        int slot;
+        KC_TRY(kc_cuda_ring_take(b, &slot));
         memcpy(b->ring[slot], src + off, n);
         KC_CU(b, cudaMemcpyAsync(dst + off, b->ring[slot], n, cudaMemcpyHostToDevice, b->copy));
         KC_CU(b, cudaEventRecord(b->ring_done[slot], b->copy));
@@ -235,9 +243,8 @@ static kc_status kc_cuda_bounce_down(kc_backend *b, char *dst, const char *src, 
 {
     for (size_t off = 0; off < bytes; off += KC_CUDA_RING_CHUNK) {
         size_t n = bytes - off < KC_CUDA_RING_CHUNK ? bytes - off : KC_CUDA_RING_CHUNK;
-        int slot = b->ring_next;
-        b->ring_next = (slot + 1) % KC_CUDA_RING_SLOTS;
-        KC_CU(b, cudaEventSynchronize(b->ring_done[slot]));
+        int slot;
+        KC_TRY(kc_cuda_ring_take(b, &slot));
         KC_CU(b, cudaMemcpyAsync(b->ring[slot], src + off, n, cudaMemcpyDeviceToHost, stream));
         KC_CU(b, cudaStreamSynchronize(stream));
         memcpy(dst + off, b->ring[slot], n);
