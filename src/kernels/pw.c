@@ -50,12 +50,13 @@
  * pixels, 0.33-0.35 ms against oneDNN's 0.33-0.34); for a strided layer
  * KC_PW_MAX_PIXELS_STRIDED (oneDNN's subsampled or strided input is
  * slower: ResNet50's 14x14 reductions 0.20 against 0.25 ms).
- * Tried on stride-1 images of 196 and 784 pixels (2026-12-04, ResNet50
+ * Tried on stride-1 images of 196 to 3136 pixels (2026-12-04, ResNet50
  * batch 1, five alternating pairs of `--stats` runs): the panels in
  * passes of 128 input channels, the sums kept between passes, so that a
  * pass's 24 KB of kernel stays in L1: 1.06-1.13x oneDNN's time at 14x14,
- * 1.6-1.9x at 28x28; in one pass (this loop) level with oneDNN at 14x14;
- * the next block's output lines fetched ahead (PREFETCHW) 0.92-0.99x at
+ * 1.6-1.9x at 28x28; in one pass (this loop) level with oneDNN at 14x14
+ * and 1.5-3x its time at 28x28 and 56x56 (README, Performance); the next
+ * block's output lines fetched ahead (PREFETCHW) 0.92-0.99x at
  * 14x14 but 1.07x on the 7x7 512 -> 2048 layers, within the noise over
  * the run. */
 #define KC_PW_MAX_PIXELS 64
