@@ -32,7 +32,7 @@
 #include "base/tensor.h"
 #include "graph/graph.h"
 
-#define KC_BACKEND_ABI 2
+#define KC_BACKEND_ABI 3
 
 typedef struct kc_backend kc_backend;             /* one opened device */
 typedef struct kc_backend_event kc_backend_event; /* a point in a stream */
@@ -136,6 +136,18 @@ typedef struct kc_backend_iface {
     kc_status (*host_pin)(kc_backend *b, void *ptr, size_t bytes);
     /* Undo one successful host_pin of exactly that ptr. */
     void (*host_unpin)(kc_backend *b, void *ptr);
+
+    /* Optional (NULL: not offered), all four or none. Capture the compute
+     * stream: the calls between capture_begin and capture_end (run,
+     * record, wait on the compute stream) are recorded, not executed, into
+     * a graph that graph_launch then replays with one call; the pointers
+     * and shapes they name are fixed in it. capture_end always ends the
+     * capture; it fails when a captured call could not be captured, and
+     * then nothing of them ran. */
+    kc_status (*capture_begin)(kc_backend *b);
+    kc_status (*capture_end)(kc_backend *b, void **graph);
+    kc_status (*graph_launch)(kc_backend *b, void *graph);
+    void (*graph_free)(kc_backend *b, void *graph);
 } kc_backend_iface;
 
 /* The CUDA plugin's one exported symbol (dlsym'd by name). */

@@ -61,6 +61,8 @@ struct kc_backend {
         size_t bytes;
     } *pins;
     int n_pins, cap_pins;
+    struct kc_cpu_graph *capture; /* fake GPU: the graph being captured */
+    int capture_broken;           /* a call that cannot be captured came */
 };
 
 static void kc_event_complete(kc_backend_event *e, uint64_t target)
@@ -209,10 +211,13 @@ static kc_status kc_cpu_open(int index, const kc_backend_host *host, kc_backend 
     return KC_OK;
 }
 
+static void kc_cpu_graph_free(kc_backend *b, void *graph);
+
 static void kc_cpu_close(kc_backend *b)
 {
     if (!b)
         return;
+    kc_cpu_graph_free(b, b->capture); /* a capture never ended */
     pthread_mutex_lock(&b->lock);
     b->stop = 1;
     pthread_cond_signal(&b->wake);
@@ -304,14 +309,26 @@ static void kc_cpu_free(kc_backend *b, void *ptr)
     free(ptr);
 }
 
+/* While a fake GPU captures, calls a CUDA graph cannot hold fail as
+ * cudaStreamBeginCapture's ThreadLocal mode makes them fail, and spoil
+ * the capture. */
+static kc_status kc_cpu_uncapturable(kc_backend *b, const char *what)
+{
+    b->capture_broken = 1;
+    return kc_fail(KC_ERR_UNSUPPORTED, "cpu-as-gpu: %s cannot be captured into a graph", what);
+}
+
 static kc_status kc_cpu_upload_async(kc_backend *b, void *dst, const void *src, size_t bytes)
 {
+    if (b->capture)
+        return kc_cpu_uncapturable(b, "an upload on the copy stream");
     return kc_copy_push(b, (kc_copy_op){KC_COPY_OP_COPY, dst, src, bytes, NULL, 0});
 }
 
 static kc_status kc_cpu_copy_sync(kc_backend *b, void *dst, const void *src, size_t bytes)
 {
-    (void)b;
+    if (b->capture)
+        return kc_cpu_uncapturable(b, "a synchronous copy");
     memcpy(dst, src, bytes);
     return KC_OK;
 }
@@ -338,8 +355,13 @@ static void kc_cpu_event_free(kc_backend *b, kc_backend_event *e)
     free(e);
 }
 
+static kc_status kc_cpu_capture_record(kc_backend *b, kc_backend_event *e);
+
 static kc_status kc_cpu_record(kc_backend *b, kc_stream_id stream, kc_backend_event *e)
 {
+    if (b->capture)
+        return stream == KC_STREAM_COMPUTE ? kc_cpu_capture_record(b, e)
+                                           : kc_cpu_uncapturable(b, "a record on the copy stream");
     pthread_mutex_lock(&e->lock);
     uint64_t target = ++e->recorded;
     pthread_mutex_unlock(&e->lock);
@@ -352,6 +374,8 @@ static kc_status kc_cpu_record(kc_backend *b, kc_stream_id stream, kc_backend_ev
 
 static kc_status kc_cpu_wait(kc_backend *b, kc_stream_id stream, kc_backend_event *e)
 {
+    if (b->capture)
+        return kc_cpu_uncapturable(b, "an event wait");
     pthread_mutex_lock(&e->lock);
     uint64_t target = e->recorded;
     pthread_mutex_unlock(&e->lock);
@@ -385,8 +409,12 @@ typedef struct kc_cpu_node {
     kc_kernel_state *kernel_state;
 } kc_cpu_node;
 
+static kc_status kc_cpu_capture_run(kc_backend *b, const kc_backend_call *call);
+
 static kc_status kc_cpu_run(kc_backend *b, const kc_backend_call *call)
 {
+    if (b->capture)
+        return kc_cpu_capture_run(b, call);
     kc_cpu_node *n = *call->state;
     if (!n) {
         n = kc_calloc(1, sizeof *n);
@@ -415,6 +443,8 @@ static void kc_cpu_state_free(kc_backend *b, void *state)
 
 static kc_status kc_cpu_synchronize(kc_backend *b)
 {
+    if (b->capture)
+        return kc_cpu_uncapturable(b, "a synchronize");
     pthread_mutex_lock(&b->lock);
     while (b->count)
         pthread_cond_wait(&b->idle, &b->lock);
@@ -451,6 +481,142 @@ static const kc_backend_iface kc_cpu_iface = {
 };
 
 const kc_backend_iface *kc_backend_cpu_iface(void) { return &kc_cpu_iface; }
+
+/* ------------------------------------------ fake GPU: graph capture */
+
+/* A fake GPU captures as the CUDA plugin does (cuda_graph.c), so that the
+ * scheduler's graph path (runtime/sched_graph.c) runs and is tested on
+ * machines without a GPU: between capture_begin and capture_end, run()
+ * and compute-stream records are kept, each call deep-copied, and
+ * graph_launch replays them in order. KC_FAKE_GPU_CAPTURE=fail makes the
+ * first captured run() fail, as a kernel that cannot be captured would. */
+typedef struct kc_cpu_graph_op {
+    kc_backend_event *event;      /* a record; NULL: a run of `call` */
+    kc_backend_call call;         /* its arrays point into `arrays` */
+    void *arrays;
+} kc_cpu_graph_op;
+
+typedef struct kc_cpu_graph {
+    kc_cpu_graph_op *ops;
+    int n, cap;
+} kc_cpu_graph;
+
+static void kc_cpu_graph_free(kc_backend *b, void *graph)
+{
+    (void)b;
+    kc_cpu_graph *g = graph;
+    if (!g)
+        return;
+    for (int i = 0; i < g->n; i++)
+        free(g->ops[i].arrays);
+    free(g->ops);
+    free(g);
+}
+
+static kc_cpu_graph_op *kc_cpu_graph_add(kc_backend *b)
+{
+    kc_cpu_graph *g = b->capture;
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 64;
+        kc_cpu_graph_op *grown = realloc(g->ops, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return NULL;
+        g->ops = grown;
+        g->cap = cap;
+    }
+    kc_cpu_graph_op *op = &g->ops[g->n++];
+    memset(op, 0, sizeof *op);
+    return op;
+}
+
+static kc_status kc_cpu_capture_record(kc_backend *b, kc_backend_event *e)
+{
+    kc_cpu_graph_op *op = kc_cpu_graph_add(b);
+    if (!op) {
+        b->capture_broken = 1;
+        return KC_ERR_NOMEM;
+    }
+    op->event = e;
+    return KC_OK;
+}
+
+/* Copy `n` items of `size` bytes to *cursor, advancing it. */
+static void *kc_cpu_take(char **cursor, const void *src, size_t n, size_t size)
+{
+    void *dst = *cursor;
+    if (n)
+        memcpy(dst, src, n * size);
+    *cursor += (n * size + 15) & ~(size_t)15;
+    return dst;
+}
+
+static int kc_env_fail_capture(void)
+{
+    const char *v = getenv("KC_FAKE_GPU_CAPTURE");
+    return v && !strcmp(v, "fail");
+}
+
+static kc_status kc_cpu_capture_run(kc_backend *b, const kc_backend_call *call)
+{
+    if (kc_env_fail_capture())
+        return kc_cpu_uncapturable(b, "this layer (KC_FAKE_GPU_CAPTURE=fail)");
+    size_t n_in = (size_t)call->n_in, n_out = (size_t)call->n_out;
+    size_t n_w = call->w ? (size_t)call->n_w : 0;
+    size_t bytes = n_in * (sizeof(float *) + sizeof(kc_shape)) +
+                   n_out * (sizeof(float *) + sizeof(kc_shape)) + n_w * sizeof(float *) + 80;
+    kc_cpu_graph_op *op = kc_cpu_graph_add(b);
+    char *cursor = op ? malloc(bytes) : NULL;
+    if (!cursor) {
+        if (op)
+            b->capture->n--;
+        b->capture_broken = 1;
+        return KC_ERR_NOMEM;
+    }
+    op->arrays = cursor;
+    op->call = *call;
+    op->call.in = kc_cpu_take(&cursor, call->in, n_in, sizeof *call->in);
+    op->call.in_shape = kc_cpu_take(&cursor, call->in_shape, n_in, sizeof *call->in_shape);
+    op->call.out = kc_cpu_take(&cursor, call->out, n_out, sizeof *call->out);
+    op->call.out_shape = kc_cpu_take(&cursor, call->out_shape, n_out, sizeof *call->out_shape);
+    if (n_w)
+        op->call.w = kc_cpu_take(&cursor, call->w, n_w, sizeof *call->w);
+    return KC_OK;
+}
+
+static kc_status kc_cpu_capture_begin(kc_backend *b)
+{
+    if (b->capture)
+        return kc_fail(KC_ERR_ARG, "cpu-as-gpu: already capturing");
+    b->capture = kc_calloc(1, sizeof *b->capture);
+    b->capture_broken = 0;
+    return b->capture ? KC_OK : KC_ERR_NOMEM;
+}
+
+static kc_status kc_cpu_capture_end(kc_backend *b, void **graph)
+{
+    *graph = NULL;
+    kc_cpu_graph *g = b->capture;
+    b->capture = NULL;
+    if (!g)
+        return kc_fail(KC_ERR_ARG, "cpu-as-gpu: not capturing");
+    if (b->capture_broken) {
+        kc_cpu_graph_free(b, g);
+        return kc_fail(KC_ERR_UNSUPPORTED, "cpu-as-gpu: the capture was invalidated");
+    }
+    *graph = g;
+    return KC_OK;
+}
+
+static kc_status kc_cpu_graph_launch(kc_backend *b, void *graph)
+{
+    const kc_cpu_graph *g = graph;
+    for (int i = 0; i < g->n; i++) {
+        const kc_cpu_graph_op *op = &g->ops[i];
+        KC_TRY(op->event ? kc_cpu_record(b, KC_STREAM_COMPUTE, op->event)
+                         : kc_cpu_run(b, &op->call));
+    }
+    return KC_OK;
+}
 
 /* KC_FAKE_GPUS=N: the CPU backend also poses as N GPUs, so multi-device
  * placement (host CPU + budgeted "GPUs", boundary copies, soft placement)
@@ -489,6 +655,10 @@ const kc_backend_iface *kc_backend_fake_gpu_iface(void)
         iface.device_count = kc_fake_gpu_count;
         iface.open = kc_fake_gpu_open;
         iface.info = kc_fake_gpu_info;
+        iface.capture_begin = kc_cpu_capture_begin;
+        iface.capture_end = kc_cpu_capture_end;
+        iface.graph_launch = kc_cpu_graph_launch;
+        iface.graph_free = kc_cpu_graph_free;
         ready = 1;
     }
     return kc_fake_gpu_count() ? &iface : NULL;

@@ -300,6 +300,9 @@ void kc_sched_free(kc_sched *sc)
         if (sc->dev[d].b)
             sc->dev[d].io->synchronize(sc->dev[d].b);
     kc_sched_unpin(sc);
+    if (sc->n_dev > 0)
+        kc_sched_graph_reset(sc);
+    free(sc->graph_where);
     if (sc->nodes) {
         kc_free_events(sc);
         for (int i = 0; i < sc->s->graph->n_nodes; i++) {
@@ -514,6 +517,8 @@ static kc_status kc_check_host_memory(const kc_sched *sc)
 
 kc_status kc_sched_prepare(kc_sched *sc)
 {
+    if (sc->n_dev > 0)
+        kc_sched_graph_reset(sc);
     KC_TRY(kc_check_host_memory(sc));
     for (int d = 0; d < sc->n_dev; d++)
         KC_TRY(kc_prepare_device(sc, d));
@@ -661,6 +666,8 @@ static kc_status kc_run_one(kc_sched *sc, int i)
     kc_snode *n = &sc->nodes[i];
     if (s->fused.skip[i]) {
         s->mask[node->outputs[0]] = s->mask[node->inputs[0]];
+        if (s->mask[node->outputs[0]])
+            sc->graph_blocked = 1;
         return KC_OK;
     }
     const unsigned char *in_mask = node->n_inputs ? s->mask[node->inputs[0]] : NULL;
@@ -669,6 +676,8 @@ static kc_status kc_run_one(kc_sched *sc, int i)
     if (dev != KC_SCHED_HOST && (n->fallback || (in_mask && sc->dev[dev].io->type != KC_DEVICE_CPU)))
         dev = KC_SCHED_HOST;
     n->ran_on = dev;
+    if (dev == KC_SCHED_HOST || in_mask) /* no graph of this plan */
+        sc->graph_blocked = 1;
     const float *in[KC_MAX_NODE_IO];
     float *outp[KC_MAX_OUTPUTS];
     kc_shape in_shape[KC_MAX_NODE_IO], out_shape[KC_MAX_OUTPUTS];
@@ -706,8 +715,15 @@ static kc_status kc_run_one(kc_sched *sc, int i)
     for (int k = 0; k < node->n_outputs; k++)
         sc->where[kc_root(sc, node->outputs[k])] = kc_bit(dev);
     kc_session_mask_after(s, i, node->n_inputs ? in[0] : NULL);
+    for (int k = 0; k < node->n_outputs; k++)
+        if (s->mask[node->outputs[k]])
+            sc->graph_blocked = 1;
     return KC_OK;
 }
+
+kc_status kc_sched_ensure(kc_sched *sc, int v, int dev) { return kc_ensure(sc, v, dev); }
+
+kc_status kc_sched_run_one(kc_sched *sc, int i) { return kc_run_one(sc, i); }
 
 static void kc_collect_times(kc_sched *sc)
 {
@@ -755,7 +771,10 @@ kc_status kc_sched_run(kc_sched *sc)
     }
     int first = s->stage_first < 0 ? 0 : s->stage_first;
     int last = s->stage_first < 0 ? g->n_nodes - 1 : s->stage_last;
-    for (int i = first; st == KC_OK && i <= last; i++) {
+    int replayed = 0;
+    if (st == KC_OK)
+        st = kc_sched_graph_run(sc, first, last, &replayed);
+    for (int i = first; st == KC_OK && !replayed && i <= last; i++) {
         st = kc_run_one(sc, i);
         if (st != KC_OK)
             st = kc_fail_context(st, "layer '%s' (%s) on %s", g->nodes[i].layer->name,
@@ -763,6 +782,8 @@ kc_status kc_sched_run(kc_sched *sc)
                                  sc->nodes[i].ran_on == KC_SCHED_HOST
                                      ? "/CPU:0" : sc->dev[sc->nodes[i].ran_on].label);
     }
+    if (st == KC_OK && !replayed)
+        kc_sched_graph_eager_done(sc);
     if (s->stage_first < 0) {
         for (int k = 0; st == KC_OK && k < g->n_outputs; k++)
             st = kc_ensure(sc, g->outputs[k], KC_SCHED_HOST);

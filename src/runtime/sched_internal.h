@@ -70,9 +70,30 @@ struct kc_sched {
     char *stats;
     double run_t0, run_s;
     size_t boundary_bytes;         /* activation bytes copied between devices */
+    /* sched_graph.c: the plan's run replayed as one captured graph. */
+    void *graph;                   /* dev[0]'s captured run, or NULL */
+    unsigned *graph_where;         /* `where` after the captured run */
+    int graph_eager_runs;          /* eager runs of this plan, none blocked */
+    int graph_blocked;             /* this run met a host layer or a mask */
+    int graph_off;                 /* no graph for this plan */
+    char graph_note[256];          /* for the stats: replayed, or why not */
 };
 
 const kc_layer *kc_sched_layer(const kc_sched *sc, int i);
+/* sched.c, for sched_graph.c: make value v present on device `dev`
+ * (KC_SCHED_HOST: the host), and run node i where it is placed. */
+kc_status kc_sched_ensure(kc_sched *sc, int v, int dev);
+kc_status kc_sched_run_one(kc_sched *sc, int i);
+
+/* sched_graph.c: a run of nodes first..last on one GPU as a CUDA graph.
+ * `*done` is set when the graph computed them (captured on the plan's
+ * second run, replayed after); otherwise the caller runs them layer by
+ * layer. */
+kc_status kc_sched_graph_run(kc_sched *sc, int first, int last, int *done);
+/* After a run layer by layer: whether it may be captured next time. */
+void kc_sched_graph_eager_done(kc_sched *sc);
+/* A new plan: the graph names the last plan's pointers and shapes. */
+void kc_sched_graph_reset(kc_sched *sc);
 
 /* sched_pin.c: page-lock device d's streamed weights for the plan (after
  * unlocking the last plan's), and unlock them. */

@@ -126,6 +126,8 @@ kc_status kc_sched_build_stats(kc_sched *sc)
     /* A device layer's compute time (its events) also counts any wait for
      * the host to enqueue its work: when the host's enqueue time comes
      * close to it, the run is launch-bound, not device-bound. */
+    if (sc->graph_note[0])
+        kc_text_add(&t, "%s\n", sc->graph_note);
     if (n_enqueued)
         kc_text_add(&t, "host: enqueueing %d device layers took %.3f ms (%.1f us a layer)\n",
                     n_enqueued, enqueue * 1e3, enqueue * 1e6 / n_enqueued);

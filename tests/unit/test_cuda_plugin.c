@@ -130,6 +130,8 @@ static void test_interface(void **state)
         (void (*)(void))g_if->elapsed,      (void (*)(void))g_if->run,
         (void (*)(void))g_if->state_free,   (void (*)(void))g_if->synchronize,
         (void (*)(void))g_if->host_pin,     (void (*)(void))g_if->host_unpin,
+        (void (*)(void))g_if->capture_begin, (void (*)(void))g_if->capture_end,
+        (void (*)(void))g_if->graph_launch,  (void (*)(void))g_if->graph_free,
     };
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
         assert_non_null(fns[i]);

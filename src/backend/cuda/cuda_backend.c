@@ -365,7 +365,12 @@ static void kc_cuda_event_free(kc_backend *b, kc_backend_event *e)
 static kc_status kc_cuda_record(kc_backend *b, kc_stream_id stream, kc_backend_event *e)
 {
     KC_CU(b, cudaSetDevice(b->device));
-    KC_CU(b, cudaEventRecord(e->ev, kc_cuda_stream(b, stream)));
+    /* Captured, an event becomes a node of the graph (External), so that
+     * every replay records it and per-layer times stay measurable. */
+    if (b->capturing && stream == KC_STREAM_COMPUTE)
+        KC_CU(b, cudaEventRecordWithFlags(e->ev, b->compute, cudaEventRecordExternal));
+    else
+        KC_CU(b, cudaEventRecord(e->ev, kc_cuda_stream(b, stream)));
     return KC_OK;
 }
 
@@ -430,6 +435,10 @@ static const kc_backend_iface kc_cuda_iface = {
     .synchronize = kc_cuda_synchronize,
     .host_pin = kc_cuda_host_pin,
     .host_unpin = kc_cuda_host_unpin,
+    .capture_begin = kc_cuda_capture_begin,
+    .capture_end = kc_cuda_capture_end,
+    .graph_launch = kc_cuda_graph_launch,
+    .graph_free = kc_cuda_graph_free,
 };
 
 KC_CUDA_EXPORT const kc_backend_iface *kc_backend_cuda_iface(void);

@@ -33,6 +33,8 @@ struct kc_backend {
     int conv_find;          /* KC_CUDA_CONV_ALGO=find: time the algorithms */
     int gemm_1x1;           /* 1x1 stride-1 convolutions on cuBLAS (default;
                                KC_CUDA_GEMM_1X1=0: on cuDNN) */
+    int capturing;          /* the compute stream is being captured into a
+                               graph (cuda_graph.c) */
     int verbose;            /* KC_CUDA_VERBOSE=1: each plan's algorithm, and
                                at close the host time cuDNN's calls took */
     double dnn_host_s;      /* host seconds inside cudnnConvolutionForward */
@@ -82,6 +84,12 @@ typedef enum kc_cuda_pin_kind {
  * bytes from p (at most `bytes`, at least 1) are alike. */
 kc_cuda_pin_kind kc_cuda_pin_lookup(const kc_backend *b, const void *p, size_t bytes,
                                     size_t *run);
+
+/* cuda_graph.c: the compute stream captured into a graph, and replayed. */
+kc_status kc_cuda_capture_begin(kc_backend *b);
+kc_status kc_cuda_capture_end(kc_backend *b, void **graph);
+kc_status kc_cuda_graph_launch(kc_backend *b, void *graph);
+void kc_cuda_graph_free(kc_backend *b, void *graph);
 
 /* cuda_ops.c */
 int kc_cuda_supports(kc_backend *b, const kc_layer *layer, const kc_node *node);
