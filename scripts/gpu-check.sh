@@ -3,7 +3,8 @@
 #   1. builds kerasc and the CUDA plugin (libkerasc_cuda.so),
 #   2. runs the plugin's own tests and the fidelity zoo on /GPU:0 against the
 #      oracle (the same 230 checks the CPU passes),
-#   3. runs the Keras applications of tests/apps with variables streamed
+#   3. replays whole runs as CUDA graphs against the layer-by-layer path,
+#      then runs the Keras applications of tests/apps with variables streamed
 #      from host memory at tight budgets (pinned, then staged) against
 #      their references, then a ResNet50-class model fully resident and
 #      streamed under several budgets, printing achieved/bound and the
@@ -88,6 +89,13 @@ else
 fi
 printf '%s\n' "$out" > "$LOGS/zoo-gpu-streamed.log"
 
+step "whole runs replayed as CUDA graphs (KC_GRAPH_TEST_GPU=1 test_streaming)"
+out=$(KC_GRAPH_TEST_GPU=1 timeout 180 "$BUILD/tests/test_streaming" 2>&1)
+rc=$?
+printf '%s\n' "$out" > "$LOGS/graph.log"
+grep -E "test_gpu_graph_replay|PASSED|FAILED|ERROR" <<<"$out" | tail -12
+[[ $rc -eq 0 ]] || bad "graph replay on the GPU"
+
 step "Keras applications streamed from host memory at tight budgets (pinned), against the references"
 timeout 300 "$PY" tools/bench/gpu_fidelity.py "$K" /GPU:0 tests/apps/*/ || bad "streamed fidelity"
 KC_PIN=0 timeout 300 "$PY" tools/bench/gpu_fidelity.py "$K" /GPU:0 tests/apps/*/ | tail -1 ||
@@ -101,7 +109,7 @@ fi
 [[ -f $MODEL ]] || MODEL=tests/apps/resnet50/model.keras
 echo "model: $MODEL"
 WEIGHT_BYTES=$(stat -c %s "$MODEL")
-SHOW="^median_ms_per_image|^device_peak|^bound|^device |^host:|^streamed weights|^total:|below the minimum|error"
+SHOW="^median_ms_per_image|^graph:|^device_peak|^bound|^device |^host:|^streamed weights|^total:|below the minimum|error"
 # bench_run LABEL ARGS...: one kerasc bench, its summary lines, a failure
 # counted when it fails.
 bench_run() {
@@ -117,6 +125,8 @@ bench_run() {
 for batch in 1 32; do
   iters=$(( batch == 1 ? 40 : 10 ))
   bench_run "batch $batch, fully resident, cuDNN's heuristic algorithms" --batch $batch --iters $iters
+  KC_CUDA_GRAPH=0 bench_run "batch $batch, fully resident, layer by layer (KC_CUDA_GRAPH=0)" \
+    --batch $batch --iters $iters
   KC_CUDA_CONV_ALGO=find bench_run "batch $batch, fully resident, algorithms timed (KC_CUDA_CONV_ALGO=find)" \
     --batch $batch --iters $iters
   KC_CUDA_GEMM_1X1=0 bench_run "batch $batch, fully resident, 1x1 layers on cuDNN (KC_CUDA_GEMM_1X1=0)" \
