@@ -248,8 +248,9 @@ kc_status kc_sched_new(kc_session *s, const kc_session_options *o, kc_sched **ou
     sc->max_depth = o->prefetch_depth;
     sc->nodes = kc_calloc((size_t)g->n_nodes + 1, sizeof *sc->nodes);
     sc->where = kc_calloc((size_t)g->n_values + 1, sizeof *sc->where);
+    sc->crossed = kc_calloc((size_t)g->n_values + 1, 1);
     sc->trace_path = o->trace_path ? kc_strdup(o->trace_path) : NULL;
-    kc_status st = (sc->nodes && sc->where && (!o->trace_path || sc->trace_path))
+    kc_status st = (sc->nodes && sc->where && sc->crossed && (!o->trace_path || sc->trace_path))
                        ? KC_OK : KC_ERR_NOMEM;
     if (st == KC_OK)
         st = kc_placement_build(g, o->device, o->place, o->n_place, o->variables, &sc->pl);
@@ -324,6 +325,7 @@ void kc_sched_free(kc_sched *sc)
     kc_placement_free(&sc->pl);
     free(sc->nodes);
     free(sc->where);
+    free(sc->crossed);
     free(sc->trace_path);
     free(sc->stats);
     free(sc);
@@ -519,6 +521,8 @@ kc_status kc_sched_prepare(kc_sched *sc)
 {
     if (sc->n_dev > 0)
         kc_sched_graph_reset(sc);
+    memset(sc->crossed, 0, (size_t)sc->s->graph->n_values);
+    sc->boundary_done = 0;
     KC_TRY(kc_check_host_memory(sc));
     for (int d = 0; d < sc->n_dev; d++)
         KC_TRY(kc_prepare_device(sc, d));
@@ -568,12 +572,16 @@ static kc_status kc_ensure(kc_sched *sc, int v, int dev)
         KC_TRY(sc->dev[from].io->download(sc->dev[from].b, kc_value_ptr(sc, KC_SCHED_HOST, v),
                                           kc_value_ptr(sc, from, v), bytes));
         sc->boundary_bytes += bytes;
+        if (!sc->crossed[r])
+            sc->crossed[r] = (unsigned char)(from + 1);
         sc->where[r] |= KC_HOST_BIT;
     }
     if (dev != KC_SCHED_HOST) {
         KC_TRY(sc->dev[dev].io->upload(sc->dev[dev].b, kc_value_ptr(sc, dev, v),
                                        kc_value_ptr(sc, KC_SCHED_HOST, v), bytes));
         sc->boundary_bytes += bytes;
+        if (!sc->crossed[r])
+            sc->crossed[r] = (unsigned char)(dev + 1);
     }
     sc->where[r] |= kc_bit(dev);
     return KC_OK;
@@ -810,6 +818,10 @@ kc_status kc_sched_run(kc_sched *sc)
     KC_TRY(kc_sched_build_stats(sc));
     if (sc->trace_path)
         KC_TRY(kc_sched_write_trace(sc, sc->trace_path));
+    if (!sc->boundary_done) { /* for the next runs: this one copied staged */
+        sc->boundary_done = 1;
+        KC_TRY(kc_sched_pin_boundary(sc));
+    }
     return KC_OK;
 }
 

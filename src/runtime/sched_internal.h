@@ -34,6 +34,7 @@ typedef struct kc_sdev {
     int n_pins;
     size_t pinned_bytes;           /* of the streamed weights, page-locked */
     size_t pinnable_bytes;         /* the streamed weights' bytes */
+    size_t boundary_pinned;        /* host arena bytes of values it copies, locked */
     int link_pinned;               /* link_bps measured from pinned memory */
 } kc_sdev;
 
@@ -70,6 +71,11 @@ struct kc_sched {
     char *stats;
     double run_t0, run_s;
     size_t boundary_bytes;         /* activation bytes copied between devices */
+    /* sched_pin.c: per root value, 1 + the device that copied it to or
+     * from the host in this plan's first run (0: none); after that run
+     * their host pages are locked (boundary_pinned) */
+    unsigned char *crossed;
+    int boundary_done;
     /* sched_graph.c: the plan's run replayed as one captured graph. */
     void *graph;                   /* dev[0]'s captured run, or NULL */
     unsigned *graph_where;         /* `where` after the captured run */
@@ -100,6 +106,9 @@ void kc_sched_graph_reset(kc_sched *sc);
 int kc_sched_pin_wanted(const kc_sched *sc, const kc_sdev *dv);
 kc_status kc_sched_pin_streamed(kc_sched *sc, int d);
 void kc_sched_unpin_device(kc_sched *sc, int d);
+/* Once per plan, after its first run: lock the host arena pages of the
+ * values that run copied between the host and a GPU. */
+kc_status kc_sched_pin_boundary(kc_sched *sc);
 kc_status kc_sched_build_stats(kc_sched *sc);
 kc_status kc_sched_write_trace(const kc_sched *sc, const char *path);
 

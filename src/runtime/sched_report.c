@@ -131,11 +131,17 @@ kc_status kc_sched_build_stats(kc_sched *sc)
     if (n_enqueued)
         kc_text_add(&t, "host: enqueueing %d device layers took %.3f ms (%.1f us a layer)\n",
                     n_enqueued, enqueue * 1e3, enqueue * 1e6 / n_enqueued);
+    size_t boundary_pinned = 0;
+    for (int d = 0; d < sc->n_dev; d++)
+        boundary_pinned += sc->dev[d].boundary_pinned;
     kc_text_add(&t,
                 "total: compute %.3f ms, streamed %.2f MiB in %.3f ms (%.2f GB/s), boundary "
-                "copies %.2f MiB\n",
+                "copies %.2f MiB",
                 compute * 1e3, streamed / 1048576.0, transfer * 1e3,
                 transfer > 0 ? streamed / transfer / 1e9 : 0.0, kc_mib(sc->boundary_bytes));
+    if (boundary_pinned)
+        kc_text_add(&t, ", from %.2f MiB of pinned host pages", kc_mib(boundary_pinned));
+    kc_text_add(&t, "\n");
     kc_text_add(&t,
                 "bound: max(compute %.3f ms, streamed bytes / link %.3f ms) = %.3f ms; run "
                 "%.3f ms; achieved/bound %.3f\n",

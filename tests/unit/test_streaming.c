@@ -632,6 +632,59 @@ static void test_gpu_graph_replay(void **state)
     kc_tensor_free(want_two);
 }
 
+/* The host pages of the values a GPU exchanges with the host (here the
+ * model's input and output) are locked once the plan's first run has
+ * shown which cross (sched_pin.c): the stats of the next run say how
+ * much, VmLck shows it, the outputs are the unpinned run's bits
+ * (KC_PIN=0), and freeing the session unlocks them. The CPU backend
+ * posing as a GPU locks with mlock. */
+static void test_boundary_pinned(void **state)
+{
+    fixture *f = *state;
+    long before = locked_kb();
+    if (before < 0)
+        skip();
+    setenv("KC_FAKE_GPUS", "1", 1);
+    kc_session_options o = {.device = "/GPU:0", .strict_placement = 1};
+    static char stats[65536];
+    kc_session *s = NULL;
+    setenv("KC_PIN", "0", 1);
+    assert_int_equal(kc_session_new(f->model, &o, &s), KC_OK);
+    kc_tensor *want = run_once(s, f->input, stats, sizeof stats), *out = NULL;
+    kc_tensor_free(want);
+    want = run_once(s, f->input, stats, sizeof stats);
+    kc_session_free(s);
+    unsetenv("KC_PIN");
+    assert_null(strstr(stats, "pinned host pages"));
+    assert_int_equal(kc_session_new(f->model, &o, &s), KC_OK);
+    out = run_once(s, f->input, stats, sizeof stats);
+    assert_null(strstr(stats, "pinned host pages")); /* known after the first run */
+    kc_tensor_free(out);
+    out = run_once(s, f->input, stats, sizeof stats);
+    unsetenv("KC_FAKE_GPUS");
+    const char *line = strstr(stats, "pinned host pages");
+    double pinned = 0;
+    if (!line) { /* a lock limit refused it: nothing to check */
+        printf("mlock refused here (RLIMIT_MEMLOCK): boundary pinning not exercised\n");
+        kc_tensor_free(out);
+        kc_tensor_free(want);
+        kc_session_free(s);
+        skip();
+    }
+    assert_int_equal(sscanf(strstr(stats, "boundary copies"), "boundary copies %*f MiB, from %lf",
+                            &pinned), 1);
+    size_t input_bytes = out_bytes(f->input);
+    assert_true(pinned > 0 && pinned * 1048576.0 <= (double)(input_bytes + out_bytes(out)));
+    printf("boundary pinned %.3f MiB (input %zu bytes); VmLck %ld -> %ld kB\n", pinned,
+           input_bytes, before, locked_kb());
+    assert_true(labs(locked_kb() - before - (long)(pinned * 1024)) <= KC_LOCK_SLACK_KB);
+    assert_int_equal(memcmp(kc_tensor_data(out), kc_tensor_data(want), out_bytes(want)), 0);
+    kc_session_free(s);
+    assert_int_equal(locked_kb(), before);
+    kc_tensor_free(out);
+    kc_tensor_free(want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -643,6 +696,7 @@ int main(void)
         cmocka_unit_test(test_disk_tier),
         cmocka_unit_test(test_streamed_weights_pinned),
         cmocka_unit_test(test_gpu_graph_replay),
+        cmocka_unit_test(test_boundary_pinned),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
