@@ -10,6 +10,7 @@
 
 #define KC_SCHED_MAX_DEVICES 8
 #define KC_SCHED_HOST (-1)
+#define KC_UNTIMED (-2.0)
 
 enum { KC_BLOCK_ARENA, KC_BLOCK_RESIDENT, KC_BLOCK_RING, KC_BLOCK_WORKSPACE, KC_SDEV_BLOCKS };
 
@@ -50,7 +51,8 @@ typedef struct kc_snode {
     kc_backend_event *ev_start, *ev_end, *ev_up_start, *ev_up_end;
     double t_start, t_end;         /* host-run nodes; for device nodes, the
                                       host's time enqueueing it (run()) */
-    double start_s, compute_s;     /* last run, seconds from run start */
+    double start_s, compute_s;     /* last run, seconds from run start;
+                                      compute_s KC_UNTIMED: ran, not timed */
     double up_at, up_s;            /* its upload (streamed), or -1 */
 } kc_snode;
 
@@ -63,6 +65,7 @@ struct kc_sched {
     unsigned *where;               /* per root value: bit 0 host, bit d+1 device d */
     int variables_on_host;
     int strict, max_depth, n_fallback;
+    int layer_times;               /* time each device layer with events */
     int warned[2];
     size_t device_memory;
     size_t host_memory;            /* disk tier: bytes of weights paged in ahead */

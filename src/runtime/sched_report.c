@@ -99,12 +99,14 @@ kc_status kc_sched_build_stats(kc_sched *sc)
     kc_text_add(&t, "%-32s %-14s %-9s %10s %11s %8s\n", "layer", "device", "weights",
                 "compute_ms", "transfer_ms", "GB/s");
     double compute = 0, transfer = 0, streamed = 0, bound_copy = 0, enqueue = 0;
-    int n_enqueued = 0;
+    int n_enqueued = 0, untimed = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         const kc_snode *n = &sc->nodes[i];
-        if (n->compute_s < 0)
+        if (n->compute_s < 0 && n->compute_s != KC_UNTIMED)
             continue;
-        compute += n->compute_s;
+        untimed += n->compute_s == KC_UNTIMED;
+        if (n->compute_s >= 0)
+            compute += n->compute_s;
         if (n->ran_on != KC_SCHED_HOST) {
             enqueue += n->t_end - n->t_start;
             n_enqueued++;
@@ -118,10 +120,16 @@ kc_status kc_sched_build_stats(kc_sched *sc)
             if (n->up_s > 0)
                 snprintf(rate, sizeof rate, "%.2f", (double)n->w_bytes / n->up_s / 1e9);
         }
-        kc_text_add(&t, "%-32.32s %-14s %-9s %10.3f %11s %8s\n", g->nodes[i].layer->name,
-                    kc_dev_label(sc, n->ran_on), kc_wmode_name(sc, i), n->compute_s * 1e3, xfer,
-                    rate);
+        char ms[32] = "-";
+        if (n->compute_s >= 0)
+            snprintf(ms, sizeof ms, "%.3f", n->compute_s * 1e3);
+        kc_text_add(&t, "%-32.32s %-14s %-9s %10s %11s %8s\n", g->nodes[i].layer->name,
+                    kc_dev_label(sc, n->ran_on), kc_wmode_name(sc, i), ms, xfer, rate);
     }
+    if (untimed)
+        kc_text_add(&t,
+                    "untimed: %d device layers (their times need a profile, --stats, or a "
+                    "trace)\n", untimed);
     double bound = compute > bound_copy ? compute : bound_copy;
     /* A device layer's compute time (its events) also counts any wait for
      * the host to enqueue its work: when the host's enqueue time comes
@@ -142,11 +150,14 @@ kc_status kc_sched_build_stats(kc_sched *sc)
     if (boundary_pinned)
         kc_text_add(&t, ", from %.2f MiB of pinned host pages", kc_mib(boundary_pinned));
     kc_text_add(&t, "\n");
-    kc_text_add(&t,
-                "bound: max(compute %.3f ms, streamed bytes / link %.3f ms) = %.3f ms; run "
-                "%.3f ms; achieved/bound %.3f\n",
-                compute * 1e3, bound_copy * 1e3, bound * 1e3, sc->run_s * 1e3,
-                bound > 0 ? sc->run_s / bound : 0.0);
+    if (untimed) /* the compute time is unknown: no bound */
+        kc_text_add(&t, "run %.3f ms\n", sc->run_s * 1e3);
+    else
+        kc_text_add(&t,
+                    "bound: max(compute %.3f ms, streamed bytes / link %.3f ms) = %.3f ms; run "
+                    "%.3f ms; achieved/bound %.3f\n",
+                    compute * 1e3, bound_copy * 1e3, bound * 1e3, sc->run_s * 1e3,
+                    bound > 0 ? sc->run_s / bound : 0.0);
     if (t.failed) {
         free(t.buf);
         return KC_ERR_NOMEM;

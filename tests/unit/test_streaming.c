@@ -535,8 +535,8 @@ static double max_diff(const kc_tensor *a, const kc_tensor *b)
     return m;
 }
 
-/* Three runs of x on a fresh /GPU:0 session: all equal to `want`; the
- * stats of the second and third. */
+/* Three runs of x on a fresh /GPU:0 session (no profile: device layers
+ * untimed): all equal to `want`; the stats of the second and third. */
 static void three_runs(fixture *f, const kc_tensor *x, const kc_tensor *want, char *second,
                        char *third, size_t size)
 {
@@ -555,7 +555,9 @@ static void three_runs(fixture *f, const kc_tensor *x, const kc_tensor *want, ch
  * its plan's second run and replayed after (sched_graph.c), here on the
  * CPU backend posing as a GPU, which captures and replays its calls as
  * CUDA does. The replay computes new inputs (not the captured run's
- * values), keeps per-layer times, a new batch size captures afresh, and
+ * values), keeps per-layer times when profiled (the events are nodes of
+ * the graph; unprofiled, device layers go untimed: the events cost as
+ * much as the launches saved), a new batch size captures afresh, and
  * KC_CUDA_GRAPH=0 or a capture that fails runs layer by layer with the
  * same outputs. KC_GRAPH_TEST_GPU=1 runs it on the real /GPU:0 (the CUDA
  * plugin; scripts/gpu-check.sh), less the failed capture, which only the
@@ -579,7 +581,7 @@ static void test_gpu_graph_replay(void **state)
     if (!real)
         setenv("KC_FAKE_GPUS", "1", 1);
     kc_session *s = NULL;
-    kc_session_options o = {.device = "/GPU:0", .strict_placement = 1};
+    kc_session_options o = {.device = "/GPU:0", .strict_placement = 1, .profile = 1};
     assert_int_equal(kc_session_new(f->model, &o, &s), KC_OK);
     static char stats[65536];
     kc_tensor *out = run_once(s, f->input, stats, sizeof stats);
@@ -591,7 +593,12 @@ static void test_gpu_graph_replay(void **state)
         if (!strstr(stats, "graph: /GPU:0 replays its"))
             fail_msg("run %d not a graph:\n%s", run + 2, stats);
         assert_int_equal(memcmp(kc_tensor_data(out), kc_tensor_data(first), out_bytes(first)), 0);
-        assert_non_null(strstr(stats, "conv2_block1_1_conv              /GPU:0"));
+        const char *row = strstr(stats, "conv2_block1_1_conv              /GPU:0");
+        double ms = -1;
+        assert_non_null(row);
+        assert_int_equal(sscanf(row, "%*s %*s %*s %lf", &ms), 1); /* timed, in the graph */
+        assert_true(ms >= 0);
+        assert_null(strstr(stats, "untimed"));
         kc_tensor_free(out);
     }
     out = run_once(s, half, stats, sizeof stats);
@@ -614,6 +621,11 @@ static void test_gpu_graph_replay(void **state)
     unsetenv("KC_CUDA_GRAPH");
     assert_null(strstr(second, "graph:"));
     assert_null(strstr(stats, "graph:"));
+    assert_non_null(strstr(stats, "untimed: "));
+    three_runs(f, f->input, want_x, second, stats, sizeof stats); /* unprofiled graph */
+    assert_non_null(strstr(stats, "replays its"));
+    assert_non_null(strstr(stats, "untimed: "));
+    assert_null(strstr(stats, "bound:"));
     if (!real) { /* only the stand-in can be made to fail a capture */
         setenv("KC_FAKE_GPU_CAPTURE", "fail", 1);
         three_runs(f, f->input, want_x, second, stats, sizeof stats);
