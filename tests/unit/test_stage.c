@@ -26,9 +26,11 @@ static size_t nbytes(const kc_tensor *t)
     return n;
 }
 
-/* Run stages split at the given layer names; returns the final tensor. */
+/* Run stages split at the given layer names; returns the final tensor.
+ * With `graphs`, each stage session runs three times, its outputs the
+ * same bits each time, and says its last run replayed a graph. */
 static kc_tensor *run_split(kc_model *m, kc_tensor *input, const char *const *cuts, int n_cuts,
-                            const kc_session_options *o)
+                            const kc_session_options *o, int graphs)
 {
     int bounds[8];
     bounds[0] = -1;
@@ -47,6 +49,20 @@ static kc_tensor *run_split(kc_model *m, kc_tensor *input, const char *const *cu
         kc_tensor *out[16] = {0};
         if (kc_session_run_stage(s, kc_tensor_dim(input, 0), (const kc_tensor *const *)carry, out) != KC_OK)
             fail_msg("stage %d: %s", k, kc_last_error());
+        for (int run = 1; graphs && run < 3; run++) {
+            kc_tensor *again[16] = {0};
+            if (kc_session_run_stage(s, kc_tensor_dim(input, 0), (const kc_tensor *const *)carry,
+                                     again) != KC_OK)
+                fail_msg("stage %d run %d: %s", k, run + 1, kc_last_error());
+            for (int i = 0; i < plan.n_outputs; i++) {
+                if (memcmp(kc_tensor_data(again[i]), kc_tensor_data(out[i]), nbytes(out[i])))
+                    fail_msg("stage %d run %d: output %d differs from the first run", k, run + 1,
+                             i);
+                kc_tensor_free(again[i]);
+            }
+        }
+        if (graphs && !strstr(kc_session_stats(s), "replays its"))
+            fail_msg("stage %d: no graph replayed:\n%s", k, kc_session_stats(s));
         if (k > 0)
             for (int i = 0; i < n_carry; i++)
                 kc_tensor_free(carry[i]);
@@ -59,7 +75,8 @@ static kc_tensor *run_split(kc_model *m, kc_tensor *input, const char *const *cu
     return carry[0];
 }
 
-static void check_split(const char *const *cuts, int n_cuts, const kc_session_options *o)
+static void check_split(const char *const *cuts, int n_cuts, const kc_session_options *o,
+                        int graphs)
 {
     kc_model *m = NULL;
     kc_tensor *input = NULL, *whole = NULL;
@@ -69,7 +86,7 @@ static void check_split(const char *const *cuts, int n_cuts, const kc_session_op
     assert_int_equal(kc_session_new(m, o, &s), KC_OK);
     assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&input, 1, &whole, 1), KC_OK);
     kc_session_free(s);
-    kc_tensor *split = run_split(m, input, cuts, n_cuts, o);
+    kc_tensor *split = run_split(m, input, cuts, n_cuts, o, graphs);
     assert_int_equal(nbytes(split), nbytes(whole));
     if (memcmp(kc_tensor_data(split), kc_tensor_data(whole), nbytes(whole)))
         fail_msg("split at %s: not bit-identical to the whole run", cuts[0]);
@@ -83,7 +100,7 @@ static void test_two_stages(void **state)
 {
     (void)state;
     static const char *const cuts[] = {"conv4_block6_out"};
-    check_split(cuts, 1, NULL);
+    check_split(cuts, 1, NULL, 0);
 }
 
 /* A cut inside a residual block: the skip tensor crosses the cut too. */
@@ -91,7 +108,20 @@ static void test_three_stages_across_skips(void **state)
 {
     (void)state;
     static const char *const cuts[] = {"conv2_block1_1_conv", "conv3_block2_2_conv"};
-    check_split(cuts, 2, NULL);
+    check_split(cuts, 2, NULL, 0);
+}
+
+/* Stages on a GPU (the CPU backend posing as one) replay each stage as a
+ * CUDA graph from its second run, the stage's inputs uploaded before the
+ * launch (sched_graph.c): the same bits as the whole model's run. */
+static void test_stages_on_gpu_graphs(void **state)
+{
+    (void)state;
+    static const char *const cuts[] = {"conv2_block1_1_conv", "conv3_block2_2_conv"};
+    setenv("KC_FAKE_GPUS", "1", 1);
+    kc_session_options o = {.device = "/GPU:0", .strict_placement = 1};
+    check_split(cuts, 2, &o, 1);
+    unsetenv("KC_FAKE_GPUS");
 }
 
 /* The same through the scheduler with streamed weights. */
@@ -100,7 +130,7 @@ static void test_stage_under_residency(void **state)
     (void)state;
     static const char *const cuts[] = {"conv4_block6_out"};
     kc_session_options o = {.variables = "/CPU:0", .device_memory = 400 << 10};
-    check_split(cuts, 1, &o);
+    check_split(cuts, 1, &o, 0);
 }
 
 static void test_live_values(void **state)
@@ -125,6 +155,7 @@ int main(void)
         cmocka_unit_test(test_live_values),
         cmocka_unit_test(test_two_stages),
         cmocka_unit_test(test_three_stages_across_skips),
+        cmocka_unit_test(test_stages_on_gpu_graphs),
         cmocka_unit_test(test_stage_under_residency),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
