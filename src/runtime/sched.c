@@ -307,8 +307,7 @@ void kc_sched_free(kc_sched *sc)
         if (sc->dev[d].b)
             sc->dev[d].io->synchronize(sc->dev[d].b);
     kc_sched_unpin(sc);
-    if (sc->n_dev > 0)
-        kc_sched_graph_reset(sc);
+    kc_sched_graph_reset(sc);
     free(sc->graph_where);
     if (sc->nodes) {
         kc_free_events(sc);
@@ -525,8 +524,7 @@ static kc_status kc_check_host_memory(const kc_sched *sc)
 
 kc_status kc_sched_prepare(kc_sched *sc)
 {
-    if (sc->n_dev > 0)
-        kc_sched_graph_reset(sc);
+    kc_sched_graph_reset(sc);
     memset(sc->crossed, 0, (size_t)sc->s->graph->n_values);
     sc->boundary_done = 0;
     KC_TRY(kc_check_host_memory(sc));
@@ -648,18 +646,18 @@ static kc_status kc_run_on_device(kc_sched *sc, int i, kc_backend_call *call)
     kc_snode *n = &sc->nodes[i];
     kc_sdev *dv = &sc->dev[n->dev];
     const float *w[KC_MAX_WEIGHT_SPECS];
+    int streamed = n->item >= 0 && n->wmode == KC_WMODE_STREAMED;
     if (n->item >= 0) {
         kc_weight_ptrs(sc, i, w);
         call->w = w;
         call->n_w = call->layer->n_weights;
-        if (n->wmode == KC_WMODE_STREAMED)
+        if (streamed)
             KC_TRY(dv->io->wait(dv->b, KC_STREAM_COMPUTE, n->ev_up_end));
     }
     call->workspace = dv->block[KC_BLOCK_WORKSPACE];
     call->workspace_size = dv->block_bytes[KC_BLOCK_WORKSPACE];
     call->state = &n->state;
     n->t_start = kc_now() - sc->run_t0;
-    int streamed = n->item >= 0 && n->wmode == KC_WMODE_STREAMED;
     if (sc->layer_times)
         KC_TRY(dv->io->record(dv->b, KC_STREAM_COMPUTE, n->ev_start));
     KC_TRY(dv->io->run(dv->b, call));
@@ -667,7 +665,7 @@ static kc_status kc_run_on_device(kc_sched *sc, int i, kc_backend_call *call)
     if (sc->layer_times || streamed)
         KC_TRY(dv->io->record(dv->b, KC_STREAM_COMPUTE, n->ev_end));
     n->t_end = kc_now() - sc->run_t0;
-    if (n->item >= 0 && n->wmode == KC_WMODE_STREAMED) {
+    if (streamed) {
         if (sc->disk) { /* its upload is done: drop the host pages */
             KC_TRY(dv->io->event_sync(dv->b, n->ev_up_end));
             kc_advise_weights(sc, call->layer, MADV_DONTNEED);

@@ -101,7 +101,8 @@ kc_status kc_sched_run_one(kc_sched *sc, int i);
 kc_status kc_sched_graph_run(kc_sched *sc, int first, int last, int *done);
 /* After a run layer by layer: whether it may be captured next time. */
 void kc_sched_graph_eager_done(kc_sched *sc);
-/* A new plan: the graph names the last plan's pointers and shapes. */
+/* A new plan: the graph names the last plan's pointers and shapes.
+ * Touches no device unless a graph exists (safe with no device). */
 void kc_sched_graph_reset(kc_sched *sc);
 
 /* sched_pin.c: page-lock device d's streamed weights for the plan (after
