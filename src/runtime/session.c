@@ -266,9 +266,29 @@ void kc_session_input_slice(const kc_tensor *t, int64_t first, int64_t n, float 
 #undef KC_CONVERT_LOOP
 #undef KC_AS_FLOAT
 
+typedef struct kc_input_copy {
+    const kc_tensor *t;
+    float *dst;
+    int64_t n;
+    int parts;
+} kc_input_copy;
+
+static void kc_input_copy_part(void *arg, int index)
+{
+    const kc_input_copy *c = arg;
+    int64_t first = c->n * index / c->parts, end = c->n * (index + 1) / c->parts;
+    kc_session_input_slice(c->t, first, end - first, c->dst + first);
+}
+
+/* The input into the arena, cut between the threads from 256 KiB on: one
+ * core copies ~9 GB/s, so a batch of 32 ResNet50 images (18.5 MiB) took
+ * 2 ms of a 16.5 ms run on the H200's host, where many cores read memory
+ * side by side; on two cores it is level. */
 static void kc_to_f32(const kc_tensor *t, float *dst)
 {
-    kc_session_input_slice(t, 0, kc_count(&t->shape), dst);
+    int64_t n = kc_count(&t->shape);
+    kc_input_copy copy = {t, dst, n, kc_parallel_parts(n * (int64_t)sizeof(float), n / 4096)};
+    kc_parallel(copy.parts, kc_input_copy_part, &copy);
 }
 
 /* --------------------------------------------------------------- run */
