@@ -91,3 +91,12 @@ target_link_options(kerasc_cuda PRIVATE "LINKER:--no-undefined" "LINKER:-z,nodel
 
 message(STATUS "kerasc: CUDA backend plugin enabled (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
                "architectures ${CMAKE_CUDA_ARCHITECTURES}, cuDNN ${KC_CUDNN_LIBRARY})")
+
+# tools/bench/cudnn_layouts: ResNet50's convolution shapes timed on cuDNN
+# in NHWC and NCHW and on cuBLAS (the measurements behind the plugin's
+# layout and algorithm rules); carried to GPU machines by gpu-bundle.sh.
+add_executable(cudnn_layouts ${KC_CUDA_TREE}/tools/bench/cudnn_layouts.c)
+target_include_directories(cudnn_layouts PRIVATE ${KC_CUDNN_INCLUDE_DIR})
+target_link_libraries(cudnn_layouts PRIVATE ${KC_CUDNN_LIBRARY} CUDA::cublas CUDA::cudart)
+set_target_properties(cudnn_layouts PROPERTIES
+  BUILD_RPATH "${KC_CUDNN_LIBRARY_DIR};${CUDAToolkit_LIBRARY_DIR}")

@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-}
-BINS="kerasc libkerasc_cuda.so tests/test_cuda_plugin tests/test_zoo tests/test_streaming"
+BINS="kerasc libkerasc_cuda.so cudnn_layouts tests/test_cuda_plugin tests/test_zoo tests/test_streaming"
 
 pack() {
   local build=${1:-build} out=${2:-.gpu/bundle.tar.xz} tmp lib

@@ -9,8 +9,9 @@
 #      their references, then a ResNet50-class model fully resident and
 #      streamed under several budgets, printing achieved/bound and the
 #      overlap read from its traces,
-#   4. compares throughput with PyTorch + cuDNN on the same machine when
-#      PyTorch with CUDA is installed.
+#   4. times ResNet50's convolution shapes on cuDNN in NHWC and NCHW
+#      (build/cudnn_layouts) and compares throughput with PyTorch + cuDNN
+#      on the same machine when PyTorch with CUDA is installed.
 # Usage: scripts/gpu-check.sh [BUILD_DIR]   (default build-gpu)
 #   KC_GPU_CHECK_PREBUILT=1: BUILD_DIR already holds kerasc, the plugin and
 #   the test binaries (built elsewhere, e.g. on a machine with the Debian
@@ -88,6 +89,14 @@ else
   bad "fidelity zoo, streamed"
 fi
 printf '%s\n' "$out" > "$LOGS/zoo-gpu-streamed.log"
+step "fidelity zoo on /GPU:0 with every eligible 3x3 convolution on NCHW (KC_CUDA_NCHW=1)"
+if out=$(KC_CUDA_NCHW=1 KC_ZOO_DEVICE=/GPU:0 timeout 240 "$BUILD/tests/test_zoo" 2>&1); then
+  grep -E "^golden:" <<<"$out"
+else
+  grep -E "^FAIL|^golden:|error" <<<"$out" | head -20
+  bad "fidelity zoo on the GPU, NCHW"
+fi
+printf '%s\n' "$out" > "$LOGS/zoo-gpu-nchw.log"
 
 step "whole runs replayed as CUDA graphs (KC_GRAPH_TEST_GPU=1 test_streaming)"
 out=$(KC_GRAPH_TEST_GPU=1 timeout 180 "$BUILD/tests/test_streaming" 2>&1)
@@ -98,8 +107,10 @@ grep -E "test_gpu_graph_replay|PASSED|FAILED|ERROR" <<<"$out" | tail -12
 
 step "Keras applications streamed from host memory at tight budgets (pinned), against the references"
 timeout 300 "$PY" tools/bench/gpu_fidelity.py "$K" /GPU:0 tests/apps/*/ || bad "streamed fidelity"
-KC_PIN=0 timeout 300 "$PY" tools/bench/gpu_fidelity.py "$K" /GPU:0 tests/apps/*/ | tail -1 ||
+KC_PIN=0 timeout 300 "$PY" tools/bench/gpu_fidelity.py "$K" /GPU:0 tests/apps/*/ | grep -v "^ok " ||
   bad "streamed fidelity, staged (KC_PIN=0)"
+KC_CUDA_NCHW=1 timeout 300 "$PY" tools/bench/gpu_fidelity.py "$K" /GPU:0 tests/apps/*/ | grep -v "^ok " ||
+  bad "streamed fidelity, 3x3 convolutions on NCHW (KC_CUDA_NCHW=1)"
 
 step "ResNet50-class model: resident and streamed"
 MODEL=bench/models/resnet50.keras
@@ -136,6 +147,8 @@ for batch in 1 32; do
     --batch $batch --iters $iters
   KC_CUDA_GEMM_1X1=0 bench_run "batch $batch, fully resident, 1x1 layers on cuDNN (KC_CUDA_GEMM_1X1=0)" \
     --batch $batch --iters $iters
+  KC_CUDA_NCHW=0 bench_run "batch $batch, fully resident, 3x3 layers on NHWC (KC_CUDA_NCHW=0)" \
+    --batch $batch --iters $iters
   # The budget leaves the activations and workspace whole and a fraction
   # of the weights: batch 32 needs about 450 MiB of activations + workspace.
   fixed=$(( batch == 1 ? 64 : 512 ))
@@ -157,6 +170,15 @@ KC_CUDA_VERBOSE=1 timeout 120 $K bench "$MODEL" --device /GPU:0 --strict-placeme
   > "$LOGS/verbose.out" 2>&1
 grep -E "cudnnConvolutionForward calls|^median_ms_per_image" "$LOGS/verbose.out"
 grep -E "cuDNN algorithm" "$LOGS/verbose.out" | awk '{print $4, $5}' | sort | uniq -c
+
+step "ResNet50's convolution shapes on cuDNN, NHWC against NCHW (cudnn_layouts)"
+if [[ -x $BUILD/cudnn_layouts ]]; then
+  LAYOUTS_ALL=1 timeout 240 "$BUILD/cudnn_layouts" 32 1 > "$LOGS/layouts.txt" 2>&1 ||
+    bad "cudnn_layouts"
+  grep -vE "^    " "$LOGS/layouts.txt"
+else
+  echo "no $BUILD/cudnn_layouts: skipped"
+fi
 
 step "PyTorch + cuDNN on the same machine"
 if "$PY" -c "import torch, torchvision; assert torch.cuda.is_available()" 2>/dev/null; then

@@ -525,11 +525,21 @@ static void test_gpu_conv2d(void **state)
     /* Conv1D causal, dilation 2, groups 2. */
     check_conv("Conv1D", 1, 2, 1, 10, 4, 6, 3, 1, 2, 2, 2, 1, NULL);
     /* 1x1 stride 1: a matrix product on cuBLAS (KC_CUDA_GEMM_1X1), "same"
-     * and causal alike; strided or grouped 1x1 stay on cuDNN. */
+     * and causal alike; grouped 1x1 stay on cuDNN. */
     check_conv("Conv2D", 2, 3, 7, 5, 16, 24, 1, 1, 1, 1, 1, 1, "relu");
     check_conv("Conv1D", 1, 2, 1, 9, 5, 7, 1, 1, 1, 2, 1, 0, "tanh");
     check_conv("Conv2D", 2, 2, 8, 8, 8, 12, 1, 2, 1, 0, 1, 1, NULL);
     check_conv("Conv2D", 2, 2, 4, 4, 8, 12, 1, 1, 1, 0, 2, 1, NULL);
+    /* Strided 1x1 ("valid" above, "same" on odd sizes here, 1-D): the
+     * product over the input subsampled (kcu_subsample), float4s and not. */
+    check_conv("Conv2D", 2, 2, 7, 9, 5, 6, 1, 3, 1, 1, 1, 1, "relu");
+    check_conv("Conv1D", 1, 2, 1, 9, 4, 6, 1, 2, 1, 0, 1, 1, NULL);
+    /* 3x3 stride 1 on 256+ input channels or 8+ images: on NCHW tensors
+     * (kc_cuda_use_nchw), the non-fused Winograd up to 14x14 outputs, the
+     * FFT on tiles above; "same" and "valid". */
+    check_conv("Conv2D", 2, 1, 5, 6, 256, 8, 3, 1, 1, 1, 1, 1, "relu");
+    check_conv("Conv2D", 2, 8, 15, 16, 4, 8, 3, 1, 1, 1, 1, 1, "relu");
+    check_conv("Conv2D", 2, 8, 9, 9, 5, 3, 3, 1, 1, 0, 1, 0, NULL);
 }
 
 static void test_gpu_depthwise(void **state)
@@ -607,9 +617,10 @@ static void test_gpu_dense_softmax(void **state)
     free(bias);
 }
 
-static void check_pool(const char *cls, kc_pool_kind kind, int padding)
+/* c = 3: the plugin's one-float kernel; c = 8: its float4 one. */
+static void check_pool(const char *cls, kc_pool_kind kind, int padding, int64_t c)
 {
-    int64_t n = 2, h = 5, wd = 6, c = 3, p = 2, s = 2;
+    int64_t n = 2, h = 5, wd = 6, p = 2, s = 2;
     int64_t oh = out_len(h, p, s, 1, padding), ow = out_len(wd, p, s, 1, padding);
     kc_pool_attrs a;
     memset(&a, 0, sizeof a);
@@ -655,9 +666,11 @@ static void test_gpu_pool(void **state)
 {
     (void)state;
     NEED_GPU();
-    check_pool("MaxPooling2D", KC_POOL_MAX, 1);
-    check_pool("MaxPooling2D", KC_POOL_MAX, 0);
-    check_pool("AveragePooling2D", KC_POOL_AVG, 1); /* excludes the padding */
+    for (int64_t c = 3; c <= 8; c += 5) {
+        check_pool("MaxPooling2D", KC_POOL_MAX, 1, c);
+        check_pool("MaxPooling2D", KC_POOL_MAX, 0, c);
+        check_pool("AveragePooling2D", KC_POOL_AVG, 1, c); /* excludes the padding */
+    }
 
     /* GlobalAveragePooling2D. */
     kc_pool_attrs g;
@@ -732,6 +745,25 @@ static void test_gpu_add(void **state)
     free(x0);
     free(x1);
     free(x2);
+    /* Same shapes (a residual Add): 3 x 5 x 8 in float4s, 3 x 5 x 7 one
+     * float at a time; three inputs. */
+    for (int64_t c = 8; c >= 7; c--) {
+        kc_shape ss[3] = {shp(3, 3, 5, c, 0), shp(3, 3, 5, c, 0), shp(3, 3, 5, c, 0)};
+        int64_t n = shape_count(&ss[0]);
+        float *a = rand_buf(n), *b2 = rand_buf(n), *c2 = rand_buf(n), sw[120], sg[120];
+        for (int64_t i = 0; i < n; i++)
+            sw[i] = a[i] + b2[i] + c2[i];
+        const float *sins[] = {a, b2, c2};
+        gpu_run(g_b, &l, sins, ss, 3, NULL, NULL, 0, &ss[0], sg);
+        expect_close("Add (same shapes)", sg, sw, n);
+        gpu_run(g_b, &l, sins, ss, 2, NULL, NULL, 0, &ss[0], sg);
+        for (int64_t i = 0; i < n; i++)
+            sw[i] = a[i] + b2[i];
+        expect_close("Add (two, same shapes)", sg, sw, n);
+        free(a);
+        free(b2);
+        free(c2);
+    }
 }
 
 static void test_gpu_batchnorm(void **state)
@@ -890,10 +922,9 @@ static void check_unary(const char *what, const kc_layer *l, const kc_shape *is,
     free(got);
 }
 
-static void test_gpu_pad_crop(void **state)
+/* c = 2: the plugin's one-float kernel; c = 4: its float4 one. */
+static void check_pad_crop(int64_t c)
 {
-    (void)state;
-    NEED_GPU();
     kc_pad_attrs a;
     memset(&a, 0, sizeof a);
     a.spatial = 2;
@@ -902,22 +933,33 @@ static void test_gpu_pad_crop(void **state)
     a.before[1] = 0;
     a.after[1] = 1;
     kc_layer l = make_layer("ZeroPadding2D", &a, 0);
-    kc_shape is = shp(4, 2, 3, 4, 2), os = shp(4, 2, 6, 5, 2);
-    float *x = rand_buf(shape_count(&is)), want[2 * 6 * 5 * 2], back[2 * 3 * 4 * 2];
+    kc_shape is = shp(4, 2, 3, 4, c), os = shp(4, 2, 6, 5, c);
+    float *x = rand_buf(shape_count(&is)), *want = malloc(sizeof(float) * 2 * 6 * 5 * c),
+          *back = malloc(sizeof(float) * 2 * 3 * 4 * c);
     for (int64_t b = 0; b < 2; b++)
         for (int64_t y = 0; y < 6; y++)
             for (int64_t xx = 0; xx < 5; xx++)
-                for (int64_t ch = 0; ch < 2; ch++) {
+                for (int64_t ch = 0; ch < c; ch++) {
                     int64_t iy = y - 1, ix = xx;
-                    want[((b * 6 + y) * 5 + xx) * 2 + ch] =
-                        iy >= 0 && iy < 3 && ix < 4 ? x[((b * 3 + iy) * 4 + ix) * 2 + ch] : 0;
+                    want[((b * 6 + y) * 5 + xx) * c + ch] =
+                        iy >= 0 && iy < 3 && ix < 4 ? x[((b * 3 + iy) * 4 + ix) * c + ch] : 0;
                 }
     check_unary("ZeroPadding2D", &l, &is, x, &os, want);
     /* Cropping2D undoes it. */
     l = make_layer("Cropping2D", &a, 0);
-    memcpy(back, x, sizeof back);
+    memcpy(back, x, sizeof(float) * 2 * 3 * 4 * c);
     check_unary("Cropping2D", &l, &os, want, &is, back);
     free(x);
+    free(want);
+    free(back);
+}
+
+static void test_gpu_pad_crop(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    check_pad_crop(2);
+    check_pad_crop(4);
 }
 
 static void test_gpu_activations(void **state)
@@ -940,6 +982,9 @@ static void test_gpu_activations(void **state)
     for (int64_t i = 0; i < n; i++)
         want[i] = x[i] >= 2 ? 2 : x[i] >= 0.5f ? x[i] : 0.1f * (x[i] - 0.5f);
     check_unary("ReLU", &l, &s, x, &s, want);
+    /* 23 elements: not whole float4s. */
+    kc_shape odd = shp(2, 1, 23, 0, 0);
+    check_unary("ReLU (23 elements)", &l, &odd, x, &odd, want);
     /* Softmax over axis 1 (strided). */
     r.kind = KC_ACT_SOFTMAX;
     r.n_axes = 1;

@@ -171,6 +171,8 @@ static kc_status kc_cuda_open(int index, const kc_backend_host *host, kc_backend
     b->conv_find = algo && strcmp(algo, "find") == 0;
     const char *gemm = getenv("KC_CUDA_GEMM_1X1");
     b->gemm_1x1 = !(gemm && strcmp(gemm, "0") == 0);
+    const char *nchw = getenv("KC_CUDA_NCHW");
+    b->conv_nchw = !nchw || !*nchw ? -1 : strcmp(nchw, "0") != 0;
     const char *verbose = getenv("KC_CUDA_VERBOSE");
     b->verbose = verbose && strcmp(verbose, "1") == 0;
     kc_status st = kc_cuda_open_device(b);

@@ -33,6 +33,8 @@ struct kc_backend {
     int conv_find;          /* KC_CUDA_CONV_ALGO=find: time the algorithms */
     int gemm_1x1;           /* 1x1 stride-1 convolutions on cuBLAS (default;
                                KC_CUDA_GEMM_1X1=0: on cuDNN) */
+    int conv_nchw;          /* KC_CUDA_NCHW: -1 auto (default), 0 never, 1 every
+                               eligible convolution (cuda_ops.c) */
     int capturing;          /* the compute stream is being captured into a
                                graph (cuda_graph.c) */
     int verbose;            /* KC_CUDA_VERBOSE=1: each plan's algorithm, and

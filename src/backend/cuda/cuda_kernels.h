@@ -71,6 +71,10 @@ typedef struct kcu_geom {
  * g.n, g.c, g.in, g.out and g.pad as the shift (negative: cropping). */
 cudaError_t kcu_pad(const float *x, float *y, kcu_geom g, cudaStream_t stream);
 
+/* y[b, o..., c] = x[b, o * s..., c] (g.n, g.c, g.in, g.out, g.s): the input
+ * of a strided 1x1 convolution, subsampled. */
+cudaError_t kcu_subsample(const float *x, float *y, kcu_geom g, cudaStream_t stream);
+
 /* Depthwise: y[.., c*dm + m] = bias + sum_k x[.., c] * w[k, c, m]. */
 cudaError_t kcu_depthwise(const float *x, const float *w, const float *bias, float *y,
                           kcu_geom g, cudaStream_t stream);
@@ -103,6 +107,10 @@ enum { KCU_MERGE_COPY = 0, KCU_MERGE_ADD, KCU_MERGE_SUB, KCU_MERGE_MUL, KCU_MERG
 /* acc[o] = op(acc[o], x[bcast(o)]) over n outputs (COPY: acc = x). */
 cudaError_t kcu_merge(float *acc, const float *x, int64_t n, kcu_bcast v, int op,
                       cudaStream_t stream);
+/* y[i] = op(a[i], b[i]) over n elements of three same-shaped tensors (y
+ * may be a or b): one pass where a merge through kcu_merge takes two. */
+cudaError_t kcu_merge2(float *y, const float *a, const float *b, int64_t n, int op,
+                       cudaStream_t stream);
 
 /* Inference BatchNormalization on the axis of length len (double math):
  * y = (x - mean) * gamma / sqrt(var + eps) + beta; gamma/beta may be NULL. */
@@ -123,6 +131,9 @@ cudaError_t kcu_rescaling(const float *x, float *y, int64_t n, int64_t c, kcu_re
 /* Weight layout change: src (rs, c, k) -> dst (k, rs, c); Keras HWIO to
  * cuDNN's NHWC filter layout KRSC. */
 cudaError_t kcu_hwio_to_krsc(const float *src, float *dst, int64_t rs, int64_t c, int64_t k,
+                             cudaStream_t stream);
+/* The same to cuDNN's NCHW filter layout KCRS: dst (k, c, rs). */
+cudaError_t kcu_hwio_to_kcrs(const float *src, float *dst, int64_t rs, int64_t c, int64_t k,
                              cudaStream_t stream);
 
 #ifdef __cplusplus

@@ -355,6 +355,29 @@ static int kc_cuda_conv_is_gemm(const kc_backend *b, const kcu_geom *g, const kc
     return 1;
 }
 
+/* A strided 1x1 convolution without padding (ResNet's downsampling
+ * layers) is the same product over its input subsampled into the
+ * workspace (kcu_subsample): on the H200 at batch 32 cuDNN's NHWC kernels
+ * took 0.14-0.35 ms on ResNet50's six, where the product on the
+ * subsample takes what a stride-1 layer of its size does (0.04-0.17).
+ * The bytes of that subsample, or 0 when the layer is not one. */
+static size_t kc_cuda_subsample_bytes(const kc_backend *b, const kcu_geom *g,
+                                      const kc_conv_attrs *a)
+{
+    if (!b->gemm_1x1 || a->kind != KC_CONV_PLAIN || a->groups != 1)
+        return 0;
+    int strided = 0;
+    for (int i = 0; i < 3; i++) {
+        if (g->k[i] != 1 || g->pad[i] != 0 || (g->out[i] - 1) * g->s[i] >= g->in[i])
+            return 0;
+        strided |= g->s[i] != 1;
+    }
+    if (!strided)
+        return 0;
+    return kc_cuda_align((size_t)(g->n * g->out[0] * g->out[1] * g->out[2] * g->c) *
+                         sizeof(float));
+}
+
 /* ------------------------------------------------------- cuDNN conv plan */
 
 #define KC_CUDA_PLAN_TAG 0x6b63636eu /* "kccn" */
@@ -369,10 +392,13 @@ typedef struct kc_cuda_conv_plan {
     cudnnConvolutionFwdAlgo_t algo;
     size_t algo_bytes;
     int explicit_pad;                   /* asymmetric padding done by kcu_pad */
+    int nchw;                           /* run in NCHW (kc_cuda_use_nchw): xd/yd/wd
+                                           are NCHW, xd_nhwc/yd_nhwc the layer's own */
+    cudnnTensorDescriptor_t xd_nhwc, yd_nhwc;
     int use_direct;                     /* cuDNN declined at run: kcu_conv_direct */
     kcu_geom pad_geom;                  /* input -> padded input */
     int64_t fk, rs, cg;                 /* filter K, R*S, C per group */
-    size_t off_w, off_pad, off_algo, total;
+    size_t off_w, off_pad, off_xt, off_yt, off_algo, total;
 } kc_cuda_conv_plan;
 
 static void kc_cuda_plan_free(kc_cuda_conv_plan *p)
@@ -387,6 +413,10 @@ static void kc_cuda_plan_free(kc_cuda_conv_plan *p)
         cudnnDestroyFilterDescriptor(p->wd);
     if (p->cd)
         cudnnDestroyConvolutionDescriptor(p->cd);
+    if (p->xd_nhwc)
+        cudnnDestroyTensorDescriptor(p->xd_nhwc);
+    if (p->yd_nhwc)
+        cudnnDestroyTensorDescriptor(p->yd_nhwc);
     free(p);
 }
 
@@ -410,8 +440,46 @@ static int kc_cuda_shape_eq(const kc_shape *a, const kc_shape *b)
 
 static int kc_cuda_fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
+/* cuDNN's FP32 (FMA) kernels for 3x3 convolutions are faster on NCHW
+ * tensors than on NHWC, enough to pay for turning the layer's input and
+ * output around (cudnnTransformTensor) and its weights to KCRS. H200,
+ * cuDNN 9.19, ResNet50's shapes (tools/bench/cudnn_layouts.c, 12-04), ms
+ * per call NHWC -> NCHW + both transforms, two runs: batch 32 56x56x64
+ * 0.32-0.36 -> 0.20-0.22, 28x28x128 0.34 -> 0.17, 14x14x256 0.34-0.40 ->
+ * 0.16-0.19, 7x7x512 0.44-0.47 -> 0.16-0.17; batch 1 14x14x256
+ * 0.133-0.152 -> 0.110-0.142, 7x7x512 0.199-0.207 -> 0.145-0.150, but
+ * 28x28x128 0.083 -> 0.084-0.097 and 56x56x64 level. Hence: 3x3, stride
+ * 1, ungrouped, undilated, symmetric padding, and 8+ images or 256+
+ * input channels. The whole ResNet50 run: batch 32 0.371 -> 0.295 ms an
+ * image, batch 1 2.51-2.61 -> 2.19-2.21 (--stats). Its cost is
+ * workspace: 54 MiB at batch 1 where NHWC took 18, which a tight budget
+ * caps (sched.c). KC_CUDA_NCHW=0: never; =1: every such layer. */
+static int kc_cuda_use_nchw(const kc_backend *b, const kcu_geom *g, const kc_conv_attrs *a,
+                            int explicit_pad)
+{
+    if (b->conv_nchw == 0 || explicit_pad || a->groups != 1 || a->spatial != 2)
+        return 0;
+    if (g->k[0] != 1 || g->k[1] != 3 || g->k[2] != 3)
+        return 0;
+    for (int i = 1; i < 3; i++)
+        if (g->s[i] != 1 || g->d[i] != 1)
+            return 0;
+    return b->conv_nchw == 1 || g->n >= 8 || g->c >= 256;
+}
+
+/* The algorithm an NCHW plan tries first: in the same measurements cuDNN's
+ * fastest (by timing, cudnnFindConvolutionForwardAlgorithmEx) was the FFT
+ * on tiles on 56x56 and 28x28 images and the non-fused Winograd on 14x14
+ * and 7x7, at batch 1 and 32 alike. Chosen by rule, not timed: the same
+ * algorithm (and rounding) every run. */
+static cudnnConvolutionFwdAlgo_t kc_cuda_nchw_algo(const kcu_geom *g)
+{
+    return g->out[1] * g->out[2] <= 14 * 14 ? CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED
+                                             : CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING;
+}
+
 static kc_status kc_cuda_plan_build(kc_backend *b, const kc_backend_call *call, size_t cap,
-                                    kc_cuda_conv_plan *p)
+                                    int allow_nchw, kc_cuda_conv_plan *p)
 {
     const kc_conv_attrs *a = call->layer->attrs;
     kcu_geom g;
@@ -455,15 +523,17 @@ static kc_status kc_cuda_plan_build(kc_backend *b, const kc_backend_call *call, 
             return kc_cuda_msg(b, KC_ERR_LIMIT, "convolution dimension %lld beyond cuDNN's int",
                                (long long)dims[i]);
     int pad_h = p->explicit_pad ? 0 : (int)before[1], pad_w = p->explicit_pad ? 0 : (int)before[2];
+    p->nchw = allow_nchw && kc_cuda_use_nchw(b, &g, a, p->explicit_pad);
+    cudnnTensorFormat_t fmt = p->nchw ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC;
 
     KC_DNN(b, cudnnCreateTensorDescriptor(&p->xd));
     KC_DNN(b, cudnnCreateTensorDescriptor(&p->yd));
     KC_DNN(b, cudnnCreateFilterDescriptor(&p->wd));
     KC_DNN(b, cudnnCreateConvolutionDescriptor(&p->cd));
-    KC_DNN(b, cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, (int)g.n,
-                                         (int)g.c, (int)h, (int)w));
-    KC_DNN(b, cudnnSetFilter4dDescriptor(p->wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, (int)g.f,
-                                         (int)p->cg, (int)g.k[1], (int)g.k[2]));
+    KC_DNN(b, cudnnSetTensor4dDescriptor(p->xd, fmt, CUDNN_DATA_FLOAT, (int)g.n, (int)g.c, (int)h,
+                                         (int)w));
+    KC_DNN(b, cudnnSetFilter4dDescriptor(p->wd, CUDNN_DATA_FLOAT, fmt, (int)g.f, (int)p->cg,
+                                         (int)g.k[1], (int)g.k[2]));
     KC_DNN(b, cudnnSetConvolution2dDescriptor(p->cd, pad_h, pad_w, (int)g.s[1], (int)g.s[2],
                                               (int)g.d[1], (int)g.d[2], CUDNN_CROSS_CORRELATION,
                                               CUDNN_DATA_FLOAT));
@@ -478,19 +548,37 @@ static kc_status kc_cuda_plan_build(kc_backend *b, const kc_backend_call *call, 
                            "%lldx%lldx%lldx%lld",
                            on, oh, ow, oc, (long long)g.n, (long long)g.out[1],
                            (long long)g.out[2], (long long)g.f);
-    KC_DNN(b, cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, on, oc, oh,
-                                         ow));
+    KC_DNN(b, cudnnSetTensor4dDescriptor(p->yd, fmt, CUDNN_DATA_FLOAT, on, oc, oh, ow));
+    if (p->nchw) {
+        KC_DNN(b, cudnnCreateTensorDescriptor(&p->xd_nhwc));
+        KC_DNN(b, cudnnCreateTensorDescriptor(&p->yd_nhwc));
+        KC_DNN(b, cudnnSetTensor4dDescriptor(p->xd_nhwc, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT,
+                                             (int)g.n, (int)g.c, (int)h, (int)w));
+        KC_DNN(b, cudnnSetTensor4dDescriptor(p->yd_nhwc, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, on,
+                                             oc, oh, ow));
+    }
 
     /* The fastest deterministic FMA algorithm within the cap: by cuDNN's
      * heuristics (no benchmarking: the same choice every run), or with
      * KC_CUDA_CONV_ALGO=find by timing each once on this GPU. */
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int returned = 0, found = 0;
-    if (b->conv_find)
+    if (p->nchw && !b->conv_find) {
+        size_t bytes = 0;
+        cudnnConvolutionFwdAlgo_t algo = kc_cuda_nchw_algo(&g);
+        if (cudnnGetConvolutionForwardWorkspaceSize(b->cudnn, p->xd, p->wd, p->cd, p->yd, algo,
+                                                    &bytes) == CUDNN_STATUS_SUCCESS &&
+            bytes <= cap) {
+            p->algo = algo;
+            p->algo_bytes = bytes;
+            found = 1;
+        }
+    }
+    if (!found && b->conv_find)
         KC_DNN(b, cudnnFindConvolutionForwardAlgorithm(b->cudnn, p->xd, p->wd, p->cd, p->yd,
                                                        CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                        &returned, perf));
-    else
+    else if (!found)
         KC_DNN(b, cudnnGetConvolutionForwardAlgorithm_v7(b->cudnn, p->xd, p->wd, p->cd, p->yd,
                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                          &returned, perf));
@@ -515,9 +603,15 @@ static kc_status kc_cuda_plan_build(kc_backend *b, const kc_backend_call *call, 
     }
     p->off_w = 0;
     p->off_pad = kc_cuda_align((size_t)(p->fk * p->rs * p->cg) * sizeof(float));
-    p->off_algo = p->off_pad;
+    p->off_xt = p->off_pad;
     if (p->explicit_pad)
-        p->off_algo += kc_cuda_align((size_t)(g.n * h * w * g.c) * sizeof(float));
+        p->off_xt += kc_cuda_align((size_t)(g.n * h * w * g.c) * sizeof(float));
+    p->off_yt = p->off_xt;
+    if (p->nchw)
+        p->off_yt += kc_cuda_align((size_t)(g.n * h * w * g.c) * sizeof(float));
+    p->off_algo = p->off_yt;
+    if (p->nchw)
+        p->off_algo += kc_cuda_align((size_t)on * oc * oh * ow * sizeof(float));
     p->total = p->off_algo + kc_cuda_align(p->algo_bytes);
     return KC_OK;
 }
@@ -537,12 +631,13 @@ static kc_status kc_cuda_plan_get(kc_backend *b, const kc_backend_call *call, si
         return KC_OK;
     }
     size_t cap = KC_CUDA_CONV_WS_CAP;
-    for (int attempt = 0; attempt < 2; attempt++) {
+    int allow_nchw = 1;
+    for (int attempt = 0; attempt < 3; attempt++) {
         kc_cuda_conv_plan *np = calloc(1, sizeof *np);
         if (!np)
             return kc_cuda_msg(b, KC_ERR_NOMEM, "out of memory for a convolution plan");
         np->tag = KC_CUDA_PLAN_TAG;
-        kc_status st = kc_cuda_plan_build(b, call, cap, np);
+        kc_status st = kc_cuda_plan_build(b, call, cap, allow_nchw, np);
         if (st == KC_ERR_NOMEM) {
             kc_cuda_plan_free(np);
             return st;
@@ -554,10 +649,10 @@ static kc_status kc_cuda_plan_get(kc_backend *b, const kc_backend_call *call, si
             np->total = 0;
         }
         if (b->verbose && !np->use_direct)
-            fprintf(stderr, "cuda: %s: cuDNN algorithm %d, workspace %zu bytes%s\n",
-                    call->layer->name ? call->layer->name : "?", (int)np->algo, np->algo_bytes,
-                    b->conv_find ? " (timed)" : "");
-        if (np->total <= avail || attempt == 1) {
+            fprintf(stderr, "cuda: %s: cuDNN algorithm %d%s, workspace %zu bytes%s\n",
+                    call->layer->name ? call->layer->name : "?", (int)np->algo,
+                    np->nchw ? " on NCHW" : "", np->algo_bytes, b->conv_find ? " (timed)" : "");
+        if (np->total <= avail || attempt == 2) {
             if (call->state) {
                 kc_cuda_state_free(b, *call->state);
                 *call->state = np;
@@ -567,8 +662,13 @@ static kc_status kc_cuda_plan_get(kc_backend *b, const kc_backend_call *call, si
             *out = np;
             return KC_OK;
         }
-        /* Too big for the workspace we were given: plan again within it. */
+        /* Too big for the workspace we were given: plan again within it,
+         * in NHWC when the NCHW copies alone do not fit. */
         size_t fixed = np->off_algo;
+        if (np->nchw && fixed > avail) {
+            allow_nchw = 0;
+            fixed = np->off_xt;
+        }
         cap = avail > fixed ? avail - fixed : 0;
         kc_cuda_plan_free(np);
     }
@@ -599,6 +699,9 @@ size_t kc_cuda_workspace_bytes(kc_backend *b, const kc_backend_call *call)
     kc_cuda_conv_geom(call, a, &g);
     if (kc_cuda_conv_is_gemm(b, &g, a))
         return 0;
+    size_t subsample = kc_cuda_subsample_bytes(b, &g, a);
+    if (subsample && (!call->workspace_size || subsample <= call->workspace_size))
+        return subsample; /* else within the host's cap on cuDNN */
     if (cudaSetDevice(b->device) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
@@ -608,7 +711,9 @@ size_t kc_cuda_workspace_bytes(kc_backend *b, const kc_backend_call *call)
     /* Where cuDNN declines, the node runs on the direct kernel (no
      * workspace). */
     b->quiet = 1;
-    kc_status st = kc_cuda_plan_get(b, call, SIZE_MAX, &p, &owned);
+    kc_status st =
+        kc_cuda_plan_get(b, call, call->workspace_size ? call->workspace_size : SIZE_MAX, &p,
+                         &owned);
     b->quiet = 0;
     if (st != KC_OK || !p)
         return 0;
@@ -691,6 +796,18 @@ static kc_status kc_cuda_conv_gemm(kc_backend *b, const kc_backend_call *call,
                             rows * g->f, g->f, a->activation, call->keras_major);
 }
 
+/* The strided 1x1 convolution as a product over its subsampled input. */
+static kc_status kc_cuda_conv_subsampled(kc_backend *b, const kc_backend_call *call,
+                                         const kc_conv_attrs *a, const kcu_geom *g)
+{
+    float *sub = call->workspace;
+    KC_KER(b, kcu_subsample(call->in[0], sub, *g, b->compute));
+    int64_t rows = g->n * g->out[0] * g->out[1] * g->out[2];
+    KC_TRY(kc_cuda_gemm(b, rows, g->f, g->c, sub, kc_cuda_w(call, 0), call->out[0]));
+    return kc_cuda_activate(b, call->out[0], call->out[0], a->use_bias ? kc_cuda_w(call, 1) : NULL,
+                            rows * g->f, g->f, a->activation, call->keras_major);
+}
+
 /* Plain and grouped convolutions on cuDNN: weights HWIO -> KRSC into the
  * workspace, asymmetric ("same" with an odd total, causal) padding made
  * explicit into the workspace, then cudnnConvolutionForward, then bias and
@@ -713,12 +830,27 @@ static kc_status kc_cuda_conv_cudnn(kc_backend *b, const kc_backend_call *call,
         return kc_cuda_conv_direct(b, call, a);
     }
     char *ws = call->workspace;
-    float *wk = (float *)(ws + p->off_w);
+    float *wk = (float *)(ws + p->off_w), *y = call->out[0];
     const float *x = call->in[0];
-    cudaError_t err = kcu_hwio_to_krsc(kc_cuda_w(call, 0), wk, p->rs, p->cg, p->fk, b->compute);
+    const float one = 1.0f, zero = 0.0f;
+    cudaError_t err = p->nchw
+                          ? kcu_hwio_to_kcrs(kc_cuda_w(call, 0), wk, p->rs, p->cg, p->fk,
+                                             b->compute)
+                          : kcu_hwio_to_krsc(kc_cuda_w(call, 0), wk, p->rs, p->cg, p->fk,
+                                             b->compute);
     if (err != cudaSuccess) {
-        st = kc_cuda_fail_rt(b, err, "kcu_hwio_to_krsc");
+        st = kc_cuda_fail_rt(b, err, p->nchw ? "kcu_hwio_to_kcrs" : "kcu_hwio_to_krsc");
         goto done;
+    }
+    if (p->nchw) {
+        float *xt = (float *)(ws + p->off_xt);
+        cudnnStatus_t ts = cudnnTransformTensor(b->cudnn, &one, p->xd_nhwc, x, &zero, p->xd, xt);
+        if (ts != CUDNN_STATUS_SUCCESS) {
+            st = kc_cuda_fail_dnn(b, ts, "cudnnTransformTensor (NHWC -> NCHW)");
+            goto done;
+        }
+        x = xt;
+        y = (float *)(ws + p->off_yt);
     }
     if (p->explicit_pad) {
         float *xp = (float *)(ws + p->off_pad);
@@ -729,11 +861,10 @@ static kc_status kc_cuda_conv_cudnn(kc_backend *b, const kc_backend_call *call,
         }
         x = xp;
     }
-    const float one = 1.0f, zero = 0.0f;
     double t0 = b->verbose ? kc_cuda_now() : 0;
     cudnnStatus_t ds = cudnnConvolutionForward(b->cudnn, &one, p->xd, x, p->wd, wk, p->cd,
                                                p->algo, p->algo_bytes ? ws + p->off_algo : NULL,
-                                               p->algo_bytes, &zero, p->yd, call->out[0]);
+                                               p->algo_bytes, &zero, p->yd, y);
     if (b->verbose) {
         b->dnn_host_s += kc_cuda_now() - t0;
         b->dnn_calls++;
@@ -747,6 +878,13 @@ static kc_status kc_cuda_conv_cudnn(kc_backend *b, const kc_backend_call *call,
     if (ds != CUDNN_STATUS_SUCCESS) {
         st = kc_cuda_fail_dnn(b, ds, "cudnnConvolutionForward");
         goto done;
+    }
+    if (p->nchw) {
+        ds = cudnnTransformTensor(b->cudnn, &one, p->yd, y, &zero, p->yd_nhwc, call->out[0]);
+        if (ds != CUDNN_STATUS_SUCCESS) {
+            st = kc_cuda_fail_dnn(b, ds, "cudnnTransformTensor (NCHW -> NHWC)");
+            goto done;
+        }
     }
     st = kc_cuda_activate(b, call->out[0], call->out[0], a->use_bias ? kc_cuda_w(call, 1) : NULL,
                           kc_cuda_count(&call->out_shape[0]), p->fk, a->activation,
@@ -764,9 +902,14 @@ static kc_status kc_cuda_conv(kc_backend *b, const kc_backend_call *call)
     kc_cuda_conv_geom(call, a, &g);
     int64_t n_out = kc_cuda_count(&call->out_shape[0]);
     switch (a->kind) {
-    case KC_CONV_PLAIN:
-        return kc_cuda_conv_is_gemm(b, &g, a) ? kc_cuda_conv_gemm(b, call, a, &g)
-                                               : kc_cuda_conv_cudnn(b, call, a);
+    case KC_CONV_PLAIN: {
+        if (kc_cuda_conv_is_gemm(b, &g, a))
+            return kc_cuda_conv_gemm(b, call, a, &g);
+        size_t subsample = kc_cuda_subsample_bytes(b, &g, a);
+        if (subsample && call->workspace && call->workspace_size >= subsample)
+            return kc_cuda_conv_subsampled(b, call, a, &g);
+        return kc_cuda_conv_cudnn(b, call, a);
+    }
     case KC_CONV_DEPTHWISE:
         KC_KER(b, kcu_depthwise(call->in[0], kc_cuda_w(call, 0),
                                 a->use_bias ? kc_cuda_w(call, 1) : NULL, call->out[0], g,
@@ -918,7 +1061,16 @@ static kc_status kc_cuda_merge(kc_backend *b, const kc_backend_call *call)
     }
     if (os->rank > KCU_MAX_RANK)
         return kc_cuda_msg(b, KC_ERR_UNSUPPORTED, "merge of rank %d", os->rank);
-    for (int k = 0; k < call->n_in; k++) {
+    int same = call->n_in >= 2;
+    for (int k = 0; k < call->n_in && same; k++)
+        same = kc_cuda_shape_eq(&call->in_shape[k], os);
+    if (same) {
+        /* No broadcast (ResNet's residual Add): one flat pass a pair. */
+        KC_KER(b, kcu_merge2(y, call->in[0], call->in[1], total, op, b->compute));
+        for (int k = 2; k < call->n_in; k++)
+            KC_KER(b, kcu_merge2(y, y, call->in[k], total, op, b->compute));
+    }
+    for (int k = 0; k < call->n_in && !same; k++) {
         const kc_shape *xs = &call->in_shape[k];
         if (xs->rank > os->rank)
             return kc_cuda_msg(b, KC_ERR_SHAPE, "merge input %d has rank %d > output rank %d",
