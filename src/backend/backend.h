@@ -97,7 +97,10 @@ typedef struct kc_backend_iface {
     /* 1 if `run` computes this node (shapes in the graph; batch symbolic),
      * 0 if the scheduler must place it on another backend. */
     int (*supports)(kc_backend *b, const kc_layer *layer, const kc_node *node);
-    /* Device workspace the call needs (0 if none); asked once per plan. */
+    /* Device workspace the call needs (0 if none); asked once per plan.
+     * call->workspace_size, when not 0, is the most the host would have it
+     * need: a backend with a choice of algorithms plans within it where it
+     * can (the scheduler asks again so when weights must be streamed). */
     size_t (*workspace_bytes)(kc_backend *b, const kc_backend_call *call);
 
     /* Device memory. */

@@ -636,6 +636,22 @@ static kc_status kc_fake_gpu_open(int index, const kc_backend_host *host, kc_bac
     return kc_cpu_open(0, host, out);
 }
 
+/* KC_FAKE_GPU_WORKSPACE=BYTES: every convolution on a fake GPU asks for
+ * BYTES of device workspace, or the cap the host sets in the query
+ * (call->workspace_size) when that is less, as the CUDA plugin does with
+ * its choice of cuDNN algorithms. Nothing uses it: it tests the scheduler's
+ * accounting (sched.c, kc_prepare_device). */
+static size_t kc_fake_gpu_workspace(kc_backend *b, const kc_backend_call *call)
+{
+    (void)b;
+    const char *v = getenv("KC_FAKE_GPU_WORKSPACE");
+    size_t want = v ? (size_t)strtoull(v, NULL, 10) : 0;
+    if (!want || !call->layer || !call->layer->class_name ||
+        !strstr(call->layer->class_name, "Conv"))
+        return 0;
+    return call->workspace_size && call->workspace_size < want ? call->workspace_size : want;
+}
+
 static kc_status kc_fake_gpu_info(kc_backend *b, kc_backend_info *out)
 {
     (void)b;
@@ -655,6 +671,7 @@ const kc_backend_iface *kc_backend_fake_gpu_iface(void)
         iface.device_count = kc_fake_gpu_count;
         iface.open = kc_fake_gpu_open;
         iface.info = kc_fake_gpu_info;
+        iface.workspace_bytes = kc_fake_gpu_workspace;
         iface.capture_begin = kc_cpu_capture_begin;
         iface.capture_end = kc_cpu_capture_end;
         iface.graph_launch = kc_cpu_graph_launch;

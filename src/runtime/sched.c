@@ -391,6 +391,39 @@ static kc_status kc_ensure_event(kc_sdev *d, kc_backend_event **e)
     return *e ? KC_OK : d->io->event_new(d->b, e);
 }
 
+/* The largest workspace device d's nodes need, each planned within `cap`
+ * bytes (0: no limit; kc_backend_call.workspace_size), and the weights
+ * they hold: *n_items layers, *weight_bytes in all, *largest the most
+ * one layer holds. */
+static kc_status kc_device_workspace(kc_sched *sc, int d, size_t cap, size_t *workspace,
+                                     size_t *weight_bytes, size_t *largest, int *n_items)
+{
+    kc_sdev *dv = &sc->dev[d];
+    const kc_graph *g = sc->s->graph;
+    kc_shape *in_shape = kc_calloc(KC_MAX_NODE_IO, sizeof *in_shape);
+    kc_shape out_shape[KC_MAX_OUTPUTS];
+    if (!in_shape)
+        return KC_ERR_NOMEM;
+    *workspace = *weight_bytes = *largest = 0;
+    *n_items = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (!kc_runs_on(sc, i, d))
+            continue;
+        kc_backend_call call;
+        kc_shape_call(sc, i, &call, in_shape, out_shape);
+        call.state = &sc->nodes[i].state; /* the plan the backend keeps for `run` */
+        call.workspace_size = cap;
+        size_t ws = dv->io->workspace_bytes(dv->b, &call);
+        *workspace = ws > *workspace ? ws : *workspace;
+        size_t bytes = kc_layer_weight_bytes(kc_sched_layer(sc, i));
+        *weight_bytes += bytes;
+        *largest = bytes > *largest ? bytes : *largest;
+        *n_items += bytes > 0;
+    }
+    free(in_shape);
+    return KC_OK;
+}
+
 /* Residency for device d at the session's current plan. */
 static kc_status kc_prepare_device(kc_sched *sc, int d)
 {
@@ -400,24 +433,26 @@ static kc_status kc_prepare_device(kc_sched *sc, int d)
     dv->io->synchronize(dv->b);
     kc_sched_unpin_device(sc, d);
     kc_release_blocks(dv);
-    size_t workspace = 0;
+    size_t workspace = 0, weight_bytes = 0, largest = 0;
     int n_items = 0;
-    kc_shape *in_shape = kc_calloc(KC_MAX_NODE_IO, sizeof *in_shape);
-    kc_shape out_shape[KC_MAX_OUTPUTS];
-    if (!in_shape)
-        return KC_ERR_NOMEM;
-    for (int i = 0; i < g->n_nodes; i++) {
-        if (!kc_runs_on(sc, i, d))
-            continue;
-        kc_backend_call call;
-        kc_shape_call(sc, i, &call, in_shape, out_shape);
-        call.state = &sc->nodes[i].state; /* the plan the backend keeps for `run` */
-        size_t ws = dv->io->workspace_bytes(dv->b, &call);
-        workspace = ws > workspace ? ws : workspace;
-        if (kc_layer_weight_bytes(kc_sched_layer(sc, i)))
-            n_items++;
+    size_t arena = kc_align64(s->plan.arena_floats * sizeof(float));
+    KC_TRY(kc_device_workspace(sc, d, 0, &workspace, &weight_bytes, &largest, &n_items));
+    /* When the weights will not all fit beside the activations and the
+     * largest workspace, the workspaces are planned again within a quarter
+     * of the budget: the fastest algorithms can want far more scratch than
+     * their layer's weights (cuDNN's non-fused Winograd on ResNet50's 7x7
+     * 3x3 layer at batch 1: 47 MB for 9.4 MB of weights), memory that
+     * would otherwise push weights out to be streamed every run. Nor more
+     * than the budget leaves beside the activations and the largest layer
+     * (the residency minimum): a budget at the minimum a failed plan
+     * reported must then plan, which a cap growing with it would break. */
+    if (dv->budget && arena + workspace + weight_bytes > dv->budget) {
+        size_t room = dv->budget > arena + largest + 1 ? dv->budget - arena - largest : 1;
+        size_t cap = room < dv->budget / 4 ? room : dv->budget / 4;
+        if (workspace > cap)
+            KC_TRY(kc_device_workspace(sc, d, cap ? cap : 1, &workspace, &weight_bytes, &largest,
+                                       &n_items));
     }
-    free(in_shape);
     kc_res_item *items = kc_calloc((size_t)n_items + 1, sizeof *items);
     int *item_node = kc_calloc((size_t)n_items + 1, sizeof *item_node);
     if (!items || !item_node) {
@@ -437,7 +472,6 @@ static kc_status kc_prepare_device(kc_sched *sc, int d)
         item_node[n_items] = i;
         sc->nodes[i].item = n_items++;
     }
-    size_t arena = kc_align64(s->plan.arena_floats * sizeof(float));
     kc_res_request req = {.device = dv->label, .budget = dv->budget,
                           .fixed_bytes = arena + kc_align64(workspace),
                           .activation_bytes = arena,

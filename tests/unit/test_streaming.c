@@ -697,6 +697,73 @@ static void test_boundary_pinned(void **state)
     kc_tensor_free(want);
 }
 
+/* The workspace "MiB" figure of a stats device line. */
+static double stats_workspace_mib(const char *stats)
+{
+    const char *w = strstr(stats, "+ workspace ");
+    double mib = -1;
+    if (!w || sscanf(w, "+ workspace %lf", &mib) != 1)
+        fail_msg("no workspace in the stats:\n%s", stats);
+    return mib;
+}
+
+/* A device whose algorithms want more workspace than a tight budget can
+ * spare beside the weights (cuDNN's non-fused Winograd: 47 MB for a 9.4 MB
+ * layer) is asked again within a quarter of the budget, so the weights
+ * keep that memory: on the fake GPU every convolution wants 1 MiB. Fully
+ * resident, the workspace is what the layers ask; under a 600 KiB budget
+ * (1 MiB alone would not fit) it is held to 150 KiB and the run still
+ * equals the host's. */
+static void test_workspace_capped_for_weights(void **state)
+{
+    fixture *f = *state;
+    kc_tensor *plain = run_with(f, &(kc_session_options){0}, NULL, NULL, 0);
+    setenv("KC_FAKE_GPUS", "1", 1);
+    setenv("KC_FAKE_GPU_WORKSPACE", "1048576", 1);
+    static char stats[65536];
+    kc_session_options o = {.device = "/GPU:0", .strict_placement = 1, .variables = "/CPU:0",
+                            .device_memory = (size_t)64 << 20};
+    kc_tensor *roomy = run_with(f, &o, NULL, stats, sizeof stats);
+    double roomy_ws = stats_workspace_mib(stats);
+    o.device_memory = 600 << 10;
+    size_t peak = 0;
+    kc_tensor *tight = run_with(f, &o, &peak, stats, sizeof stats);
+    double tight_ws = stats_workspace_mib(stats);
+    /* A budget at the minimum an impossible one reports plans: the cap
+     * never grows the workspace past what that minimum counted. */
+    o.device_memory = 64 << 10;
+    kc_session *s = NULL;
+    kc_tensor *none = NULL;
+    assert_int_equal(kc_session_new(f->model, &o, &s), KC_OK);
+    assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&f->input, 1, &none, 1),
+                     KC_ERR_NOMEM);
+    kc_session_free(s);
+    const char *at = strstr(kc_last_error(), "below the minimum ");
+    double minimum = 0;
+    char unit[16] = "";
+    assert_non_null(at);
+    assert_int_equal(sscanf(at, "below the minimum %lf %15s", &minimum, unit), 2);
+    int in_mib = !strcmp(unit, "MiB");
+    minimum *= in_mib ? 1048576.0 : 1.0; /* else "bytes" */
+    assert_true(minimum > 0 && minimum < 64 * 1048576.0);
+    o.device_memory = (size_t)minimum + (in_mib ? 6 << 10 : 0); /* MiB: to 0.01 */
+    kc_tensor *at_min = run_with(f, &o, NULL, NULL, 0);
+    assert_close(at_min, plain, 1e-4);
+    kc_tensor_free(at_min);
+    unsetenv("KC_FAKE_GPU_WORKSPACE");
+    unsetenv("KC_FAKE_GPUS");
+    printf("workspace: %.2f MiB resident, %.2f MiB under a 600 KiB budget (peak %zu bytes)\n",
+           roomy_ws, tight_ws, peak);
+    assert_true(fabs(roomy_ws - 1.0) < 0.01);
+    assert_true(tight_ws <= 150.0 / 1024 + 0.01);
+    assert_true(peak <= 600 << 10);
+    assert_close(roomy, plain, 1e-4);
+    assert_close(tight, plain, 1e-4);
+    kc_tensor_free(roomy);
+    kc_tensor_free(tight);
+    kc_tensor_free(plain);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -709,6 +776,7 @@ int main(void)
         cmocka_unit_test(test_streamed_weights_pinned),
         cmocka_unit_test(test_gpu_graph_replay),
         cmocka_unit_test(test_boundary_pinned),
+        cmocka_unit_test(test_workspace_capped_for_weights),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
