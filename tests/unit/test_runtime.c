@@ -87,7 +87,10 @@ static void test_run_values_and_batches(void **state)
 
 /* Each numeric input dtype reaches the model as the same float values
  * (one conversion loop per dtype in kc_to_f32). Values 0..4: exact in
- * every dtype, half floats included (0x0000, 0x3c00, 0x4000, 0x4200, 0x4400). */
+ * every dtype, half floats included (0x0000, 0x3c00, 0x4000, 0x4200, 0x4400).
+ * A batch of 2 is copied on one thread, one of 40001 (469 KiB of floats;
+ * odd, so not cut into batch lanes) cut between the threads: every
+ * element must arrive either way. */
 static void test_input_dtypes_converted(void **state)
 {
     (void)state;
@@ -97,14 +100,17 @@ static void test_input_dtypes_converted(void **state)
     kc_model *m = load_json(kc_model_json);
     kc_session *s = NULL;
     assert_int_equal(kc_session_new(m, NULL, &s), KC_OK);
-    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
-        int64_t dims[2] = {2, 3};
+    for (size_t kb = 0; kb < 2 * sizeof types / sizeof types[0]; kb++) {
+        size_t k = kb / 2;
+        int64_t dims[2] = {kb % 2 ? 40001 : 2, 3}, n = dims[0] * 3;
         kc_tensor *in = NULL, *out[2] = {0};
         assert_int_equal(kc_tensor_new(types[k], 2, dims, &in), KC_OK);
         void *p = kc_tensor_data(in);
-        float want[6];
-        for (int i = 0; i < 6; i++) {
-            int v = types[k] == KC_BOOL ? i % 2 : i % 5;
+        float *want = malloc((size_t)n * sizeof *want);
+        assert_non_null(want);
+        for (int64_t i = 0; i < n; i++) {
+            /* shifted per dtype: a value left in the arena by the run before differs */
+            int v = types[k] == KC_BOOL ? (i + k) % 2 : (i + k) % 5;
             want[i] = (float)v;
             switch (types[k]) {
             case KC_F32: ((float *)p)[i] = (float)v; break;
@@ -123,9 +129,11 @@ static void test_input_dtypes_converted(void **state)
         }
         assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&in, 1, out, 2), KC_OK);
         const float *b = kc_tensor_cdata(out[1]); /* relu(x) + x = 2x for x >= 0 */
-        for (int i = 0; i < 6; i++)
+        for (int64_t i = 0; i < n; i++)
             if (b[i] != 2 * want[i])
-                fail_msg("dtype %d element %d: %g, want %g", (int)types[k], i, b[i], 2 * want[i]);
+                fail_msg("dtype %d batch %lld element %lld: %g, want %g", (int)types[k],
+                         (long long)dims[0], (long long)i, b[i], 2 * want[i]);
+        free(want);
         kc_tensor_free(in);
         kc_tensor_free(out[0]);
         kc_tensor_free(out[1]);
