@@ -73,30 +73,25 @@ else
   bad "plugin tests"
 fi
 
+# The golden zoo on /GPU:0 with extra environment (VAR=VALUE words after
+# the log's name and the failure's label).
+zoo_on_gpu() {
+  local log=$1 what=$2
+  shift 2
+  if out=$(env KC_ZOO_DEVICE=/GPU:0 "$@" timeout 240 "$BUILD/tests/test_zoo" 2>&1); then
+    grep -E "^golden:" <<<"$out"
+  else
+    grep -E "^FAIL|^golden:|error" <<<"$out" | head -20
+    bad "$what"
+  fi
+  printf '%s\n' "$out" > "$LOGS/$log"
+}
 step "fidelity zoo on /GPU:0 (oracle tolerance 1e-4 * max(1, max|ref|))"
-if out=$(KC_ZOO_DEVICE=/GPU:0 timeout 240 "$BUILD/tests/test_zoo" 2>&1); then
-  grep -E "^golden:" <<<"$out"
-else
-  grep -E "^FAIL|^golden:|error" <<<"$out" | head -20
-  bad "fidelity zoo on the GPU"
-fi
-printf '%s\n' "$out" > "$LOGS/zoo-gpu.log"
+zoo_on_gpu zoo-gpu.log "fidelity zoo on the GPU"
 step "fidelity zoo on /GPU:0 with variables streamed from host memory"
-if out=$(KC_ZOO_DEVICE=/GPU:0 KC_ZOO_VARIABLES=/CPU:0 timeout 240 "$BUILD/tests/test_zoo" 2>&1); then
-  grep -E "^golden:" <<<"$out"
-else
-  grep -E "^FAIL|^golden:|error" <<<"$out" | head -20
-  bad "fidelity zoo, streamed"
-fi
-printf '%s\n' "$out" > "$LOGS/zoo-gpu-streamed.log"
+zoo_on_gpu zoo-gpu-streamed.log "fidelity zoo, streamed" KC_ZOO_VARIABLES=/CPU:0
 step "fidelity zoo on /GPU:0 with every eligible 3x3 convolution on NCHW (KC_CUDA_NCHW=1)"
-if out=$(KC_CUDA_NCHW=1 KC_ZOO_DEVICE=/GPU:0 timeout 240 "$BUILD/tests/test_zoo" 2>&1); then
-  grep -E "^golden:" <<<"$out"
-else
-  grep -E "^FAIL|^golden:|error" <<<"$out" | head -20
-  bad "fidelity zoo on the GPU, NCHW"
-fi
-printf '%s\n' "$out" > "$LOGS/zoo-gpu-nchw.log"
+zoo_on_gpu zoo-gpu-nchw.log "fidelity zoo on the GPU, NCHW" KC_CUDA_NCHW=1
 
 step "whole runs replayed as CUDA graphs (KC_GRAPH_TEST_GPU=1 test_streaming)"
 out=$(KC_GRAPH_TEST_GPU=1 timeout 180 "$BUILD/tests/test_streaming" 2>&1)
