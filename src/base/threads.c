@@ -104,6 +104,37 @@ void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg)
     GOMP_parallel(kc_parallel_body, &job, (unsigned)n, 0);
 }
 
+typedef struct kc_range_job {
+    void (*fn)(void *arg, int64_t lo, int64_t hi);
+    void *arg;
+    int64_t n, grain;
+    int parts;
+} kc_range_job;
+
+/* Part `part`'s range: its even share, its ends rounded down to grains. */
+static void kc_range_body(void *data, int part)
+{
+    const kc_range_job *job = data;
+    int64_t grains = (job->n + job->grain - 1) / job->grain;
+    int64_t lo = grains * part / job->parts * job->grain;
+    int64_t hi = part == job->parts - 1 ? job->n : grains * (part + 1) / job->parts * job->grain;
+    if (hi > job->n)
+        hi = job->n;
+    if (lo < hi)
+        job->fn(job->arg, lo, hi);
+}
+
+void kc_parallel_for(int64_t n, int64_t bytes, int64_t grain,
+                     void (*fn)(void *arg, int64_t lo, int64_t hi), void *arg)
+{
+    if (n < 1)
+        return;
+    if (grain < 1)
+        grain = 1;
+    kc_range_job job = {fn, arg, n, grain, kc_parallel_parts(bytes, (n + grain - 1) / grain)};
+    kc_parallel(job.parts, kc_range_body, &job);
+}
+
 typedef struct kc_timed_job {
     void (*fn)(void *arg, int index);
     void *arg;

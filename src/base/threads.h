@@ -54,6 +54,13 @@ void kc_batch_lane_set(int lane);
  * than items, at least 1. */
 int kc_parallel_parts(int64_t bytes, int64_t items);
 
+/* fn(arg, lo, hi) over [0, n) in kc_parallel_parts(bytes, n / grain)
+ * ranges side by side, every range but the last a whole number of
+ * `grain` items (rows, vectors) long. For element-wise loops: each item's
+ * result is the same whichever range computes it. */
+void kc_parallel_for(int64_t n, int64_t bytes, int64_t grain,
+                     void (*fn)(void *arg, int64_t lo, int64_t hi), void *arg);
+
 /* 1 when oneDNN runs the convolutions and GEMMs (KC_DNNL unset or not 0). */
 int kc_dnnl_enabled(void);
 

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/threads.h"
 #include "kernels/kernel.h"
 #include "ops/activation.h"
 
@@ -17,6 +18,40 @@ static float kc_relu_ex(float x, const kc_act_layer_attrs *a)
     return (float)(a->negative_slope * (x - a->threshold));
 }
 
+/* ReLU, LeakyReLU, ELU and ThresholdedReLU over elements [lo, hi). */
+typedef struct kc_act_layer_job {
+    const kc_act_layer_attrs *a;
+    const float *x;
+    float *y;
+} kc_act_layer_job;
+
+static void kc_act_layer_range(void *arg, int64_t lo, int64_t hi)
+{
+    const kc_act_layer_job *j = arg;
+    const kc_act_layer_attrs *a = j->a;
+    const float *x = j->x;
+    float *y = j->y;
+    switch (a->kind) {
+    case KC_ACT_RELU:
+        for (int64_t i = lo; i < hi; i++)
+            y[i] = kc_relu_ex(x[i], a);
+        break;
+    case KC_ACT_LEAKY:
+        for (int64_t i = lo; i < hi; i++)
+            y[i] = x[i] >= 0 ? x[i] : (float)a->negative_slope * x[i];
+        break;
+    case KC_ACT_ELU:
+        for (int64_t i = lo; i < hi; i++)
+            y[i] = x[i] > 0 ? x[i] : (float)a->alpha * expm1f(x[i]);
+        break;
+    case KC_ACT_THRESHOLDED:
+        for (int64_t i = lo; i < hi; i++)
+            y[i] = x[i] > a->alpha ? x[i] : 0.0f;
+        break;
+    default: break;
+    }
+}
+
 static kc_status kc_act_layer(const kc_exec_ctx *ctx)
 {
     const kc_act_layer_attrs *a = ctx->layer->attrs;
@@ -25,22 +60,11 @@ static kc_status kc_act_layer(const kc_exec_ctx *ctx)
     const float *x = ctx->in[0];
     float *y = ctx->out[0];
     switch (a->kind) {
-    case KC_ACT_RELU:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = kc_relu_ex(x[i], a);
+    case KC_ACT_RELU: case KC_ACT_LEAKY: case KC_ACT_ELU: case KC_ACT_THRESHOLDED: {
+        kc_act_layer_job job = {a, x, y};
+        kc_parallel_for(n, 2 * n * (int64_t)sizeof(float), 16, kc_act_layer_range, &job);
         return KC_OK;
-    case KC_ACT_LEAKY:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = x[i] >= 0 ? x[i] : (float)a->negative_slope * x[i];
-        return KC_OK;
-    case KC_ACT_ELU:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = x[i] > 0 ? x[i] : (float)a->alpha * expm1f(x[i]);
-        return KC_OK;
-    case KC_ACT_THRESHOLDED:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = x[i] > a->alpha ? x[i] : 0.0f;
-        return KC_OK;
+    }
     case KC_ACT_PRELU: {
         /* alpha has the per-sample shape with shared axes of size 1. */
         const float *alpha = kc_w(ctx, 0);

@@ -132,7 +132,8 @@ static float kc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static float kc_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 static float kc_clamp(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
 
-/* Element-wise activations; formulas per keras-formats.md §5.5. */
+/* Element-wise activations; formulas per keras-formats.md §5.5. 1 when
+ * `name` is one of them (with n = 0 nothing else happens), else 0. */
 static int kc_activation_scalar(const char *name, int keras_major, float *x, int64_t n)
 {
 #define KC_MAP(expr)                      \
@@ -198,19 +199,56 @@ static int kc_activation_scalar(const char *name, int keras_major, float *x, int
     return 0;
 }
 
-kc_status kc_activation_apply(const char *name, int keras_major, float *x, int64_t n,
-                              int64_t last_dim)
+/* An element-wise activation over ranges: each range copied (when in
+ * and out differ) and activated while it is in the cache. */
+typedef struct kc_act_job {
+    const char *name;
+    int keras_major;
+    const float *in;
+    float *out;
+} kc_act_job;
+
+static void kc_act_range(void *arg, int64_t lo, int64_t hi)
 {
-    if (!name || kc_activation_scalar(name, keras_major, x, n))
+    const kc_act_job *job = arg;
+    if (job->in != job->out)
+        memcpy(job->out + lo, job->in + lo, (size_t)(hi - lo) * sizeof(float));
+    kc_activation_scalar(job->name, job->keras_major, job->out + lo, hi - lo);
+}
+
+/* Values an element-wise range takes at least: whole cache lines. */
+#define KC_ACT_GRAIN 16
+
+kc_status kc_activation_apply_from(const char *name, int keras_major, const float *in,
+                                   float *out, int64_t n, int64_t last_dim)
+{
+    if (!name || !strcmp(name, "linear")) {
+        if (in != out)
+            memcpy(out, in, (size_t)n * sizeof *out);
         return KC_OK;
+    }
+    /* n = 0 applies nothing and says whether the name is element-wise */
+    if (kc_activation_scalar(name, keras_major, out, 0)) {
+        kc_act_job job = {name, keras_major, in, out};
+        kc_parallel_for(n, 2 * n * (int64_t)sizeof(float), KC_ACT_GRAIN, kc_act_range, &job);
+        return KC_OK;
+    }
     if (strcmp(name, "softmax") == 0 || strcmp(name, "log_softmax") == 0) {
         if (last_dim < 1)
             return kc_fail(KC_ERR_SHAPE, "softmax over an empty axis");
-        kc_softmax_axis(x, n / last_dim, last_dim, 1);
+        if (in != out)
+            memcpy(out, in, (size_t)n * sizeof *out);
+        kc_softmax_axis(out, n / last_dim, last_dim, 1);
         if (name[0] == 'l')
             for (int64_t i = 0; i < n; i++)
-                x[i] = logf(x[i]);
+                out[i] = logf(out[i]);
         return KC_OK;
     }
     return kc_fail(KC_ERR_UNSUPPORTED, "activation '%s' is not implemented on the CPU", name);
+}
+
+kc_status kc_activation_apply(const char *name, int keras_major, float *x, int64_t n,
+                              int64_t last_dim)
+{
+    return kc_activation_apply_from(name, keras_major, x, x, n, last_dim);
 }

@@ -35,9 +35,8 @@ static kc_status kc_activation_layer(const kc_exec_ctx *ctx)
     const kc_activation_attrs *a = ctx->layer->attrs;
     const kc_shape *s = &ctx->out_shape[0];
     int64_t n = kc_count(s);
-    memcpy(ctx->out[0], ctx->in[0], (size_t)n * sizeof(float));
-    return kc_activation_apply(a->activation, ctx->keras_major, ctx->out[0], n,
-                               s->rank ? s->dims[s->rank - 1] : 1);
+    return kc_activation_apply_from(a->activation, ctx->keras_major, ctx->in[0], ctx->out[0], n,
+                                    s->rank ? s->dims[s->rank - 1] : 1);
 }
 
 /* Rows of the embedding matrix by index; an index outside [0, input_dim)

@@ -103,9 +103,15 @@ void *kc_kernel_state_drop(const kc_exec_ctx *ctx);
  * fn(arg, image, y0, y1) for each image's run of rows [y0, y1). */
 void kc_for_image_rows(int64_t lo, int64_t hi, int64_t rows,
                        void (*fn)(void *arg, int64_t image, int64_t y0, int64_t y1), void *arg);
-/* Apply a Keras activation by name in place over n values. */
+/* Apply a Keras activation by name in place over n values. Element-wise
+ * ones run over ranges on the threads (kc_parallel_for): the same bits
+ * as one pass. */
 kc_status kc_activation_apply(const char *name, int keras_major, float *x, int64_t n,
                              int64_t last_dim);
+/* out = activation(in) over n values (kc_activation_apply's result, with
+ * the copy done range by range as each is activated). */
+kc_status kc_activation_apply_from(const char *name, int keras_major, const float *in,
+                                   float *out, int64_t n, int64_t last_dim);
 /* Softmax over `axis_len` contiguous groups with the given inner stride. */
 void kc_softmax_axis(float *x, int64_t outer, int64_t axis_len, int64_t inner);
 /* C = A(m x k) · B(k x n) (+ C if accumulate), row-major. */

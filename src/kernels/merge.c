@@ -8,79 +8,172 @@
 #include "kernels/kernel.h"
 #include "ops/merge.h"
 
-/* Strides of `in` seen through the output shape (0 on broadcast axes). */
-static void kc_broadcast_strides(const kc_shape *in, const kc_shape *out, int64_t *strides)
+/* Element-wise merges (Add, Subtract, Multiply, Average, Maximum,
+ * Minimum) with NumPy broadcasting. Each input is seen through the output
+ * shape as rows: a run of `row` output elements over which the input is
+ * either contiguous or one value (its innermost axes, merged while the
+ * pattern holds), so the inner loops are plain vector loops. The output
+ * is cut into ranges over the threads, and a range takes every input in
+ * turn while it is in the cache; each element's arithmetic is the
+ * inputs' in order, as one pass would do it. */
+typedef struct kc_bcast {
+    const float *x;
+    int same;                    /* the output's shape: one run of it all */
+    int scalar;                  /* a row reads one value (else a run) */
+    int outer_rank;              /* output axes before the row's */
+    int64_t row;                 /* output elements a row */
+    int64_t dims[KC_MAX_RANK];   /* the output's axes before the row's */
+    int64_t strides[KC_MAX_RANK];/* the input's stride along each (0: broadcast) */
+} kc_bcast;
+
+typedef struct kc_ewise_job {
+    const kc_exec_ctx *ctx;
+    kc_merge_kind kind;
+} kc_ewise_job;
+
+/* Input `in` seen through output shape `os` (broadcast: NumPy's rules,
+ * checked by the op's shape inference). */
+static void kc_bcast_init(kc_bcast *b, const float *x, const kc_shape *in, const kc_shape *os)
 {
-    int64_t s = 1;
-    for (int i = out->rank - 1; i >= 0; i--) {
-        int ii = i - (out->rank - in->rank);
-        if (ii < 0 || in->dims[ii] == 1) {
-            strides[i] = 0;
-        } else {
-            strides[i] = s;
-        }
+    int64_t strides[KC_MAX_RANK], s = 1;
+    for (int i = os->rank - 1; i >= 0; i--) {
+        int ii = i - (os->rank - in->rank);
+        strides[i] = ii < 0 || in->dims[ii] == 1 ? 0 : s;
         if (ii >= 0)
             s *= in->dims[ii];
     }
-}
-
-/* acc = op(acc, x) for every output element. */
-static void kc_combine(kc_merge_kind kind, float *acc, const float *x, const kc_shape *xs,
-                       const kc_shape *os)
-{
-    int64_t total = kc_count(os);
-    int same = kc_shape_equal(xs, os);
-    int64_t strides[KC_MAX_RANK], idx[KC_MAX_RANK] = {0};
-    if (!same)
-        kc_broadcast_strides(xs, os, strides);
-    int64_t src = 0;
-    for (int64_t o = 0; o < total; o++) {
-        float v = same ? x[o] : x[src];
-        switch (kind) {
-        case KC_MERGE_ADD: case KC_MERGE_AVERAGE: acc[o] += v; break;
-        case KC_MERGE_SUBTRACT: acc[o] -= v; break;
-        case KC_MERGE_MULTIPLY: acc[o] *= v; break;
-        case KC_MERGE_MAXIMUM: acc[o] = v > acc[o] ? v : acc[o]; break;
-        case KC_MERGE_MINIMUM: acc[o] = v < acc[o] ? v : acc[o]; break;
-        default: break;
-        }
-        if (same)
-            continue;
-        for (int i = os->rank - 1; i >= 0; i--) {
-            src += strides[i];
-            if (++idx[i] < os->dims[i])
-                break;
-            src -= strides[i] * idx[i];
-            idx[i] = 0;
-        }
+    b->x = x;
+    b->same = kc_shape_equal(in, os);
+    int last = os->rank - 1;
+    b->scalar = last < 0 || strides[last] == 0;
+    b->row = 1;
+    int k = os->rank;
+    /* merge axes from the innermost while the input stays one value, or
+     * stays contiguous, across them */
+    while (k > 0 && (b->scalar ? strides[k - 1] == 0 : strides[k - 1] == b->row)) {
+        b->row *= os->dims[k - 1];
+        k--;
+    }
+    b->outer_rank = k;
+    for (int i = 0; i < k; i++) {
+        b->dims[i] = os->dims[i];
+        b->strides[i] = strides[i];
     }
 }
 
-/* Broadcast-copy x into out. */
-static void kc_broadcast_copy(float *out, const float *x, const kc_shape *xs, const kc_shape *os)
+/* Where row r of the output starts in the input. */
+static int64_t kc_bcast_row_src(const kc_bcast *b, int64_t r)
 {
-    int64_t total = kc_count(os);
-    if (kc_shape_equal(xs, os)) {
-        memcpy(out, x, (size_t)total * sizeof *out);
+    int64_t src = 0;
+    for (int i = b->outer_rank - 1; i >= 0; i--) {
+        src += r % b->dims[i] * b->strides[i];
+        r /= b->dims[i];
+    }
+    return src;
+}
+
+/* acc[i] = op(acc[i], x[i]) over n elements; the first input copies. */
+static void kc_ewise_run(kc_merge_kind kind, int first, float *acc, const float *x, int64_t n)
+{
+    if (first) {
+        if (acc != x)
+            memcpy(acc, x, (size_t)n * sizeof *acc);
         return;
     }
-    for (int64_t o = 0; o < total; o++)
-        out[o] = 0.0f;
-    kc_combine(KC_MERGE_ADD, out, x, xs, os);
+    switch (kind) {
+    case KC_MERGE_ADD: case KC_MERGE_AVERAGE:
+        for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+        break;
+    case KC_MERGE_SUBTRACT:
+        for (int64_t i = 0; i < n; i++) acc[i] -= x[i];
+        break;
+    case KC_MERGE_MULTIPLY:
+        for (int64_t i = 0; i < n; i++) acc[i] *= x[i];
+        break;
+    case KC_MERGE_MAXIMUM:
+        for (int64_t i = 0; i < n; i++) acc[i] = x[i] > acc[i] ? x[i] : acc[i];
+        break;
+    case KC_MERGE_MINIMUM:
+        for (int64_t i = 0; i < n; i++) acc[i] = x[i] < acc[i] ? x[i] : acc[i];
+        break;
+    default: break;
+    }
+}
+
+/* The same with one value v for all n. */
+static void kc_ewise_run1(kc_merge_kind kind, int first, float *acc, float v, int64_t n)
+{
+    if (first) {
+        for (int64_t i = 0; i < n; i++) acc[i] = v;
+        return;
+    }
+    switch (kind) {
+    case KC_MERGE_ADD: case KC_MERGE_AVERAGE:
+        for (int64_t i = 0; i < n; i++) acc[i] += v;
+        break;
+    case KC_MERGE_SUBTRACT:
+        for (int64_t i = 0; i < n; i++) acc[i] -= v;
+        break;
+    case KC_MERGE_MULTIPLY:
+        for (int64_t i = 0; i < n; i++) acc[i] *= v;
+        break;
+    case KC_MERGE_MAXIMUM:
+        for (int64_t i = 0; i < n; i++) acc[i] = v > acc[i] ? v : acc[i];
+        break;
+    case KC_MERGE_MINIMUM:
+        for (int64_t i = 0; i < n; i++) acc[i] = v < acc[i] ? v : acc[i];
+        break;
+    default: break;
+    }
+}
+
+/* Input b into output elements [lo, hi), row piece by row piece. */
+static void kc_ewise_input(kc_merge_kind kind, int first, float *out, const kc_bcast *b,
+                           int64_t lo, int64_t hi)
+{
+    if (b->same) {
+        kc_ewise_run(kind, first, out + lo, b->x + lo, hi - lo);
+        return;
+    }
+    for (int64_t o = lo; o < hi;) {
+        int64_t r = o / b->row, off = o - r * b->row;
+        int64_t n = b->row - off < hi - o ? b->row - off : hi - o;
+        const float *x = b->x + kc_bcast_row_src(b, r);
+        if (b->scalar)
+            kc_ewise_run1(kind, first, out + o, x[0], n);
+        else
+            kc_ewise_run(kind, first, out + o, x + off, n);
+        o += n;
+    }
+}
+
+/* Output elements [lo, hi): every input in turn (its view made here:
+ * a few steps per axis). */
+static void kc_ewise_range(void *arg, int64_t lo, int64_t hi)
+{
+    const kc_ewise_job *j = arg;
+    const kc_exec_ctx *ctx = j->ctx;
+    float *out = ctx->out[0];
+    for (int i = 0; i < ctx->n_in; i++) {
+        kc_bcast b;
+        kc_bcast_init(&b, ctx->in[i], &ctx->in_shape[i], &ctx->out_shape[0]);
+        kc_ewise_input(j->kind, i == 0, out, &b, lo, hi);
+    }
+    if (j->kind == KC_MERGE_AVERAGE)
+        for (int64_t o = lo; o < hi; o++)
+            out[o] /= (float)ctx->n_in;
 }
 
 static kc_status kc_elementwise(const kc_exec_ctx *ctx)
 {
     const kc_merge_attrs *a = ctx->layer->attrs;
     const kc_shape *os = &ctx->out_shape[0];
-    kc_broadcast_copy(ctx->out[0], ctx->in[0], &ctx->in_shape[0], os);
-    for (int i = 1; i < ctx->n_in; i++)
-        kc_combine(a->kind, ctx->out[0], ctx->in[i], &ctx->in_shape[i], os);
-    if (a->kind == KC_MERGE_AVERAGE) {
-        int64_t total = kc_count(os);
-        for (int64_t o = 0; o < total; o++)
-            ctx->out[0][o] /= (float)ctx->n_in;
-    }
+    if (ctx->n_in < 1)
+        return kc_fail(KC_ERR_ARG, "an element-wise merge of no inputs");
+    kc_ewise_job job = {ctx, a->kind};
+    int64_t total = kc_count(os);
+    kc_parallel_for(total, (ctx->n_in + 1) * total * (int64_t)sizeof(float), 16, kc_ewise_range,
+                    &job);
     return KC_OK;
 }
 

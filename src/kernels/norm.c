@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/threads.h"
 #include "kernels/kernel.h"
 #include "ops/norm.h"
 
@@ -25,28 +26,117 @@ static void kc_axis_view(const kc_shape *s, int axis, int64_t *outer, int64_t *l
         *inner *= s->dims[i];
 }
 
+/* BatchNormalization as a per-channel scale and shift, in double as
+ * before: y = (float)(x * scale + shift), scale = gamma / sqrt(var +
+ * eps), shift = beta - mean * scale. Cut over the threads by positions
+ * before the axis (pixels, channels-last) or by planes (the axis not
+ * last), each position's channels read in order. */
+typedef struct kc_bn_job {
+    const float *x, *gamma, *beta, *mean, *var;
+    float *y;
+    double epsilon;
+    int64_t len, inner;
+} kc_bn_job;
+
+/* Channels a stack block of scales and shifts holds (8 KiB). */
+#define KC_BN_BLOCK 512
+
+static void kc_bn_coeffs(const kc_bn_job *j, int64_t c, double *scale, double *shift)
+{
+    *scale = (j->gamma ? j->gamma[c] : 1.0) / sqrt((double)j->var[c] + j->epsilon);
+    *shift = (j->beta ? j->beta[c] : 0.0) - j->mean[c] * *scale;
+}
+
+/* Positions [lo, hi) of a channels-last tensor (inner == 1). */
+static void kc_bn_pixels(void *arg, int64_t lo, int64_t hi)
+{
+    const kc_bn_job *j = arg;
+    double scale[KC_BN_BLOCK], shift[KC_BN_BLOCK];
+    for (int64_t c0 = 0; c0 < j->len; c0 += KC_BN_BLOCK) {
+        int64_t nc = j->len - c0 < KC_BN_BLOCK ? j->len - c0 : KC_BN_BLOCK;
+        for (int64_t c = 0; c < nc; c++)
+            kc_bn_coeffs(j, c0 + c, &scale[c], &shift[c]);
+        for (int64_t o = lo; o < hi; o++) {
+            const float *x = j->x + o * j->len + c0;
+            float *y = j->y + o * j->len + c0;
+            for (int64_t c = 0; c < nc; c++)
+                y[c] = (float)(x[c] * scale[c] + shift[c]);
+        }
+    }
+}
+
+/* Planes [lo, hi): plane p is channel p % len of position p / len. */
+static void kc_bn_planes(void *arg, int64_t lo, int64_t hi)
+{
+    const kc_bn_job *j = arg;
+    for (int64_t p = lo; p < hi; p++) {
+        double scale, shift;
+        kc_bn_coeffs(j, p % j->len, &scale, &shift);
+        const float *x = j->x + p * j->inner;
+        float *y = j->y + p * j->inner;
+        for (int64_t i = 0; i < j->inner; i++)
+            y[i] = (float)(x[i] * scale + shift);
+    }
+}
+
 static kc_status kc_batchnorm(const kc_exec_ctx *ctx)
 {
     const kc_norm_attrs *a = ctx->layer->attrs;
     int w = 0;
-    const float *gamma = a->scale ? kc_w(ctx, w++) : NULL;
-    const float *beta = a->center ? kc_w(ctx, w++) : NULL;
-    const float *mean = kc_w(ctx, w++), *var = kc_w(ctx, w++);
-    int64_t outer, len, inner;
-    kc_axis_view(&ctx->in_shape[0], kc_norm_axis(a, 0, ctx->in_shape[0].rank), &outer, &len,
-                 &inner);
-    for (int64_t c = 0; c < len; c++) {
-        /* y = (x - mean) / sqrt(var + eps) * gamma + beta as scale/shift */
-        double scale = (gamma ? gamma[c] : 1.0) / sqrt((double)var[c] + a->epsilon);
-        double shift = (beta ? beta[c] : 0.0) - mean[c] * scale;
-        for (int64_t o = 0; o < outer; o++) {
-            const float *x = ctx->in[0] + (o * len + c) * inner;
-            float *y = ctx->out[0] + (o * len + c) * inner;
-            for (int64_t i = 0; i < inner; i++)
-                y[i] = (float)(x[i] * scale + shift);
-        }
-    }
+    kc_bn_job j = {.x = ctx->in[0], .y = ctx->out[0], .epsilon = a->epsilon};
+    j.gamma = a->scale ? kc_w(ctx, w++) : NULL;
+    j.beta = a->center ? kc_w(ctx, w++) : NULL;
+    j.mean = kc_w(ctx, w++);
+    j.var = kc_w(ctx, w++);
+    int64_t outer;
+    kc_axis_view(&ctx->in_shape[0], kc_norm_axis(a, 0, ctx->in_shape[0].rank), &outer, &j.len,
+                 &j.inner);
+    int64_t bytes = 2 * kc_count(&ctx->in_shape[0]) * (int64_t)sizeof(float);
+    if (j.inner == 1)
+        kc_parallel_for(outer, bytes, 1, kc_bn_pixels, &j);
+    else
+        kc_parallel_for(outer * j.len, bytes, 1, kc_bn_planes, &j);
     return KC_OK;
+}
+
+/* LayerNormalization's rows [lo, hi): each row's statistics in double,
+ * in order, whichever thread takes it. */
+typedef struct kc_ln_job {
+    const kc_norm_attrs *a;
+    const float *in;
+    float *out;
+    const float *gamma, *beta;
+    int64_t len;
+} kc_ln_job;
+
+static void kc_ln_rows(void *arg, int64_t lo, int64_t hi)
+{
+    const kc_ln_job *j = arg;
+    const kc_norm_attrs *a = j->a;
+    const float *gamma = j->gamma, *beta = j->beta;
+    int64_t len = j->len;
+    for (int64_t r = lo; r < hi; r++) {
+        const float *x = j->in + r * len;
+        float *y = j->out + r * len;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < len; i++)
+            mean += x[i];
+        mean /= (double)len;
+        for (int64_t i = 0; i < len; i++)
+            var += (x[i] - mean) * (x[i] - mean);
+        var /= (double)len;
+        if (a->rms_scaling) {
+            /* Keras: x * rsqrt(mean(x^2) + eps) * gamma */
+            double ms = var + mean * mean;
+            double inv = 1.0 / sqrt(ms + a->epsilon);
+            for (int64_t i = 0; i < len; i++)
+                y[i] = (float)(x[i] * inv * (gamma ? gamma[i] : 1.0));
+            continue;
+        }
+        double inv = 1.0 / sqrt(var + a->epsilon);
+        for (int64_t i = 0; i < len; i++)
+            y[i] = (float)((x[i] - mean) * inv * (gamma ? gamma[i] : 1.0) + (beta ? beta[i] : 0.0));
+    }
 }
 
 /* LayerNormalization over trailing axes (the form Keras models use). */
@@ -67,28 +157,8 @@ static kc_status kc_layernorm(const kc_exec_ctx *ctx)
     int64_t rows = kc_count(s) / (len ? len : 1);
     const float *gamma = (a->scale || a->rms_scaling) ? kc_w(ctx, 0) : NULL;
     const float *beta = (a->center && !a->rms_scaling) ? kc_w(ctx, gamma ? 1 : 0) : NULL;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *x = ctx->in[0] + r * len;
-        float *y = ctx->out[0] + r * len;
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < len; i++)
-            mean += x[i];
-        mean /= (double)len;
-        for (int64_t i = 0; i < len; i++)
-            var += (x[i] - mean) * (x[i] - mean);
-        var /= (double)len;
-        if (a->rms_scaling) {
-            /* Keras: x * rsqrt(mean(x^2) + eps) * gamma */
-            double ms = var + mean * mean;
-            double inv = 1.0 / sqrt(ms + a->epsilon);
-            for (int64_t i = 0; i < len; i++)
-                y[i] = (float)(x[i] * inv * (gamma ? gamma[i] : 1.0));
-            continue;
-        }
-        double inv = 1.0 / sqrt(var + a->epsilon);
-        for (int64_t i = 0; i < len; i++)
-            y[i] = (float)((x[i] - mean) * inv * (gamma ? gamma[i] : 1.0) + (beta ? beta[i] : 0.0));
-    }
+    kc_ln_job job = {a, ctx->in[0], ctx->out[0], gamma, beta, len};
+    kc_parallel_for(rows, 2 * rows * len * (int64_t)sizeof(float), 1, kc_ln_rows, &job);
     return KC_OK;
 }
 

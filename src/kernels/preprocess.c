@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/threads.h"
 #include "kernels/kernel.h"
 #include "ops/preprocess.h"
 
@@ -15,18 +16,67 @@ static kc_status kc_param_mode(int64_t count, int64_t channels, const char *what
                    (long long)count, (long long)channels);
 }
 
+/* A per-channel (last axis) affine map over rows of `c` values, cut
+ * over the threads by rows: Rescaling, LayerScale, and Normalization
+ * with statistics per channel or one for all. Each value's arithmetic
+ * is the layer's own, in the same order, on any cut. */
+typedef enum { KC_ROWS_RESCALE, KC_ROWS_SCALE, KC_ROWS_NORMALIZE } kc_rows_kind;
+
+typedef struct kc_rows_job {
+    kc_rows_kind kind;
+    const float *x;
+    float *y;
+    int64_t c;
+    const float *p0, *p1; /* scale and offset; gamma; mean and variance */
+    int64_t n0, n1;       /* their counts: 1 (shared) or c */
+    int invert;           /* Normalization(invert=True) */
+} kc_rows_job;
+
+static void kc_rows_range(void *arg, int64_t lo, int64_t hi)
+{
+    const kc_rows_job *j = arg;
+    for (int64_t r = lo; r < hi; r++) {
+        const float *x = j->x + r * j->c;
+        float *y = j->y + r * j->c;
+        for (int64_t i = 0; i < j->c; i++) {
+            float a = j->p0[j->n0 == 1 ? 0 : i];
+            if (j->kind == KC_ROWS_SCALE) {
+                y[i] = x[i] * a;
+                continue;
+            }
+            float b = j->p1[j->n1 == 1 ? 0 : i];
+            if (j->kind == KC_ROWS_RESCALE) {
+                y[i] = x[i] * a + b;
+                continue;
+            }
+            float sd = fmaxf(sqrtf(b), 1e-7f);
+            y[i] = j->invert ? x[i] * sd + a : (x[i] - a) / sd;
+        }
+    }
+}
+
+static void kc_rows_run(const kc_exec_ctx *ctx, kc_rows_job *j)
+{
+    const kc_shape *s = &ctx->in_shape[0];
+    int64_t n = kc_count(s);
+    j->x = ctx->in[0];
+    j->y = ctx->out[0];
+    j->c = s->rank ? s->dims[s->rank - 1] : 1;
+    if (j->c < 1)
+        return;
+    kc_parallel_for(n / j->c, 2 * n * (int64_t)sizeof(float), 1, kc_rows_range, j);
+}
+
 static kc_status kc_rescaling(const kc_exec_ctx *ctx)
 {
     const kc_rescaling_attrs *a = ctx->layer->attrs;
     const kc_shape *s = &ctx->in_shape[0];
-    int64_t c = s->dims[s->rank - 1], n = kc_count(s);
+    int64_t c = s->dims[s->rank - 1];
     KC_TRY(kc_param_mode(a->n_scale, c, "Rescaling scale"));
     KC_TRY(kc_param_mode(a->n_offset, c, "Rescaling offset"));
-    for (int64_t i = 0; i < n; i++) {
-        float sc = a->n_scale == 1 ? a->scale[0] : a->scale[i % c];
-        float of = a->n_offset == 1 ? a->offset[0] : a->offset[i % c];
-        ctx->out[0][i] = ctx->in[0][i] * sc + of;
-    }
+    kc_rows_job j = {.kind = KC_ROWS_RESCALE, .p0 = a->scale, .p1 = a->offset,
+                     .n0 = a->n_scale, .n1 = a->n_offset};
+    kc_rows_run(ctx, &j);
     return KC_OK;
 }
 
@@ -55,6 +105,16 @@ static kc_status kc_normalization(const kc_exec_ctx *ctx)
         n_params *= s->dims[a->keep[k]];
     int64_t n_mean = a->has_constants ? kc_shape_count(&a->mean_shape) : n_params;
     int64_t n_var = a->has_constants ? kc_shape_count(&a->variance_shape) : n_params;
+    int per_channel = n_params == 1 || (a->n_keep == 1 && a->keep[0] == s->rank - 1);
+    if (per_channel && s->rank >= 1) { /* the usual case: by rows */
+        kc_rows_job j = {.kind = KC_ROWS_NORMALIZE, .p0 = mean, .p1 = var,
+                         .n0 = n_mean == 1 ? 1 : n_params, .n1 = n_var == 1 ? 1 : n_params,
+                         .invert = a->invert};
+        if (n_params == 1) /* one statistic for all: its index is 0 */
+            j.n0 = j.n1 = 1;
+        kc_rows_run(ctx, &j);
+        return KC_OK;
+    }
     int64_t n = kc_count(s);
     for (int64_t i = 0; i < n; i++) {
         int64_t p = n_params > 1 ? kc_norm_param_index(a, s, i) : 0;
@@ -158,10 +218,8 @@ static kc_status kc_center_crop(const kc_exec_ctx *ctx)
 static kc_status kc_layer_scale(const kc_exec_ctx *ctx)
 {
     const kc_shape *s = &ctx->in_shape[0];
-    int64_t c = s->dims[s->rank - 1], n = kc_count(s);
-    const float *gamma = kc_w(ctx, 0);
-    for (int64_t i = 0; i < n; i++)
-        ctx->out[0][i] = ctx->in[0][i] * gamma[i % c];
+    kc_rows_job j = {.kind = KC_ROWS_SCALE, .p0 = kc_w(ctx, 0), .n0 = s->dims[s->rank - 1]};
+    kc_rows_run(ctx, &j);
     return KC_OK;
 }
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/threads.h"
 #include "kernels/kernel.h"
 #include "ops/elementwise.h"
 
@@ -121,16 +122,80 @@ static void kc_next_index(int64_t *idx, const kc_shape *s)
     }
 }
 
+/* A binary op over the output's rows (its innermost axis), each operand
+ * read along a row with stride 1 or 0 (broadcast), the rows cut over
+ * the threads; every element's arithmetic is kc_ew_binary's. */
+typedef struct kc_bin_job {
+    kc_ew_op op;
+    kc_view x, y;
+    const kc_shape *os;
+    float *out;
+} kc_bin_job;
+
+/* out[i] = x[i * sx] OP y[i * sy] for the common ops, in loops the
+ * compiler vectorises where both strides are 1. */
+#define KC_BIN_LOOP(expr)                                                                          \
+    do {                                                                                           \
+        if (sx == 1 && sy == 1)                                                                    \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                float xv = x[i], yv = y[i];                                                        \
+                out[i] = (expr);                                                                   \
+            }                                                                                      \
+        else                                                                                       \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                float xv = x[i * sx], yv = y[i * sy];                                              \
+                out[i] = (expr);                                                                   \
+            }                                                                                      \
+    } while (0)
+
+static void kc_bin_row(kc_ew_op op, float *out, const float *x, int64_t sx, const float *y,
+                       int64_t sy, int64_t n)
+{
+    switch (op) {
+    case KC_EW_ADD: KC_BIN_LOOP(xv + yv); break;
+    case KC_EW_SUB: KC_BIN_LOOP(xv - yv); break;
+    case KC_EW_MUL: KC_BIN_LOOP(xv * yv); break;
+    case KC_EW_DIV: KC_BIN_LOOP(xv / yv); break;
+    default: KC_BIN_LOOP(kc_ew_binary(op, xv, yv)); break;
+    }
+}
+#undef KC_BIN_LOOP
+
+/* Stride of operand s along the output's innermost axis: 0 when it
+ * broadcasts there (or has no such axis). */
+static int64_t kc_bin_stride(const kc_shape *s)
+{
+    return s->rank > 0 && s->dims[s->rank - 1] != 1 ? 1 : 0;
+}
+
+static void kc_bin_rows(void *arg, int64_t lo, int64_t hi)
+{
+    const kc_bin_job *j = arg;
+    const kc_shape *os = j->os;
+    int64_t len = os->rank ? os->dims[os->rank - 1] : 1;
+    int64_t idx[KC_MAX_RANK] = {0};
+    int64_t sx = kc_bin_stride(&j->x.shape), sy = kc_bin_stride(&j->y.shape);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t rest = r;
+        for (int i = os->rank - 2; i >= 0; i--) {
+            idx[i] = rest % os->dims[i];
+            rest /= os->dims[i];
+        }
+        kc_bin_row(j->op, j->out + r * len, j->x.data + kc_bcast_offset(&j->x.shape, os, idx), sx,
+                   j->y.data + kc_bcast_offset(&j->y.shape, os, idx), sy, len);
+    }
+}
+
 static kc_status kc_top_binary(const kc_exec_ctx *ctx, const kc_top_attrs *a)
 {
-    kc_view x, y;
-    KC_TRY(kc_get_operand(ctx, a, 0, &x));
-    KC_TRY(kc_get_operand(ctx, a, 1, &y));
-    const kc_shape *os = &ctx->out_shape[0];
-    int64_t n = kc_count(os), idx[KC_MAX_RANK] = {0};
-    for (int64_t o = 0; o < n; o++, kc_next_index(idx, os))
-        ctx->out[0][o] = kc_ew_binary(a->ew, x.data[kc_bcast_offset(&x.shape, os, idx)],
-                                      y.data[kc_bcast_offset(&y.shape, os, idx)]);
+    kc_bin_job job = {.op = a->ew, .os = &ctx->out_shape[0], .out = ctx->out[0]};
+    KC_TRY(kc_get_operand(ctx, a, 0, &job.x));
+    KC_TRY(kc_get_operand(ctx, a, 1, &job.y));
+    const kc_shape *os = job.os;
+    int64_t n = kc_count(os), len = os->rank ? os->dims[os->rank - 1] : 1;
+    if (n < 1 || len < 1)
+        return KC_OK;
+    kc_parallel_for(n / len, 3 * n * (int64_t)sizeof(float), 1, kc_bin_rows, &job);
     return KC_OK;
 }
 
@@ -284,6 +349,20 @@ static kc_status kc_top_cast(const kc_exec_ctx *ctx, const kc_top_attrs *a)
     return KC_OK;
 }
 
+/* A unary op over element ranges side by side. */
+typedef struct kc_unary_job {
+    const kc_top_attrs *a;
+    float *out;
+    kc_view x;
+} kc_unary_job;
+
+static void kc_unary_range(void *arg, int64_t lo, int64_t hi)
+{
+    const kc_unary_job *j = arg;
+    for (int64_t i = lo; i < hi; i++)
+        j->out[i] = kc_ew_unary(j->a->ew, j->x.data[i], j->a->alpha);
+}
+
 static kc_status kc_tensor_op(const kc_exec_ctx *ctx)
 {
     const kc_top_attrs *a = ctx->layer->attrs;
@@ -293,10 +372,9 @@ static kc_status kc_tensor_op(const kc_exec_ctx *ctx)
         memcpy(ctx->out[0], ctx->in[0], (size_t)n * sizeof(float));
         return KC_OK;
     case KC_TOP_UNARY: {
-        kc_view x;
-        KC_TRY(kc_get_operand(ctx, a, 0, &x));
-        for (int64_t i = 0; i < n; i++)
-            ctx->out[0][i] = kc_ew_unary(a->ew, x.data[i], a->alpha);
+        kc_unary_job job = {a, ctx->out[0]};
+        KC_TRY(kc_get_operand(ctx, a, 0, &job.x));
+        kc_parallel_for(n, 2 * n * (int64_t)sizeof(float), 16, kc_unary_range, &job);
         return KC_OK;
     }
     case KC_TOP_BINARY: return kc_top_binary(ctx, a);

@@ -1,0 +1,387 @@
+/* The element-wise layers cut over the threads (kc_parallel_for): merges
+ * with every broadcast pattern, BatchNormalization on the last axis and
+ * on another, activations, the ops nodes' binary ops, Rescaling,
+ * LayerScale, Normalization and LayerNormalization. Each runs on two
+ * threads on a tensor large enough to be cut (past 256 KiB) and on a
+ * small one, and must give the bits of a plain per-element loop written
+ * here from the layer's formula. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base/threads.h"
+#include "kernels/kernel.h"
+#include "ops/core.h"
+#include "ops/elementwise.h"
+#include "ops/merge.h"
+#include "ops/norm.h"
+#include "ops/op.h"
+#include "ops/preprocess.h"
+
+static uint32_t g_seed = 12345u;
+
+static float rnd(void)
+{
+    g_seed = g_seed * 1664525u + 1013904223u;
+    return (float)(g_seed >> 8) / (float)(1u << 24) - 0.5f;
+}
+
+static float *rand_buf(int64_t n, float scale)
+{
+    float *p = malloc((size_t)(n ? n : 1) * sizeof *p);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = rnd() * scale;
+    return p;
+}
+
+static int64_t count(const kc_shape *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        n *= s->dims[i];
+    return n;
+}
+
+/* layer's kernel on ins into out, on two threads. */
+static void run_layer(kc_layer *layer, const float *const *ins, const kc_shape *is, int n_in,
+                      float *out, const kc_shape *os)
+{
+    float *outs[1] = {out};
+    kc_kernel_state *state = NULL;
+    kc_exec_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.layer = layer;
+    ctx.in = ins;
+    ctx.in_shape = is;
+    ctx.n_in = n_in;
+    ctx.out = outs;
+    ctx.out_shape = os;
+    ctx.n_out = 1;
+    ctx.keras_major = 3;
+    ctx.state = &state;
+    kc_kernel_fn fn = kc_kernel_lookup(layer->def);
+    assert_non_null(fn);
+    kc_threads_enter(2);
+    assert_int_equal(fn(&ctx), KC_OK);
+    kc_threads_enter(0);
+    if (state && state->free)
+        state->free(state);
+}
+
+/* Offset of output element o in an input of shape s broadcast to os. */
+static int64_t bcast_at(const kc_shape *s, const kc_shape *os, int64_t o)
+{
+    int64_t off = 0, stride = 1;
+    for (int i = os->rank - 1; i >= 0; i--) {
+        int64_t coord = o % os->dims[i];
+        o /= os->dims[i];
+        int si = i - (os->rank - s->rank);
+        if (si < 0)
+            continue;
+        if (s->dims[si] != 1)
+            off += coord * stride;
+        stride *= s->dims[si];
+    }
+    return off;
+}
+
+static void expect_same(const float *got, const float *want, int64_t n, const char *what)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof *got))
+            fail_msg("%s: element %lld is %.9g, want %.9g", what, (long long)i, (double)got[i],
+                     (double)want[i]);
+}
+
+/* ------------------------------------------------------------- merges */
+
+typedef struct merge_case {
+    const char *what, *cls;
+    kc_merge_kind kind;
+    int n_in;
+    kc_shape in[3], out;
+} merge_case;
+
+static float merge_ref(kc_merge_kind kind, float acc, float v)
+{
+    switch (kind) {
+    case KC_MERGE_ADD: case KC_MERGE_AVERAGE: return acc + v;
+    case KC_MERGE_SUBTRACT: return acc - v;
+    case KC_MERGE_MULTIPLY: return acc * v;
+    case KC_MERGE_MAXIMUM: return v > acc ? v : acc;
+    case KC_MERGE_MINIMUM: return v < acc ? v : acc;
+    default: return acc;
+    }
+}
+
+static void check_merge(const merge_case *c)
+{
+    float *ins[3] = {NULL};
+    for (int i = 0; i < c->n_in; i++)
+        ins[i] = rand_buf(count(&c->in[i]), 4.0f);
+    int64_t n = count(&c->out);
+    float *got = malloc((size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
+    for (int64_t o = 0; o < n; o++) {
+        float acc = ins[0][bcast_at(&c->in[0], &c->out, o)];
+        for (int i = 1; i < c->n_in; i++)
+            acc = merge_ref(c->kind, acc, ins[i][bcast_at(&c->in[i], &c->out, o)]);
+        if (c->kind == KC_MERGE_AVERAGE)
+            acc /= (float)c->n_in;
+        want[o] = acc;
+    }
+    kc_merge_attrs a = {.kind = c->kind};
+    kc_layer layer = {.name = "merge", .class_name = (char *)c->cls, .attrs = &a};
+    layer.def = kc_op_lookup(NULL, c->cls);
+    run_layer(&layer, (const float *const *)ins, c->in, c->n_in, got, &c->out);
+    expect_same(got, want, n, c->what);
+    for (int i = 0; i < c->n_in; i++)
+        free(ins[i]);
+    free(got);
+    free(want);
+}
+
+#define S4(a, b, c, d) {.rank = 4, .dims = {a, b, c, d}}
+#define S1(a) {.rank = 1, .dims = {a}}
+
+static void test_merge_broadcasts(void **state)
+{
+    (void)state;
+    static const merge_case cases[] = {
+        {"Add, one shape, cut", "Add", KC_MERGE_ADD, 2,
+         {S4(2, 40, 40, 64), S4(2, 40, 40, 64)}, S4(2, 40, 40, 64)},
+        {"Multiply by per-image channels (squeeze-excite), cut", "Multiply", KC_MERGE_MULTIPLY, 2,
+         {S4(2, 40, 40, 72), S4(2, 1, 1, 72)}, S4(2, 40, 40, 72)},
+        {"Subtract one value per pixel, cut", "Subtract", KC_MERGE_SUBTRACT, 2,
+         {S4(2, 40, 40, 48), S4(2, 40, 40, 1)}, S4(2, 40, 40, 48)},
+        {"Subtract from one value per pixel, cut", "Subtract", KC_MERGE_SUBTRACT, 2,
+         {S4(2, 40, 40, 1), S4(2, 40, 40, 48)}, S4(2, 40, 40, 48)},
+        {"Add a lower-rank input, cut", "Add", KC_MERGE_ADD, 2,
+         {S4(1, 60, 60, 40), S1(40)}, S4(1, 60, 60, 40)},
+        {"Average of three broadcasts, cut", "Average", KC_MERGE_AVERAGE, 3,
+         {S4(1, 50, 50, 40), S4(1, 50, 1, 40), S4(1, 1, 50, 40)}, S4(1, 50, 50, 40)},
+        {"Maximum across rows, cut", "Maximum", KC_MERGE_MAXIMUM, 3,
+         {S4(1, 50, 50, 40), S4(1, 1, 50, 1), S4(1, 50, 50, 40)}, S4(1, 50, 50, 40)},
+        {"Minimum, small", "Minimum", KC_MERGE_MINIMUM, 2,
+         {S4(1, 3, 5, 7), S4(1, 3, 1, 7)}, S4(1, 3, 5, 7)},
+        {"Multiply, odd sizes, small", "Multiply", KC_MERGE_MULTIPLY, 2,
+         {S4(3, 1, 5, 1), S4(3, 7, 1, 3)}, S4(3, 7, 5, 3)},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_merge(&cases[i]);
+}
+
+/* ----------------------------------------------- BatchNormalization */
+
+static void check_batchnorm(const kc_shape *s, int axis, const char *what)
+{
+    int64_t n = count(s), c = s->dims[axis], inner = 1;
+    for (int i = axis + 1; i < s->rank; i++)
+        inner *= s->dims[i];
+    float *x = rand_buf(n, 6.0f), *gamma = rand_buf(c, 2.0f), *beta = rand_buf(c, 2.0f);
+    float *mean = rand_buf(c, 1.0f), *var = rand_buf(c, 1.0f);
+    for (int64_t i = 0; i < c; i++)
+        var[i] = fabsf(var[i]) + 0.01f;
+    kc_norm_attrs a = {.axes = {axis}, .n_axes = 1, .epsilon = 1e-3, .center = 1, .scale = 1};
+    kc_weight w[4] = {{.data = gamma}, {.data = beta}, {.data = mean}, {.data = var}};
+    kc_layer layer = {.name = "bn", .class_name = "BatchNormalization", .attrs = &a,
+                      .weights = w, .n_weights = 4};
+    layer.def = kc_op_lookup(NULL, "BatchNormalization");
+    float *got = malloc((size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t ch = i / inner % c;
+        double scale = gamma[ch] / sqrt((double)var[ch] + a.epsilon);
+        double shift = beta[ch] - mean[ch] * scale;
+        want[i] = (float)(x[i] * scale + shift);
+    }
+    const float *ins[1] = {x};
+    run_layer(&layer, ins, s, 1, got, s);
+    expect_same(got, want, n, what);
+    free(x);
+    free(gamma);
+    free(beta);
+    free(mean);
+    free(var);
+    free(got);
+    free(want);
+}
+
+static void test_batchnorm_cut(void **state)
+{
+    (void)state;
+    kc_shape wide = S4(1, 20, 20, 600); /* two blocks of channels, cut by pixels */
+    kc_shape last = S4(2, 30, 30, 64);
+    kc_shape first = S4(2, 24, 30, 30); /* axis 1: cut by planes */
+    kc_shape small = S4(1, 3, 3, 5);
+    check_batchnorm(&wide, 3, "BatchNormalization, 600 channels last");
+    check_batchnorm(&last, 3, "BatchNormalization, 64 channels last");
+    check_batchnorm(&first, 1, "BatchNormalization on axis 1");
+    check_batchnorm(&small, 3, "BatchNormalization, small");
+}
+
+/* -------------------------------------------------------- activations */
+
+static float act_ref(const char *name, float v)
+{
+    if (!strcmp(name, "relu"))
+        return v > 0 ? v : 0;
+    if (!strcmp(name, "gelu"))
+        return 0.5f * v * (1.0f + erff(v / sqrtf(2.0f)));
+    if (!strcmp(name, "swish"))
+        return v * (1.0f / (1.0f + expf(-v)));
+    return NAN;
+}
+
+static void test_activation_cut(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"relu", "gelu", "swish"};
+    kc_shape shapes[2] = {S4(1, 70, 70, 32), S4(1, 1, 3, 7)};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            int64_t n = count(&shapes[k]);
+            float *x = rand_buf(n, 10.0f);
+            float *got = malloc((size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
+            for (int64_t e = 0; e < n; e++)
+                want[e] = act_ref(names[i], x[e]);
+            kc_activation_attrs a = {.activation = names[i]};
+            kc_layer layer = {.name = "act", .class_name = "Activation", .attrs = &a};
+            layer.def = kc_op_lookup(NULL, "Activation");
+            const float *ins[1] = {x};
+            run_layer(&layer, ins, &shapes[k], 1, got, &shapes[k]);
+            expect_same(got, want, n, names[i]);
+            /* in place, as a fused activation runs */
+            kc_threads_enter(2);
+            assert_int_equal(kc_activation_apply(names[i], 3, x, n, shapes[k].dims[3]), KC_OK);
+            kc_threads_enter(0);
+            expect_same(x, want, n, "in place");
+            free(x);
+            free(got);
+            free(want);
+        }
+}
+
+/* ------------------------------------------------- ops nodes' binaries */
+
+static void check_top_binary(kc_ew_op op, const kc_shape *xs, const kc_shape *ys,
+                             const kc_shape *os, const char *what)
+{
+    int64_t n = count(os);
+    float *x = rand_buf(count(xs), 4.0f), *y = rand_buf(count(ys), 4.0f);
+    for (int64_t i = 0; i < count(ys); i++)
+        y[i] += y[i] >= 0 ? 0.5f : -0.5f; /* no division by ~0 */
+    float *got = malloc((size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
+    for (int64_t o = 0; o < n; o++) {
+        float a = x[bcast_at(xs, os, o)], b = y[bcast_at(ys, os, o)];
+        want[o] = op == KC_EW_ADD ? a + b : op == KC_EW_SUB ? a - b
+                : op == KC_EW_MUL ? a * b : op == KC_EW_DIV ? a / b : (a > b ? a : b);
+    }
+    kc_top_attrs a = {.kind = KC_TOP_BINARY, .ew = op, .op_name = "op", .n_operands = 2};
+    a.operand[0] = (kc_operand){.kind = KC_OPND_INPUT, .index = 0, .shape = *xs};
+    a.operand[1] = (kc_operand){.kind = KC_OPND_INPUT, .index = 1, .shape = *ys};
+    kc_layer layer = {.name = "op", .class_name = "Add", .attrs = &a};
+    layer.def = kc_op_lookup("keras.src.ops.numpy", "Add");
+    const float *ins[2] = {x, y};
+    kc_shape is[2] = {*xs, *ys};
+    run_layer(&layer, ins, is, 2, got, os);
+    expect_same(got, want, n, what);
+    free(x);
+    free(y);
+    free(got);
+    free(want);
+}
+
+static void test_top_binary_cut(void **state)
+{
+    (void)state;
+    kc_shape big = S4(1, 56, 56, 96), chans = S1(96), pix = S4(1, 56, 56, 1);
+    kc_shape small = S4(2, 3, 1, 5), col = S4(2, 1, 4, 1), small_out = S4(2, 3, 4, 5);
+    check_top_binary(KC_EW_ADD, &big, &big, &big, "ops.Add, one shape");
+    check_top_binary(KC_EW_MUL, &big, &chans, &big, "ops.Multiply by channels");
+    check_top_binary(KC_EW_DIV, &pix, &big, &big, "ops.Divide one value per pixel");
+    check_top_binary(KC_EW_SUB, &small, &col, &small_out, "ops.Subtract, both broadcast");
+    check_top_binary(KC_EW_MAX, &col, &small, &small_out, "ops.Maximum, both broadcast");
+}
+
+/* -------------------------- Rescaling, LayerScale, Normalization, LN */
+
+static void test_channel_affine_cut(void **state)
+{
+    (void)state;
+    kc_shape s = S4(1, 64, 64, 24);
+    int64_t n = count(&s), c = 24;
+    float *x = rand_buf(n, 8.0f), *p = rand_buf(c, 2.0f), *q = rand_buf(c, 2.0f);
+    float *got = malloc((size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
+    const float *ins[1] = {x};
+
+    kc_rescaling_attrs ra = {.n_scale = c, .n_offset = 1, .scale = p, .offset = q};
+    kc_layer rl = {.name = "rescale", .class_name = "Rescaling", .attrs = &ra};
+    rl.def = kc_op_lookup(NULL, "Rescaling");
+    for (int64_t i = 0; i < n; i++)
+        want[i] = x[i] * p[i % c] + q[0];
+    run_layer(&rl, ins, &s, 1, got, &s);
+    expect_same(got, want, n, "Rescaling");
+
+    kc_weight gw[1] = {{.data = p}};
+    kc_layer sl = {.name = "scale", .class_name = "LayerScale", .weights = gw, .n_weights = 1};
+    sl.def = kc_op_lookup(NULL, "LayerScale");
+    for (int64_t i = 0; i < n; i++)
+        want[i] = x[i] * p[i % c];
+    run_layer(&sl, ins, &s, 1, got, &s);
+    expect_same(got, want, n, "LayerScale");
+
+    for (int64_t i = 0; i < c; i++)
+        q[i] = fabsf(q[i]) + 0.05f;
+    kc_normalization_attrs na = {.n_keep = 1, .keep = {3}};
+    kc_weight nw[2] = {{.data = p}, {.data = q}};
+    kc_layer nl = {.name = "norm", .class_name = "Normalization", .attrs = &na, .weights = nw,
+                   .n_weights = 2};
+    nl.def = kc_op_lookup(NULL, "Normalization");
+    for (int64_t i = 0; i < n; i++)
+        want[i] = (x[i] - p[i % c]) / fmaxf(sqrtf(q[i % c]), 1e-7f);
+    run_layer(&nl, ins, &s, 1, got, &s);
+    expect_same(got, want, n, "Normalization per channel");
+
+    kc_norm_attrs la = {.axes = {-1}, .n_axes = 1, .epsilon = 1e-6, .center = 1, .scale = 1};
+    kc_weight lw[2] = {{.data = p}, {.data = q}};
+    kc_layer ll = {.name = "ln", .class_name = "LayerNormalization", .attrs = &la, .weights = lw,
+                   .n_weights = 2};
+    ll.def = kc_op_lookup(NULL, "LayerNormalization");
+    for (int64_t r = 0; r < n / c; r++) {
+        const float *xr = x + r * c;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < c; i++)
+            mean += xr[i];
+        mean /= (double)c;
+        for (int64_t i = 0; i < c; i++)
+            var += (xr[i] - mean) * (xr[i] - mean);
+        var /= (double)c;
+        double inv = 1.0 / sqrt(var + la.epsilon);
+        for (int64_t i = 0; i < c; i++)
+            want[r * c + i] = (float)((xr[i] - mean) * inv * p[i] + q[i]);
+    }
+    run_layer(&ll, ins, &s, 1, got, &s);
+    expect_same(got, want, n, "LayerNormalization");
+    free(x);
+    free(p);
+    free(q);
+    free(got);
+    free(want);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_merge_broadcasts),
+        cmocka_unit_test(test_batchnorm_cut),
+        cmocka_unit_test(test_activation_cut),
+        cmocka_unit_test(test_top_binary_cut),
+        cmocka_unit_test(test_channel_affine_cut),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
