@@ -1,5 +1,6 @@
 /* Convolutions on NHWC float32: plain and grouped (im2col + GEMM),
- * depthwise (direct), separable (depthwise then a 1x1 GEMM), transposed
+ * depthwise (direct), separable (depthwise then a 1x1 GEMM; separable.c
+ * runs it on the kernels below), transposed
  * (GEMM then col2im). 1-D and 3-D convolutions use the same code with the
  * missing spatial axes of size 1. Padding follows TensorFlow: for "same"
  * the extra pixel goes after (bottom/right); "causal" pads only before. */
@@ -11,6 +12,7 @@
 #include "kernels/dw.h"
 #include "kernels/irb.h"
 #include "kernels/pw.h"
+#include "kernels/separable.h"
 #include "kernels/stem.h"
 #include "kernels/wino.h"
 #include "ops/conv.h"
@@ -237,6 +239,11 @@ static kc_status kc_conv(const kc_exec_ctx *ctx)
     int handled = 0, act_done = 0;
     if (a->post_pw) /* planned only where the block kernel takes it (fuse.c) */
         return kc_irb_conv(ctx);
+    if (a->kind == KC_CONV_SEPARABLE) {
+        KC_TRY(kc_separable_conv(ctx, &handled));
+        if (handled) /* the 1x1 part applied the activation */
+            return KC_OK;
+    }
     KC_TRY(kc_wino_conv(ctx, &handled, &act_done));
     if (!handled)
         KC_TRY(kc_wino_fly_conv(ctx, &handled, &act_done));

@@ -1,9 +1,9 @@
 /* Graph rewrites done once per session, on session-owned copies (the
  * model and its weights are never modified):
- *  - BatchNormalization after a convolution or Dense is folded into its
- *    weights: W'[.., c] = W[.., c] * s[c], b'[c] = (b[c] - mean[c]) * s[c]
- *    + beta[c] with s = gamma / sqrt(var + eps) — the same inference
- *    arithmetic, reassociated;
+ *  - BatchNormalization after a convolution (a separable one's pointwise
+ *    kernel) or Dense is folded into its weights: W'[.., c] = W[.., c] *
+ *    s[c], b'[c] = (b[c] - mean[c]) * s[c] + beta[c] with s = gamma /
+ *    sqrt(var + eps) — the same inference arithmetic, reassociated;
  *  - an Activation / ReLU layer after a convolution or Dense with a linear
  *    activation becomes that layer's own activation.
  *  - an Add of a convolution's output and an earlier value r (a residual
@@ -75,7 +75,9 @@ static kc_host_kind kc_host_of(const kc_layer *layer, const char **activation)
     }
     if (!strcmp(c, "Conv1D") || !strcmp(c, "Conv2D") || !strcmp(c, "Conv3D") ||
         !strcmp(c, "Convolution1D") || !strcmp(c, "Convolution2D") ||
-        !strcmp(c, "DepthwiseConv2D") || !strcmp(c, "DepthwiseConv1D")) {
+        !strcmp(c, "DepthwiseConv2D") || !strcmp(c, "DepthwiseConv1D") ||
+        !strcmp(c, "SeparableConv1D") || !strcmp(c, "SeparableConv2D") ||
+        !strcmp(c, "SeparableConvolution2D")) {
         *activation = ((const kc_conv_attrs *)layer->attrs)->activation;
         return KC_HOST_CONV;
     }
@@ -136,6 +138,17 @@ static const char **kc_host_activation(kc_layer *l)
     return &((kc_conv_attrs *)l->attrs)->activation;
 }
 
+/* The weight a BatchNormalization after host layer l scales: the kernel,
+ * or a separable layer's pointwise one (its weight 1; 0 is the depthwise
+ * kernel, whose channels are the input's). */
+static int kc_fold_kernel_index(const kc_layer *l)
+{
+    if (strcmp(l->class_name, "Dense") != 0 &&
+        ((const kc_conv_attrs *)l->attrs)->kind == KC_CONV_SEPARABLE)
+        return 1;
+    return 0;
+}
+
 /* Fold BN (node bn) into host node h. */
 static kc_status kc_fold_bn(kc_fused *f, const kc_graph *g, int h, int bn)
 {
@@ -152,19 +165,22 @@ static kc_status kc_fold_bn(kc_fused *f, const kc_graph *g, int h, int bn)
     const float *beta = na->center ? b->weights[w++].data : NULL;
     const float *mean = b->weights[w++].data, *var = b->weights[w++].data;
     int64_t c = out->dims[out->rank - 1];
-    kc_weight *kernel = &l->weights[0];
+    /* a separable layer's output channels are its pointwise kernel's:
+     * weights (depthwise, pointwise, bias) */
+    int ki = kc_fold_kernel_index(l), bi = ki + 1;
+    kc_weight *kernel = &l->weights[ki];
     int64_t kn = kc_shape_count(&kernel->shape);
     int *use_bias = kc_host_use_bias(l);
     if (!*use_bias) {
         /* The folded layer needs a bias: add a zero one. */
-        l->weights[1].data = kc_calloc((size_t)c, sizeof(float));
-        if (!l->weights[1].data)
+        l->weights[bi].data = kc_calloc((size_t)c, sizeof(float));
+        if (!l->weights[bi].data)
             return KC_ERR_NOMEM;
-        l->weights[1].shape = (kc_shape){.rank = 1, .dims = {c}};
-        l->n_weights = 2;
+        l->weights[bi].shape = (kc_shape){.rank = 1, .dims = {c}};
+        l->n_weights = bi + 1;
         *use_bias = 1;
     }
-    float *bias = l->weights[1].data;
+    float *bias = l->weights[bi].data;
     double *scale = kc_calloc((size_t)c, sizeof *scale);
     if (!scale)
         return KC_ERR_NOMEM;

@@ -18,6 +18,17 @@ if [[ $? -eq 0 ]] && grep -q '^profile: mean ms per run over 2 run(s)' <<<"$out"
 else
   fail "bench --stats output: $out"
 fi
+# A BatchNormalization after a SeparableConv2D folds into its pointwise
+# kernel, and the ReLU after it becomes the layer's activation (fuse.c):
+# the profile of Xception (tests/apps) shows neither as a layer of its own.
+X="$(dirname "$0")/../apps/xception/model.keras"
+out=$("$KERASC" bench "$X" --batch 1 --iters 2 --warmup 1 --stats 2>&1)
+if [[ $? -eq 0 ]] && grep -q '^  block2_sepconv1 .* SeparableConv2D ' <<<"$out" &&
+   ! grep -q 'BatchNormalization' <<<"$out" && ! grep -q '^  block2_sepconv2_act ' <<<"$out"; then
+  pass "bench --stats: Xception's BatchNormalization and ReLU layers run inside its separable ones"
+else
+  fail "Xception's separable layers unfused: $out"
+fi
 # --slices: `ready` after the warm-up, then a slice of --iters runs per
 # line on standard input, `slice_median_ms` after each; the report covers
 # every slice's runs (tools/bench/bench.py alternates two runners so).
