@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/threads.h"
+#include "kernels/fastmath.h"
 #include "kernels/kernel.h"
 
 static const kc_kernel_entry *const kc_kernel_families[] = {
@@ -168,7 +169,7 @@ static int kc_activation_scalar(const char *name, int keras_major, float *x, int
     if (strcmp(name, "hard_silu") == 0 || strcmp(name, "hard_swish") == 0)
         KC_MAP(v * kc_clamp(v + 3.0f, 0, 6) / 6.0f);
     if (strcmp(name, "gelu") == 0)
-        KC_MAP(0.5f * v * (1.0f + erff(v / sqrtf(2.0f))));
+        KC_MAP(kc_gelu_erf(v)); /* fastmath.h: vectorised, within 1e-7 |v| of erff's */
     if (strcmp(name, "tanh") == 0)
         KC_MAP(tanhf(v));
     if (strcmp(name, "softplus") == 0)

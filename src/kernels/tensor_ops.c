@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/threads.h"
+#include "kernels/fastmath.h"
 #include "kernels/kernel.h"
 #include "ops/elementwise.h"
 
@@ -67,7 +68,7 @@ static float kc_ew_unary(kc_ew_op op, float x, double alpha)
         float r = x + 3.0f;
         return x * (r < 0 ? 0 : r > 6 ? 6 : r) / 6.0f;
     }
-    case KC_EW_GELU: return 0.5f * x * (1.0f + erff(x / sqrtf(2.0f)));
+    case KC_EW_GELU: return kc_gelu_erf(x); /* fastmath.h */
     case KC_EW_GELU_TANH:
         return 0.5f * x *
                (1.0f + tanhf(sqrtf(2.0f / (float)M_PI) * (x + 0.044715f * x * x * x)));

@@ -2985,9 +2985,13 @@ static void dense_chains(int64_t k, int64_t n, int64_t batch, float *out)
  * inputs. */
 static void dense_own_isa(void)
 {
+    /* from 16 rows on, AVX-512 takes panels in pairs over blocks of rows
+     * (kc_dense_panel2): an odd panel left in a part, a partial last one,
+     * inputs under one chain step, more rows than one block */
     static const int64_t shapes[][3] = {{64, 10, 1},   {2048, 1000, 3}, {300, 77, 13},
                                         {1280, 1000, 8}, {3, 33, 2},    {129, 40, 6},
-                                        {17, 16, 5}};
+                                        {17, 16, 5},   {96, 384, 40},   {300, 77, 19},
+                                        {3072, 50, 17}, {3, 33, 100},   {97, 160, 200}};
     if (!kc_dnnl_ready())
         skip();
     unsetenv("KC_DENSE_OWN"); /* the default takes it */
