@@ -228,6 +228,57 @@ static void test_fusion_matches_unfused(void **state)
     kc_model_free(m);
 }
 
+/* An identity layer (Dropout) absorbed into its input's slot, its output
+ * read by a BatchNormalization and by another convolution: the
+ * BatchNormalization must not fold into the convolution before the
+ * Dropout (the other reader would see its output). Without that check the
+ * fused run was off by 3.4; the NumPy reference came with the model
+ * (tools/apps/appgraph.py). */
+/* The node of the layer named `name`. */
+static int kc_node_named(const kc_session *s, const char *name)
+{
+    for (int i = 0; i < s->graph->n_nodes; i++)
+        if (!strcmp(s->graph->nodes[i].layer->name, name))
+            return i;
+    fail_msg("no layer %s", name);
+    return -1;
+}
+
+static void test_identity_layers_absorbed(void **state)
+{
+    (void)state;
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(KC_TEST_DATA "/fusion/identity_branch.keras", NULL, &m), KC_OK);
+    kc_tensor *in = NULL, *want = NULL, *got = NULL, *plain_out = NULL;
+    assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/fusion/identity_branch_input.npy", &in),
+                     KC_OK);
+    assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/fusion/identity_branch_expected.npy", &want),
+                     KC_OK);
+    kc_session *fused = NULL, *plain = NULL;
+    assert_int_equal(kc_session_new(m, NULL, &fused), KC_OK);
+    assert_true(fused->fused.skip[kc_node_named(fused, "drop")]); /* no copy runs */
+    setenv("KC_FUSE", "0", 1);
+    assert_int_equal(kc_session_new(m, NULL, &plain), KC_OK);
+    unsetenv("KC_FUSE");
+    assert_int_equal(kc_session_run(fused, (const kc_tensor *const *)&in, 1, &got, 1), KC_OK);
+    assert_int_equal(kc_session_run(plain, (const kc_tensor *const *)&in, 1, &plain_out, 1), KC_OK);
+    const float *a = kc_tensor_cdata(got), *b = kc_tensor_cdata(want), *c = kc_tensor_cdata(plain_out);
+    assert_int_equal(kc_tensor_count(got), kc_tensor_count(want));
+    for (int64_t i = 0; i < kc_tensor_count(want); i++) {
+        if (fabsf(a[i] - b[i]) > 1e-4f * fmaxf(1.0f, fabsf(b[i])))
+            fail_msg("fused: element %lld is %g, the reference %g", (long long)i, a[i], b[i]);
+        if (fabsf(c[i] - b[i]) > 1e-4f * fmaxf(1.0f, fabsf(b[i])))
+            fail_msg("unfused: element %lld is %g, the reference %g", (long long)i, c[i], b[i]);
+    }
+    kc_tensor_free(in);
+    kc_tensor_free(want);
+    kc_tensor_free(got);
+    kc_tensor_free(plain_out);
+    kc_session_free(fused);
+    kc_session_free(plain);
+    kc_model_free(m);
+}
+
 /* options.profile: per-layer mean times from the third run on (the first
  * two on a plan are warm-ups, each reported until the next replaces it),
  * a new plan starts over, fused layers are not listed, and without the
@@ -1405,6 +1456,7 @@ int main(void)
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_long_chain),
         cmocka_unit_test(test_fusion_matches_unfused),
+        cmocka_unit_test(test_identity_layers_absorbed),
         cmocka_unit_test(test_residual_add_fusion),
         cmocka_unit_test(test_depthwise_fusion_per_plan),
         cmocka_unit_test(test_block_fusion_per_plan),
