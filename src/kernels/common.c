@@ -7,6 +7,7 @@
 
 #include "base/threads.h"
 #include "kernels/fastmath.h"
+#include "kernels/isa.h"
 #include "kernels/kernel.h"
 
 static const kc_kernel_entry *const kc_kernel_families[] = {
@@ -129,7 +130,8 @@ void kc_softmax_axis(float *x, int64_t outer, int64_t axis_len, int64_t inner)
         }
 }
 
-static float kc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* fastmath.h: vectorised, no overflow for large -x (libm's expf(-x) did) */
+static float kc_sigmoid(float x) { return kc_sigmoid_fast(x); }
 static float kc_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 static float kc_clamp(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
 
@@ -209,12 +211,41 @@ typedef struct kc_act_job {
     float *out;
 } kc_act_job;
 
+void kc_act_gelu_avx512(float *x, int64_t n);
+void kc_act_swish_avx512(float *x, int64_t n);
+void kc_act_sigmoid_avx512(float *x, int64_t n);
+void kc_act_gelu_avx2(float *x, int64_t n);
+void kc_act_swish_avx2(float *x, int64_t n);
+void kc_act_sigmoid_avx2(float *x, int64_t n);
+
+/* The instruction set's loop for the costly activations (act_simd.inc,
+ * the same bits as kc_activation_scalar's), or NULL. */
+typedef void (*kc_act_fn)(float *x, int64_t n);
+static kc_act_fn kc_act_simd(const char *name)
+{
+    kc_isa_level isa = kc_isa();
+    if (isa == KC_ISA_NONE)
+        return NULL;
+    int wide = isa == KC_ISA_AVX512;
+    if (!strcmp(name, "gelu"))
+        return wide ? kc_act_gelu_avx512 : kc_act_gelu_avx2;
+    if (!strcmp(name, "silu") || !strcmp(name, "swish"))
+        return wide ? kc_act_swish_avx512 : kc_act_swish_avx2;
+    if (!strcmp(name, "sigmoid"))
+        return wide ? kc_act_sigmoid_avx512 : kc_act_sigmoid_avx2;
+    return NULL;
+}
+
 static void kc_act_range(void *arg, int64_t lo, int64_t hi)
 {
     const kc_act_job *job = arg;
     if (job->in != job->out)
         memcpy(job->out + lo, job->in + lo, (size_t)(hi - lo) * sizeof(float));
-    kc_activation_scalar(job->name, job->keras_major, job->out + lo, hi - lo);
+    kc_act_fn simd = kc_act_simd(job->name);
+    if (simd)
+        simd(job->out + lo, hi - lo);
+    else
+        kc_activation_scalar(job->name, job->keras_major, job->out + lo, hi - lo);
 }
 
 /* Values an element-wise range takes at least: whole cache lines. */

@@ -56,10 +56,10 @@ static float kc_ew_unary(kc_ew_op op, float x, double alpha)
     case KC_EW_EXP: return expf(x);
     case KC_EW_LOG: return logf(x);
     case KC_EW_TANH: return tanhf(x);
-    case KC_EW_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case KC_EW_SIGMOID: return kc_sigmoid_fast(x); /* fastmath.h */
     case KC_EW_RELU: return x > 0 ? x : 0;
     case KC_EW_RELU6: return x < 0 ? 0 : x > 6 ? 6 : x;
-    case KC_EW_SILU: return x / (1.0f + expf(-x));
+    case KC_EW_SILU: return x * kc_sigmoid_fast(x);
     case KC_EW_HARD_SIGMOID: {
         float r = x + 3.0f;
         return (r < 0 ? 0 : r > 6 ? 6 : r) / 6.0f;
