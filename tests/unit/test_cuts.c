@@ -3047,6 +3047,92 @@ static void test_dense_own(void **state)
     each_isa(dense_own_isa);
 }
 
+/* A Dense over (batch, rows, k) into units: out (batch*rows*units); the
+ * kernel state's owner reported by probe. */
+static int dense_rows_run(int64_t batch, int64_t rows, int64_t k, int64_t units,
+                          int (*probe)(const kc_kernel_state *), float *out, float *want)
+{
+    kc_dense_attrs a = {units, 1, "linear"};
+    kc_weight w[2];
+    memset(w, 0, sizeof w);
+    float *kernel = malloc((size_t)(k * units) * sizeof *kernel);
+    float *bias = malloc((size_t)units * sizeof *bias);
+    float *x = malloc((size_t)(batch * rows * k) * sizeof *x);
+    assert_non_null(kernel);
+    assert_non_null(bias);
+    assert_non_null(x);
+    for (int64_t i = 0; i < k * units; i++)
+        kernel[i] = (float)((i * 7919) % 13) / 13.0f - 0.5f;
+    for (int64_t j = 0; j < units; j++)
+        bias[j] = (float)(j % 5) * 0.1f;
+    for (int64_t i = 0; i < batch * rows * k; i++)
+        x[i] = (float)((i * 31) % 17) / 17.0f - 0.4f;
+    for (int64_t r = 0; r < batch * rows; r++)
+        for (int64_t j = 0; j < units; j++) {
+            double acc = bias[j];
+            for (int64_t i = 0; i < k; i++)
+                acc += (double)x[r * k + i] * kernel[i * units + j];
+            want[r * units + j] = (float)acc;
+        }
+    w[0].data = kernel;
+    w[1].data = bias;
+    kc_layer layer;
+    memset(&layer, 0, sizeof layer);
+    layer.name = "dense";
+    layer.class_name = "Dense";
+    layer.def = kc_op_lookup(NULL, "Dense");
+    layer.attrs = &a;
+    layer.weights = w;
+    layer.n_weights = 2;
+    kc_shape in = {3, {batch, rows, k}}, os = {3, {batch, rows, units}};
+    const float *ins[1] = {x};
+    kc_threads_enter(2);
+    int said = exec_kernel(&layer, ins, &in, 1, out, &os, 0, 0, probe);
+    kc_threads_enter(0);
+    free(kernel);
+    free(bias);
+    free(x);
+    return said;
+}
+
+/* From 32 rows an image, with AVX-512, a Dense is oneDNN's matmul
+ * (dense.c, kc_dense_gemm_shape), one call for all rows: an image's
+ * outputs must not depend on the images beside it (a batch split into
+ * lanes or micro-batches gives the bits of the whole). Shapes of
+ * ConvNeXtTiny's pointwise layers and a transformer's. */
+static void test_dense_many_rows(void **state)
+{
+    (void)state;
+    if (!kc_dnnl_ready() || !kc_dnnl_avx512() || kc_isa() != KC_ISA_AVX512)
+        skip();
+    static const int64_t shapes[][3] = {{3136, 96, 384}, {196, 1536, 384}, {49, 768, 3072},
+                                        {128, 768, 768}, {32, 40, 33}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int64_t rows = shapes[i][0], k = shapes[i][1], units = shapes[i][2];
+        int64_t n1 = rows * units;
+        float *one = malloc((size_t)n1 * sizeof *one), *want1 = malloc((size_t)n1 * sizeof *one);
+        float *three = malloc((size_t)(3 * n1) * sizeof *three);
+        float *want3 = malloc((size_t)(3 * n1) * sizeof *want3);
+        assert_non_null(one);
+        assert_non_null(want1);
+        assert_non_null(three);
+        assert_non_null(want3);
+        if (dense_rows_run(1, rows, k, units, kc_dense_own_state, one, want1) != 0)
+            fail_msg("Dense %lld x %lld -> %lld: still on kerasc's loop", (long long)rows,
+                     (long long)k, (long long)units);
+        assert_int_equal(dense_rows_run(3, rows, k, units, kc_dense_own_state, three, want3), 0);
+        expect_close(one, want1, n1, 1e-3f, "Dense %lld x %lld -> %lld", (long long)rows,
+                     (long long)k, (long long)units);
+        if (memcmp(one, three, (size_t)n1 * sizeof *one))
+            fail_msg("Dense %lld x %lld -> %lld: image 0 of three differs from it alone",
+                     (long long)rows, (long long)k, (long long)units);
+        free(one);
+        free(want1);
+        free(three);
+        free(want3);
+    }
+}
+
 /* kc_dnnl_pack puts the reorder's scratchpad in the spare range it is
  * given when it fits (oneDNN's Winograd weight reorder books the whole
  * transformed kernel as scratch: that transient set ResNet50's peak RSS
@@ -3157,6 +3243,7 @@ int main(void)
         cmocka_unit_test(test_pack_scratch_in_spare),
         cmocka_unit_test(test_dense_packs_from_eight_rows),
         cmocka_unit_test(test_dense_own),
+        cmocka_unit_test(test_dense_many_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
