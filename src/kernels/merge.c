@@ -72,67 +72,72 @@ static int64_t kc_bcast_row_src(const kc_bcast *b, int64_t r)
     return src;
 }
 
-/* acc[i] = op(acc[i], x[i]) over n elements; the first input copies. */
-static void kc_ewise_run(kc_merge_kind kind, int first, float *acc, const float *x, int64_t n)
+/* out[i] = op(left[i], x[i]) over n elements (left is out itself while
+ * inputs accumulate, or the first input, read in the same pass as the
+ * second); `first` copies x instead. */
+static void kc_ewise_run(kc_merge_kind kind, int first, float *out, const float *left,
+                         const float *x, int64_t n)
 {
     if (first) {
-        if (acc != x)
-            memcpy(acc, x, (size_t)n * sizeof *acc);
+        if (out != x)
+            memcpy(out, x, (size_t)n * sizeof *out);
         return;
     }
     switch (kind) {
     case KC_MERGE_ADD: case KC_MERGE_AVERAGE:
-        for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+        for (int64_t i = 0; i < n; i++) out[i] = left[i] + x[i];
         break;
     case KC_MERGE_SUBTRACT:
-        for (int64_t i = 0; i < n; i++) acc[i] -= x[i];
+        for (int64_t i = 0; i < n; i++) out[i] = left[i] - x[i];
         break;
     case KC_MERGE_MULTIPLY:
-        for (int64_t i = 0; i < n; i++) acc[i] *= x[i];
+        for (int64_t i = 0; i < n; i++) out[i] = left[i] * x[i];
         break;
     case KC_MERGE_MAXIMUM:
-        for (int64_t i = 0; i < n; i++) acc[i] = x[i] > acc[i] ? x[i] : acc[i];
+        for (int64_t i = 0; i < n; i++) out[i] = x[i] > left[i] ? x[i] : left[i];
         break;
     case KC_MERGE_MINIMUM:
-        for (int64_t i = 0; i < n; i++) acc[i] = x[i] < acc[i] ? x[i] : acc[i];
+        for (int64_t i = 0; i < n; i++) out[i] = x[i] < left[i] ? x[i] : left[i];
         break;
     default: break;
     }
 }
 
 /* The same with one value v for all n. */
-static void kc_ewise_run1(kc_merge_kind kind, int first, float *acc, float v, int64_t n)
+static void kc_ewise_run1(kc_merge_kind kind, int first, float *out, const float *left, float v,
+                          int64_t n)
 {
     if (first) {
-        for (int64_t i = 0; i < n; i++) acc[i] = v;
+        for (int64_t i = 0; i < n; i++) out[i] = v;
         return;
     }
     switch (kind) {
     case KC_MERGE_ADD: case KC_MERGE_AVERAGE:
-        for (int64_t i = 0; i < n; i++) acc[i] += v;
+        for (int64_t i = 0; i < n; i++) out[i] = left[i] + v;
         break;
     case KC_MERGE_SUBTRACT:
-        for (int64_t i = 0; i < n; i++) acc[i] -= v;
+        for (int64_t i = 0; i < n; i++) out[i] = left[i] - v;
         break;
     case KC_MERGE_MULTIPLY:
-        for (int64_t i = 0; i < n; i++) acc[i] *= v;
+        for (int64_t i = 0; i < n; i++) out[i] = left[i] * v;
         break;
     case KC_MERGE_MAXIMUM:
-        for (int64_t i = 0; i < n; i++) acc[i] = v > acc[i] ? v : acc[i];
+        for (int64_t i = 0; i < n; i++) out[i] = v > left[i] ? v : left[i];
         break;
     case KC_MERGE_MINIMUM:
-        for (int64_t i = 0; i < n; i++) acc[i] = v < acc[i] ? v : acc[i];
+        for (int64_t i = 0; i < n; i++) out[i] = v < left[i] ? v : left[i];
         break;
     default: break;
     }
 }
 
-/* Input b into output elements [lo, hi), row piece by row piece. */
-static void kc_ewise_input(kc_merge_kind kind, int first, float *out, const kc_bcast *b,
-                           int64_t lo, int64_t hi)
+/* Input b into output elements [lo, hi), row piece by row piece, with
+ * `left` (indexed as the output) the other operand. */
+static void kc_ewise_input(kc_merge_kind kind, int first, float *out, const float *left,
+                           const kc_bcast *b, int64_t lo, int64_t hi)
 {
     if (b->same) {
-        kc_ewise_run(kind, first, out + lo, b->x + lo, hi - lo);
+        kc_ewise_run(kind, first, out + lo, left + lo, b->x + lo, hi - lo);
         return;
     }
     for (int64_t o = lo; o < hi;) {
@@ -140,24 +145,37 @@ static void kc_ewise_input(kc_merge_kind kind, int first, float *out, const kc_b
         int64_t n = b->row - off < hi - o ? b->row - off : hi - o;
         const float *x = b->x + kc_bcast_row_src(b, r);
         if (b->scalar)
-            kc_ewise_run1(kind, first, out + o, x[0], n);
+            kc_ewise_run1(kind, first, out + o, left + o, x[0], n);
         else
-            kc_ewise_run(kind, first, out + o, x + off, n);
+            kc_ewise_run(kind, first, out + o, left + o, x + off, n);
         o += n;
     }
 }
 
 /* Output elements [lo, hi): every input in turn (its view made here:
- * a few steps per axis). */
+ * a few steps per axis). A first input of the output's shape is read
+ * with the second in one pass (x * se, x + y: one pass less over the
+ * output than copying it first, the same arithmetic). */
 static void kc_ewise_range(void *arg, int64_t lo, int64_t hi)
 {
     const kc_ewise_job *j = arg;
     const kc_exec_ctx *ctx = j->ctx;
     float *out = ctx->out[0];
-    for (int i = 0; i < ctx->n_in; i++) {
-        kc_bcast b;
-        kc_bcast_init(&b, ctx->in[i], &ctx->in_shape[i], &ctx->out_shape[0]);
-        kc_ewise_input(j->kind, i == 0, out, &b, lo, hi);
+    const kc_shape *os = &ctx->out_shape[0];
+    kc_bcast b;
+    kc_bcast_init(&b, ctx->in[0], &ctx->in_shape[0], os);
+    int next = 1;
+    if (b.same && ctx->n_in >= 2) {
+        const float *first = ctx->in[0];
+        kc_bcast_init(&b, ctx->in[1], &ctx->in_shape[1], os);
+        kc_ewise_input(j->kind, 0, out, first, &b, lo, hi);
+        next = 2;
+    } else {
+        kc_ewise_input(j->kind, 1, out, out, &b, lo, hi);
+    }
+    for (int i = next; i < ctx->n_in; i++) {
+        kc_bcast_init(&b, ctx->in[i], &ctx->in_shape[i], os);
+        kc_ewise_input(j->kind, 0, out, out, &b, lo, hi);
     }
     if (j->kind == KC_MERGE_AVERAGE)
         for (int64_t o = lo; o < hi; o++)
