@@ -209,6 +209,7 @@ typedef struct kc_act_job {
     int keras_major;
     const float *in;
     float *out;
+    void (*simd)(float *x, int64_t n); /* kc_act_simd's loop, or NULL */
 } kc_act_job;
 
 void kc_act_gelu_avx512(float *x, int64_t n);
@@ -241,9 +242,8 @@ static void kc_act_range(void *arg, int64_t lo, int64_t hi)
     const kc_act_job *job = arg;
     if (job->in != job->out)
         memcpy(job->out + lo, job->in + lo, (size_t)(hi - lo) * sizeof(float));
-    kc_act_fn simd = kc_act_simd(job->name);
-    if (simd)
-        simd(job->out + lo, hi - lo);
+    if (job->simd)
+        job->simd(job->out + lo, hi - lo);
     else
         kc_activation_scalar(job->name, job->keras_major, job->out + lo, hi - lo);
 }
@@ -261,7 +261,7 @@ kc_status kc_activation_apply_from(const char *name, int keras_major, const floa
     }
     /* n = 0 applies nothing and says whether the name is element-wise */
     if (kc_activation_scalar(name, keras_major, out, 0)) {
-        kc_act_job job = {name, keras_major, in, out};
+        kc_act_job job = {name, keras_major, in, out, kc_act_simd(name)};
         kc_parallel_for(n, 2 * n * (int64_t)sizeof(float), KC_ACT_GRAIN, kc_act_range, &job);
         return KC_OK;
     }

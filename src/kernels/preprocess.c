@@ -32,25 +32,31 @@ typedef struct kc_rows_job {
     int invert;           /* Normalization(invert=True) */
 } kc_rows_job;
 
+/* The kind's loop over rows [lo, hi), the parameters' strides (0: one
+ * value for all) chosen once, not per value. */
 static void kc_rows_range(void *arg, int64_t lo, int64_t hi)
 {
     const kc_rows_job *j = arg;
+    int64_t c = j->c, s0 = j->n0 == 1 ? 0 : 1, s1 = j->n1 == 1 ? 0 : 1;
+    const float *p0 = j->p0, *p1 = j->p1;
     for (int64_t r = lo; r < hi; r++) {
-        const float *x = j->x + r * j->c;
-        float *y = j->y + r * j->c;
-        for (int64_t i = 0; i < j->c; i++) {
-            float a = j->p0[j->n0 == 1 ? 0 : i];
-            if (j->kind == KC_ROWS_SCALE) {
-                y[i] = x[i] * a;
-                continue;
+        const float *x = j->x + r * c;
+        float *y = j->y + r * c;
+        switch (j->kind) {
+        case KC_ROWS_SCALE:
+            for (int64_t i = 0; i < c; i++)
+                y[i] = x[i] * p0[i * s0];
+            break;
+        case KC_ROWS_RESCALE:
+            for (int64_t i = 0; i < c; i++)
+                y[i] = x[i] * p0[i * s0] + p1[i * s1];
+            break;
+        case KC_ROWS_NORMALIZE:
+            for (int64_t i = 0; i < c; i++) {
+                float sd = fmaxf(sqrtf(p1[i * s1]), 1e-7f);
+                y[i] = j->invert ? x[i] * sd + p0[i * s0] : (x[i] - p0[i * s0]) / sd;
             }
-            float b = j->p1[j->n1 == 1 ? 0 : i];
-            if (j->kind == KC_ROWS_RESCALE) {
-                y[i] = x[i] * a + b;
-                continue;
-            }
-            float sd = fmaxf(sqrtf(b), 1e-7f);
-            y[i] = j->invert ? x[i] * sd + a : (x[i] - a) / sd;
+            break;
         }
     }
 }
@@ -110,8 +116,6 @@ static kc_status kc_normalization(const kc_exec_ctx *ctx)
         kc_rows_job j = {.kind = KC_ROWS_NORMALIZE, .p0 = mean, .p1 = var,
                          .n0 = n_mean == 1 ? 1 : n_params, .n1 = n_var == 1 ? 1 : n_params,
                          .invert = a->invert};
-        if (n_params == 1) /* one statistic for all: its index is 0 */
-            j.n0 = j.n1 = 1;
         kc_rows_run(ctx, &j);
         return KC_OK;
     }
