@@ -2857,17 +2857,20 @@ static void test_global_pool(void **state)
         fail_msg("AveragePooling2D(2) on 8x8: not on oneDNN");
 }
 
-/* One Dense run of `batch` rows on `threads` threads; returns what probe
- * says of its oneDNN state, the output in got and the plain sum in want. */
-static int dense_run(int64_t in_units, int64_t units, int64_t batch, int threads,
-                     int (*probe)(const kc_kernel_state *), float *got, float *want)
+/* One Dense run on `threads` threads over (batch, in_units), or with
+ * rows > 0 over (batch, rows, in_units) (a Dense over pixels or tokens);
+ * returns what probe says of its oneDNN state, the output in got and the
+ * plain sum in want. */
+static int dense_exec(int64_t in_units, int64_t units, int64_t batch, int64_t rows, int threads,
+                      int (*probe)(const kc_kernel_state *), float *got, float *want)
 {
+    int64_t n_rows = batch * (rows > 0 ? rows : 1);
     kc_dense_attrs a = {units, 1, "linear"};
     kc_weight w[2];
     memset(w, 0, sizeof w);
     float *kernel = malloc((size_t)(in_units * units) * sizeof *kernel);
     float *bias = malloc((size_t)units * sizeof *bias);
-    float *x = malloc((size_t)(batch * in_units) * sizeof *x);
+    float *x = malloc((size_t)(n_rows * in_units) * sizeof *x);
     assert_non_null(kernel);
     assert_non_null(bias);
     assert_non_null(x);
@@ -2875,9 +2878,9 @@ static int dense_run(int64_t in_units, int64_t units, int64_t batch, int threads
         kernel[i] = (float)((i * 7919) % 13) / 13.0f - 0.5f;
     for (int64_t j = 0; j < units; j++)
         bias[j] = (float)(j % 5) * 0.1f;
-    for (int64_t i = 0; i < batch * in_units; i++)
+    for (int64_t i = 0; i < n_rows * in_units; i++)
         x[i] = (float)(i % 11) / 11.0f;
-    for (int64_t r = 0; r < batch; r++)
+    for (int64_t r = 0; r < n_rows; r++)
         for (int64_t j = 0; j < units; j++) {
             double acc = bias[j];
             for (int64_t i = 0; i < in_units; i++)
@@ -2895,6 +2898,10 @@ static int dense_run(int64_t in_units, int64_t units, int64_t batch, int threads
     layer.weights = w;
     layer.n_weights = 2;
     kc_shape in = {2, {batch, in_units}}, out = {2, {batch, units}};
+    if (rows > 0) {
+        in = (kc_shape){3, {batch, rows, in_units}};
+        out = (kc_shape){3, {batch, rows, units}};
+    }
     const float *ins[1] = {x};
     kc_threads_enter(threads);
     int said = exec_kernel(&layer, ins, &in, 1, got, &out, 0, 0, probe);
@@ -2903,6 +2910,13 @@ static int dense_run(int64_t in_units, int64_t units, int64_t batch, int threads
     free(bias);
     free(x);
     return said;
+}
+
+/* dense_exec over (batch, in_units). */
+static int dense_run(int64_t in_units, int64_t units, int64_t batch, int threads,
+                     int (*probe)(const kc_kernel_state *), float *got, float *want)
+{
+    return dense_exec(in_units, units, batch, 0, threads, probe, got, want);
 }
 
 /* Runs Dense in -> out on `batch` rows and checks what probe says of its
@@ -3047,54 +3061,6 @@ static void test_dense_own(void **state)
     each_isa(dense_own_isa);
 }
 
-/* A Dense over (batch, rows, k) into units: out (batch*rows*units); the
- * kernel state's owner reported by probe. */
-static int dense_rows_run(int64_t batch, int64_t rows, int64_t k, int64_t units,
-                          int (*probe)(const kc_kernel_state *), float *out, float *want)
-{
-    kc_dense_attrs a = {units, 1, "linear"};
-    kc_weight w[2];
-    memset(w, 0, sizeof w);
-    float *kernel = malloc((size_t)(k * units) * sizeof *kernel);
-    float *bias = malloc((size_t)units * sizeof *bias);
-    float *x = malloc((size_t)(batch * rows * k) * sizeof *x);
-    assert_non_null(kernel);
-    assert_non_null(bias);
-    assert_non_null(x);
-    for (int64_t i = 0; i < k * units; i++)
-        kernel[i] = (float)((i * 7919) % 13) / 13.0f - 0.5f;
-    for (int64_t j = 0; j < units; j++)
-        bias[j] = (float)(j % 5) * 0.1f;
-    for (int64_t i = 0; i < batch * rows * k; i++)
-        x[i] = (float)((i * 31) % 17) / 17.0f - 0.4f;
-    for (int64_t r = 0; r < batch * rows; r++)
-        for (int64_t j = 0; j < units; j++) {
-            double acc = bias[j];
-            for (int64_t i = 0; i < k; i++)
-                acc += (double)x[r * k + i] * kernel[i * units + j];
-            want[r * units + j] = (float)acc;
-        }
-    w[0].data = kernel;
-    w[1].data = bias;
-    kc_layer layer;
-    memset(&layer, 0, sizeof layer);
-    layer.name = "dense";
-    layer.class_name = "Dense";
-    layer.def = kc_op_lookup(NULL, "Dense");
-    layer.attrs = &a;
-    layer.weights = w;
-    layer.n_weights = 2;
-    kc_shape in = {3, {batch, rows, k}}, os = {3, {batch, rows, units}};
-    const float *ins[1] = {x};
-    kc_threads_enter(2);
-    int said = exec_kernel(&layer, ins, &in, 1, out, &os, 0, 0, probe);
-    kc_threads_enter(0);
-    free(kernel);
-    free(bias);
-    free(x);
-    return said;
-}
-
 /* From 32 rows an image, with AVX-512, a Dense is oneDNN's matmul
  * (dense.c, kc_dense_gemm_shape), one call for all rows: an image's
  * outputs must not depend on the images beside it (a batch split into
@@ -3117,10 +3083,10 @@ static void test_dense_many_rows(void **state)
         assert_non_null(want1);
         assert_non_null(three);
         assert_non_null(want3);
-        if (dense_rows_run(1, rows, k, units, kc_dense_own_state, one, want1) != 0)
+        if (dense_exec(k, units, 1, rows, 2, kc_dense_own_state, one, want1) != 0)
             fail_msg("Dense %lld x %lld -> %lld: still on kerasc's loop", (long long)rows,
                      (long long)k, (long long)units);
-        assert_int_equal(dense_rows_run(3, rows, k, units, kc_dense_own_state, three, want3), 0);
+        assert_int_equal(dense_exec(k, units, 3, rows, 2, kc_dense_own_state, three, want3), 0);
         expect_close(one, want1, n1, 1e-3f, "Dense %lld x %lld -> %lld", (long long)rows,
                      (long long)k, (long long)units);
         if (memcmp(one, three, (size_t)n1 * sizeof *one))
