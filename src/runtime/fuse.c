@@ -313,6 +313,17 @@ static int kc_static_shape_equal(const kc_shape *a, const kc_shape *b)
     return 1;
 }
 
+/* Whether host-only rewrites may join nodes a and b: both on the same
+ * side of the stage's range (kc_fuse's stage), or no stage. */
+static int kc_same_stage(const kc_fused *f, int a, int b)
+{
+    if (f->scope_first < 0)
+        return 1;
+    int side_a = a < f->scope_first ? 0 : a <= f->scope_last ? 1 : 2;
+    int side_b = b < f->scope_first ? 0 : b <= f->scope_last ? 1 : 2;
+    return side_a == side_b;
+}
+
 /* Fuse Add node i (and an activation reading it) into a convolution. */
 static kc_status kc_fuse_add(kc_fused *f, const kc_graph *g, int i)
 {
@@ -328,8 +339,9 @@ static kc_status kc_fuse_add(kc_fused *f, const kc_graph *g, int i)
     for (int k = 0; k < 2; k++) {
         int c = kc_resolve(f, n->inputs[k]), r = kc_resolve(f, n->inputs[1 - k]);
         int h = kc_sum_host(g, f, c), only = -1;
-        if (h < 0 || h <= best || c == r || kc_slot_readers(g, f, c, 0, &only) != 1 ||
-            only != i || !kc_slot_free_after(g, f, r, h, i))
+        if (h < 0 || h <= best || c == r || !kc_same_stage(f, h, i) ||
+            kc_slot_readers(g, f, c, 0, &only) != 1 || only != i ||
+            !kc_slot_free_after(g, f, r, h, i))
             continue;
         best = h;
         best_c = c;
@@ -347,7 +359,7 @@ static kc_status kc_fuse_add(kc_fused *f, const kc_graph *g, int i)
     f->n_fused++;
     /* An activation that alone reads the sum runs as the conv's own. */
     int reader = -1;
-    if (kc_slot_readers(g, f, best_r, i + 1, &reader) != 1)
+    if (kc_slot_readers(g, f, best_r, i + 1, &reader) != 1 || !kc_same_stage(f, i, reader))
         return KC_OK;
     const kc_node *an = &g->nodes[reader];
     const char *act = an->n_inputs == 1 && an->n_outputs == 1 && an->layer->n_calls == 1
@@ -415,7 +427,8 @@ static kc_status kc_fuse_zeropad(kc_fused *f, const kc_graph *g, int i)
         n->n_outputs != 1 || n->layer->n_calls != 1 || n->layer->channels_first)
         return KC_OK;
     int out = n->outputs[0], reader = -1;
-    if (kc_slot_readers(g, f, out, 0, &reader) != 1 || reader <= i)
+    if (kc_slot_readers(g, f, out, 0, &reader) != 1 || reader <= i ||
+        !kc_same_stage(f, i, reader))
         return KC_OK;
     const kc_node *cn = &g->nodes[reader];
     const char *act = NULL;
@@ -716,10 +729,13 @@ static void kc_fuse_identity(kc_fused *f, const kc_graph *g, int i)
     f->n_fused++;
 }
 
-kc_status kc_fuse(const kc_graph *g, kc_fuse_level level, int *taken, kc_fused *f)
+kc_status kc_fuse(const kc_graph *g, kc_fuse_level level, const int *stage, int *taken,
+                  kc_fused *f)
 {
     memset(f, 0, sizeof *f);
     f->taken = taken;
+    f->scope_first = stage ? stage[0] : -1;
+    f->scope_last = stage ? stage[1] : -1;
     f->alias = kc_calloc((size_t)g->n_values + 1, sizeof *f->alias);
     f->skip = kc_calloc((size_t)g->n_nodes + 1, 1);
     f->shadow = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->shadow);

@@ -12,6 +12,7 @@ typedef struct kc_fused {
     int n_fused;
     int n_released;      /* shadow kernels freed by kc_fused_release_kernel */
     int *taken;          /* kc_fuse's taken: arrays moved or freed, or NULL */
+    int scope_first, scope_last; /* kc_fuse's stage range, or -1 */
     int *dw_of;          /* per plain convolution node: the depthwise node
                             that alone reads it, or -1 (fusable per plan) */
     unsigned char *dw_on; /* per such node: fused for the current plan */
@@ -44,12 +45,21 @@ typedef struct kc_fused {
  * convolution would overwrite where the host's adds). */
 typedef enum { KC_FUSE_NONE, KC_FUSE_PORTABLE, KC_FUSE_HOST } kc_fuse_level;
 
-/* taken = NULL: a rewritten layer copies
+/* stage = NULL, or a pipeline stage's node range {first, last}: the
+ * host-only rewrites then never join a node inside it with one outside.
+ * The portable ones may: every session of the model, on any backend,
+ * makes them alike, so the stage before the cut runs the joined node and
+ * the one after skips the absorbed one. A host-only one would be made on
+ * one side only (a CPU stage before a GPU one would add a residual twice),
+ * and a ZeroPadding folded into a convolution beyond the cut leaves the
+ * value crossing it unwritten.
+ * taken = NULL: a rewritten layer copies
  * its layer's arrays. Else the graph's arrays are the caller's to give
  * (release_packed_weights): a rewritten layer takes them over and an
  * absorbed BatchNormalization's are freed, each leaving its slot NULL
  * and counted in *taken. */
-kc_status kc_fuse(const kc_graph *graph, kc_fuse_level level, int *taken, kc_fused *out);
+kc_status kc_fuse(const kc_graph *graph, kc_fuse_level level, const int *stage, int *taken,
+                  kc_fused *out);
 void kc_fused_free(kc_fused *fused, int n_nodes);
 
 /* For a plan with value shapes `shape`: fuse each depthwise convolution

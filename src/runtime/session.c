@@ -16,6 +16,7 @@
 #include "base/mem.h"
 #include "base/threads.h"
 #include "backend/cpu_exec.h"
+#include "device/devspec.h"
 #include "kernels/kernel.h"
 #include "model/model_internal.h"
 #include "runtime/fuse.h"
@@ -50,12 +51,25 @@ static kc_status kc_session_check_model(const kc_model *model, const kc_session_
     return kc_model_restore_weights(m);
 }
 
+/* Whether `text` names this process's CPU, the host loop's own device
+ * ("/CPU:0", "/device:CPU:0", "/cpu:0"). */
+static int kc_names_host_cpu(const char *text)
+{
+    kc_devspec spec;
+    return kc_devspec_parse(text, &spec) == KC_OK && kc_devspec_is_local(&spec) &&
+           spec.has_device && spec.type == KC_DEVICE_CPU && spec.index == 0;
+}
+
 /* The scheduler runs whenever placement, a budget, a trace or disk-backed
- * weights (which it pages in and out) are involved. */
+ * weights (which it pages in and out) are involved. A device or variables
+ * option naming the host CPU alone places nothing: such a session runs on
+ * the host loop with all its rewrites, as with no placement (ResNet50 with
+ * --device /CPU:0 took 20-21 ms through the scheduler against 18). */
 static int kc_session_scheduled(const kc_model *model, const kc_session_options *o)
 {
-    return o->device || o->n_place || o->variables || o->device_memory || o->trace_path ||
-           o->host_memory || model->disk_weights;
+    return (o->device && !kc_names_host_cpu(o->device)) || o->n_place ||
+           (o->variables && !kc_names_host_cpu(o->variables)) || o->device_memory ||
+           o->trace_path || o->host_memory || model->disk_weights;
 }
 
 /* What kc_fuse may rewrite for a session (fuse.h). */
@@ -170,7 +184,7 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     }
     s->release_originals = o->release_packed_weights && !kc_session_scheduled(model, o);
     kc_status fst = kc_fuse(g, kc_session_fuse_level(model, kc_session_scheduled(model, o)),
-                            kc_session_taken(s), &s->fused);
+                            NULL, kc_session_taken(s), &s->fused);
     if (fst != KC_OK) {
         kc_session_free(s);
         return fst;
@@ -430,6 +444,19 @@ static kc_status kc_session_reread(kc_session *s)
     return KC_OK;
 }
 
+/* The graph's rewrites made again (kc_fuse), for the session's stage
+ * range if it has one. */
+static kc_status kc_session_fuse_again(kc_session *s)
+{
+    int reread = s->release_originals && (s->fused.n_released || s->n_packed_released);
+    if (reread)
+        KC_TRY(kc_session_reread(s));
+    kc_fused_free(&s->fused, s->graph->n_nodes);
+    int stage[2] = {s->stage_first, s->stage_last};
+    return kc_fuse(s->graph, kc_session_fuse_level(s->model, s->sched != NULL),
+                   s->stage_first >= 0 ? stage : NULL, kc_session_taken(s), &s->fused);
+}
+
 /* A new plan may rebuild any kernel from its layer's weights: bring back
  * the fused kernels released after packing (same rewrites, same graph). */
 static kc_status kc_session_refuse(kc_session *s)
@@ -437,11 +464,20 @@ static kc_status kc_session_refuse(kc_session *s)
     int reread = s->release_originals && (s->fused.n_released || s->n_packed_released);
     if (!reread && !s->fused.n_released)
         return KC_OK;
-    if (reread)
-        KC_TRY(kc_session_reread(s));
-    kc_fused_free(&s->fused, s->graph->n_nodes);
-    return kc_fuse(s->graph, kc_session_fuse_level(s->model, s->sched != NULL),
-                   kc_session_taken(s), &s->fused);
+    return kc_session_fuse_again(s);
+}
+
+kc_status kc_session_restage(kc_session *s)
+{
+    kc_plan_free(&s->plan);
+    if (s->sched) /* the portable rewrites alone: the same for any range */
+        return KC_OK;
+    for (int i = 0; i < s->graph->n_nodes; i++)
+        if (s->state[i]) { /* built on the old rewrites */
+            s->state[i]->free(s->state[i]);
+            s->state[i] = NULL;
+        }
+    return kc_session_fuse_again(s);
 }
 
 /* Depthwise-after-1x1 and pooling-before-1x1 fusions are decided per

@@ -76,6 +76,9 @@ kc_status kc_session_prepare_batch(kc_session *s, int64_t batch, int variable_as
                                    const char *why);
 /* Run node i on the host kernels (the session's plain loop). */
 kc_status kc_session_run_node(kc_session *s, int index);
+/* After the stage range changed: the plan dropped and, on the host loop,
+ * the rewrites made again for the range (kc_fuse's stage). */
+kc_status kc_session_restage(kc_session *s);
 /* Only the kernel of node i (not absorbed), on `plan`'s values in
  * `arena` (a batch lane's): no masks, no weight release. */
 kc_status kc_session_node_on(kc_session *s, int index, const kc_plan *plan, float *arena);

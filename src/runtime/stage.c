@@ -103,8 +103,7 @@ kc_status kc_session_set_stage(kc_session *s, const kc_stage_plan *p)
     s->n_stage_inputs = p->n_inputs;
     s->stage_outputs = p->outputs;
     s->n_stage_outputs = p->n_outputs;
-    kc_plan_free(&s->plan); /* the device plan depends on the range */
-    return KC_OK;
+    return kc_session_restage(s); /* the plan and rewrites depend on the range */
 }
 
 static void kc_clear_masks(kc_session *s)
