@@ -32,11 +32,62 @@ typedef struct kc_rows_job {
     int invert;           /* Normalization(invert=True) */
 } kc_rows_job;
 
+/* Rows of at most this many values run as one flat loop (kc_rows_short). */
+#define KC_ROWS_SHORT 32
+#define KC_ROWS_PERIOD (16 * KC_ROWS_SHORT)
+
+/* Rows [lo, hi) of c <= KC_ROWS_SHORT values (an RGB image's 3 channels)
+ * as one flat run, each value against tables of its parameters repeated
+ * over 16 rows: a loop per row of 3 ran the switch, a square root and a
+ * division per value (EfficientNetB0's Rescaling and Normalization took
+ * 0.3 ms of a 5.3 ms run). The same operations on the same operands, so
+ * the same bits. */
+static void kc_rows_short(const kc_rows_job *j, int64_t lo, int64_t hi)
+{
+    float a[KC_ROWS_PERIOD], b[KC_ROWS_PERIOD];
+    int64_t c = j->c, period = 16 * c, s0 = j->n0 == 1 ? 0 : 1, s1 = j->n1 == 1 ? 0 : 1;
+    for (int64_t i = 0; i < period; i++) {
+        int64_t ch = i % c;
+        a[i] = j->p0[ch * s0];
+        if (j->kind == KC_ROWS_RESCALE)
+            b[i] = j->p1[ch * s1];
+        else if (j->kind == KC_ROWS_NORMALIZE)
+            b[i] = fmaxf(sqrtf(j->p1[ch * s1]), 1e-7f);
+    }
+    const float *x = j->x + lo * c;
+    float *y = j->y + lo * c;
+    for (int64_t left = (hi - lo) * c; left > 0; left -= period, x += period, y += period) {
+        int64_t n = left < period ? left : period;
+        switch (j->kind) {
+        case KC_ROWS_SCALE:
+            for (int64_t i = 0; i < n; i++)
+                y[i] = x[i] * a[i];
+            break;
+        case KC_ROWS_RESCALE:
+            for (int64_t i = 0; i < n; i++)
+                y[i] = x[i] * a[i] + b[i];
+            break;
+        case KC_ROWS_NORMALIZE:
+            if (j->invert)
+                for (int64_t i = 0; i < n; i++)
+                    y[i] = x[i] * b[i] + a[i];
+            else
+                for (int64_t i = 0; i < n; i++)
+                    y[i] = (x[i] - a[i]) / b[i];
+            break;
+        }
+    }
+}
+
 /* The kind's loop over rows [lo, hi), the parameters' strides (0: one
  * value for all) chosen once, not per value. */
 static void kc_rows_range(void *arg, int64_t lo, int64_t hi)
 {
     const kc_rows_job *j = arg;
+    if (j->c <= KC_ROWS_SHORT) {
+        kc_rows_short(j, lo, hi);
+        return;
+    }
     int64_t c = j->c, s0 = j->n0 == 1 ? 0 : 1, s1 = j->n1 == 1 ? 0 : 1;
     const float *p0 = j->p0, *p1 = j->p1;
     for (int64_t r = lo; r < hi; r++) {

@@ -361,13 +361,15 @@ static void test_top_binary_cut(void **state)
 
 /* -------------------------- Rescaling, LayerScale, Normalization, LN */
 
-static void test_channel_affine_cut(void **state)
+/* Rows of up to 32 values (an RGB image's 3) run as one flat loop over
+ * tiled parameters, longer ones row by row: both, cut and not, a row
+ * count that is no multiple of the tiles' 16 rows, Normalization both
+ * ways. */
+static void check_channel_affine(kc_shape s)
 {
-    (void)state;
-    kc_shape s = S4(1, 64, 64, 24);
-    int64_t n = count(&s), c = 24;
+    int64_t n = count(&s), c = s.dims[3];
     float *x = rand_buf(n, 8.0f), *p = rand_buf(c, 2.0f), *q = rand_buf(c, 2.0f);
-    float *got = malloc((size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
+    float *got = calloc((size_t)n, sizeof *got), *want = calloc((size_t)n, sizeof *want);
     const float *ins[1] = {x};
 
     kc_rescaling_attrs ra = {.n_scale = c, .n_offset = 1, .scale = p, .offset = q};
@@ -397,6 +399,11 @@ static void test_channel_affine_cut(void **state)
         want[i] = (x[i] - p[i % c]) / fmaxf(sqrtf(q[i % c]), 1e-7f);
     run_layer(&nl, ins, &s, 1, got, &s);
     expect_same(got, want, n, "Normalization per channel");
+    na.invert = 1;
+    for (int64_t i = 0; i < n; i++)
+        want[i] = x[i] * fmaxf(sqrtf(q[i % c]), 1e-7f) + p[i % c];
+    run_layer(&nl, ins, &s, 1, got, &s);
+    expect_same(got, want, n, "Normalization(invert=True) per channel");
 
     kc_norm_attrs la = {.axes = {-1}, .n_axes = 1, .epsilon = 1e-6, .center = 1, .scale = 1};
     kc_weight lw[2] = {{.data = p}, {.data = q}};
@@ -423,6 +430,16 @@ static void test_channel_affine_cut(void **state)
     free(q);
     free(got);
     free(want);
+}
+
+static void test_channel_affine_cut(void **state)
+{
+    (void)state;
+    check_channel_affine((kc_shape)S4(1, 64, 64, 24));
+    check_channel_affine((kc_shape)S4(1, 224, 224, 3));
+    check_channel_affine((kc_shape)S4(2, 5, 7, 3));
+    check_channel_affine((kc_shape)S4(1, 64, 33, 40));
+    check_channel_affine((kc_shape)S4(1, 1, 3, 32));
 }
 
 int main(void)
