@@ -121,52 +121,95 @@ static void kc_bilinear_src(int64_t o, int64_t in, int64_t out, int64_t *i0, int
     *t = x - (float)lo;
 }
 
+/* UpSampling by output rows (every axis but the last spatial one and the
+ * channels fixed), cut over the threads. A real 540 x 540 denoising
+ * autoencoder's two UpSampling2D layers took 4.4 of its 37 ms as one
+ * memcpy per output pixel on one thread. */
+typedef struct kc_upsample_job {
+    const kc_upsample_attrs *a;
+    const float *in;
+    float *out;
+    int64_t c;
+    int64_t in_d[3], size[3], out_d[3]; /* spatial axes, 1 where absent */
+} kc_upsample_job;
+
+/* Bilinear rows [lo, hi) over (image, output row). */
+static void kc_upsample_bilinear_rows(void *arg, int64_t lo, int64_t hi)
+{
+    const kc_upsample_job *j = arg;
+    int64_t c = j->c, ih = j->in_d[1], iw = j->in_d[2], oh = j->out_d[1], ow = j->out_d[2];
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t b = r / oh, y = r % oh, y0, y1;
+        float ty;
+        kc_bilinear_src(y, ih, oh, &y0, &y1, &ty);
+        const float *base = j->in + b * ih * iw * c;
+        for (int64_t x = 0; x < ow; x++) {
+            int64_t x0, x1;
+            float tx;
+            kc_bilinear_src(x, iw, ow, &x0, &x1, &tx);
+            const float *p00 = base + (y0 * iw + x0) * c, *p01 = base + (y0 * iw + x1) * c;
+            const float *p10 = base + (y1 * iw + x0) * c, *p11 = base + (y1 * iw + x1) * c;
+            float *o = j->out + (r * ow + x) * c;
+            for (int64_t k = 0; k < c; k++) {
+                float top = p00[k] + (p01[k] - p00[k]) * tx;
+                float bot = p10[k] + (p11[k] - p10[k]) * tx;
+                o[k] = top + (bot - top) * ty;
+            }
+        }
+    }
+}
+
+/* Nearest rows [lo, hi) over (image, depth, row): out[i] = in[i / size]
+ * on each spatial axis. A row repeating one already written in the range
+ * (the same input row: the row before, or the same row of the depth
+ * plane before) is one copy of it. */
+static void kc_upsample_nearest_rows(void *arg, int64_t lo, int64_t hi)
+{
+    const kc_upsample_job *j = arg;
+    int64_t c = j->c, row_floats = j->out_d[2] * c;
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t y = r % j->out_d[1], z = r / j->out_d[1] % j->out_d[0];
+        int64_t b = r / (j->out_d[1] * j->out_d[0]);
+        float *o = j->out + r * row_floats;
+        int64_t same = y % j->size[1] ? r - 1 : z % j->size[0] ? r - j->out_d[1] : -1;
+        if (same >= lo) {
+            memcpy(o, j->out + same * row_floats, (size_t)row_floats * sizeof *o);
+            continue;
+        }
+        const float *src =
+            j->in + ((b * j->in_d[0] + z / j->size[0]) * j->in_d[1] + y / j->size[1]) *
+                        j->in_d[2] * c;
+        for (int64_t x = 0; x < j->in_d[2]; x++, src += c)
+            for (int64_t s = 0; s < j->size[2]; s++, o += c) {
+                if (c == 1)
+                    *o = *src;
+                else
+                    memcpy(o, src, (size_t)c * sizeof *o);
+            }
+    }
+}
+
 static kc_status kc_upsample(const kc_exec_ctx *ctx)
 {
     const kc_upsample_attrs *a = ctx->layer->attrs;
-    const kc_shape *is = &ctx->in_shape[0], *os = &ctx->out_shape[0];
-    int64_t c = is->dims[is->rank - 1], n = is->dims[0];
+    const kc_shape *is = &ctx->in_shape[0];
+    kc_upsample_job j = {.a = a, .in = ctx->in[0], .out = ctx->out[0],
+                         .c = is->dims[is->rank - 1], .in_d = {1, 1, 1}, .size = {1, 1, 1}};
+    for (int i = 0; i < a->spatial; i++) {
+        j.in_d[3 - a->spatial + i] = is->dims[1 + i];
+        j.size[3 - a->spatial + i] = a->size[i];
+    }
+    for (int i = 0; i < 3; i++)
+        j.out_d[i] = j.in_d[i] * j.size[i];
+    int64_t rows = is->dims[0] * j.out_d[0] * j.out_d[1];
+    int64_t bytes = kc_count(&ctx->out_shape[0]) * (int64_t)sizeof(float);
     if (a->spatial == 2 && strcmp(a->interpolation, "bilinear") == 0) {
-        int64_t ih = is->dims[1], iw = is->dims[2], oh = os->dims[1], ow = os->dims[2];
-        for (int64_t b = 0; b < n; b++)
-            for (int64_t y = 0; y < oh; y++) {
-                int64_t y0, y1;
-                float ty;
-                kc_bilinear_src(y, ih, oh, &y0, &y1, &ty);
-                for (int64_t x = 0; x < ow; x++) {
-                    int64_t x0, x1;
-                    float tx;
-                    kc_bilinear_src(x, iw, ow, &x0, &x1, &tx);
-                    const float *base = ctx->in[0] + b * ih * iw * c;
-                    const float *p00 = base + (y0 * iw + x0) * c, *p01 = base + (y0 * iw + x1) * c;
-                    const float *p10 = base + (y1 * iw + x0) * c, *p11 = base + (y1 * iw + x1) * c;
-                    float *o = ctx->out[0] + ((b * oh + y) * ow + x) * c;
-                    for (int64_t j = 0; j < c; j++) {
-                        float top = p00[j] + (p01[j] - p00[j]) * tx;
-                        float bot = p10[j] + (p11[j] - p10[j]) * tx;
-                        o[j] = top + (bot - top) * ty;
-                    }
-                }
-            }
+        j.out_d[1] = ctx->out_shape[0].dims[1];
+        j.out_d[2] = ctx->out_shape[0].dims[2];
+        kc_parallel_for(is->dims[0] * j.out_d[1], bytes, 1, kc_upsample_bilinear_rows, &j);
         return KC_OK;
     }
-    /* Nearest: out[i] = in[i / size] on each spatial axis. */
-    int64_t in_d[3] = {1, 1, 1}, size[3] = {1, 1, 1};
-    for (int i = 0; i < a->spatial; i++) {
-        in_d[3 - a->spatial + i] = is->dims[1 + i];
-        size[3 - a->spatial + i] = a->size[i];
-    }
-    int64_t od[3] = {in_d[0] * size[0], in_d[1] * size[1], in_d[2] * size[2]};
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t z = 0; z < od[0]; z++)
-            for (int64_t y = 0; y < od[1]; y++)
-                for (int64_t x = 0; x < od[2]; x++) {
-                    const float *p = ctx->in[0] +
-                                     (((b * in_d[0] + z / size[0]) * in_d[1] + y / size[1]) * in_d[2] +
-                                      x / size[2]) * c;
-                    memcpy(ctx->out[0] + (((b * od[0] + z) * od[1] + y) * od[2] + x) * c, p,
-                           (size_t)c * sizeof(float));
-                }
+    kc_parallel_for(rows, bytes, 1, kc_upsample_nearest_rows, &j);
     return KC_OK;
 }
 

@@ -24,6 +24,7 @@
 #include "ops/norm.h"
 #include "ops/op.h"
 #include "ops/preprocess.h"
+#include "ops/reshape.h"
 
 static uint32_t g_seed = 12345u;
 
@@ -442,6 +443,91 @@ static void test_channel_affine_cut(void **state)
     check_channel_affine((kc_shape)S4(1, 1, 3, 32));
 }
 
+/* ------------------------------------------------------- UpSampling */
+
+/* Output element o of nearest upsampling (spatial axes 1..sp of shape
+ * os, channels last): the input element at each coordinate / size. */
+static int64_t upsample_src(const kc_shape *is, const kc_shape *os, const int64_t *size, int sp,
+                            int64_t o)
+{
+    int64_t coord[KC_MAX_RANK];
+    for (int d = os->rank - 1; d >= 0; d--) {
+        coord[d] = o % os->dims[d];
+        o /= os->dims[d];
+    }
+    for (int d = 1; d <= sp; d++)
+        coord[d] /= size[d - 1];
+    int64_t at = 0;
+    for (int d = 0; d < is->rank; d++)
+        at = at * is->dims[d] + coord[d];
+    return at;
+}
+
+/* UpSampling1D/2D/3D nearest and 2D bilinear by output rows over two
+ * threads (large enough to be cut, and small), against per-element
+ * loops: nearest copies its input value, bilinear blends the four as
+ * Keras's resize does (the kernel's arithmetic, written out here). */
+static void test_upsampling_cut(void **state)
+{
+    (void)state;
+    static const struct {
+        int sp;
+        int64_t size[3];
+        kc_shape is;
+    } cases[] = {
+        {2, {2, 2, 1}, {.rank = 4, .dims = {1, 135, 135, 64}}},
+        {2, {2, 3, 1}, {.rank = 4, .dims = {2, 33, 17, 5}}},
+        {2, {3, 1, 1}, {.rank = 4, .dims = {1, 4, 3, 1}}},
+        {1, {3, 1, 1}, {.rank = 3, .dims = {2, 4000, 24}}},
+        {3, {2, 1, 2}, {.rank = 5, .dims = {1, 6, 20, 30, 16}}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        kc_shape is = cases[k].is, os = is;
+        for (int d = 1; d <= cases[k].sp; d++)
+            os.dims[d] *= cases[k].size[d - 1];
+        int64_t n_in = count(&is), n = count(&os);
+        float *x = rand_buf(n_in, 4.0f), *got = calloc((size_t)n, sizeof *got);
+        float *want = calloc((size_t)n, sizeof *want);
+        const float *ins[1] = {x};
+        kc_upsample_attrs a = {.spatial = cases[k].sp, .interpolation = "nearest"};
+        memcpy(a.size, cases[k].size, sizeof a.size);
+        static const char *const cls[] = {"", "UpSampling1D", "UpSampling2D", "UpSampling3D"};
+        kc_layer layer = {.name = "up", .class_name = (char *)cls[a.spatial], .attrs = &a};
+        layer.def = kc_op_lookup(NULL, cls[a.spatial]);
+        for (int64_t o = 0; o < n; o++)
+            want[o] = x[upsample_src(&is, &os, a.size, a.spatial, o)];
+        run_layer(&layer, ins, &is, 1, got, &os);
+        expect_same(got, want, n, cls[a.spatial]);
+        if (a.spatial == 2) {
+            a.interpolation = "bilinear";
+            int64_t ih = is.dims[1], iw = is.dims[2], oh = os.dims[1], ow = os.dims[2];
+            int64_t c = is.dims[3];
+            for (int64_t o = 0; o < n; o++) {
+                int64_t ch = o % c, px = o / c, xo = px % ow, yo = px / ow % oh, b = px / ow / oh;
+                float fy = ((float)yo + 0.5f) * (float)ih / (float)oh - 0.5f;
+                float fx = ((float)xo + 0.5f) * (float)iw / (float)ow - 0.5f;
+                fy = fy < 0 ? 0 : fy;
+                fx = fx < 0 ? 0 : fx;
+                int64_t y0 = (int64_t)floorf(fy), x0 = (int64_t)floorf(fx);
+                y0 = y0 > ih - 1 ? ih - 1 : y0;
+                x0 = x0 > iw - 1 ? iw - 1 : x0;
+                int64_t y1 = y0 + 1 < ih ? y0 + 1 : ih - 1, x1 = x0 + 1 < iw ? x0 + 1 : iw - 1;
+                float ty = fy - (float)y0, tx = fx - (float)x0;
+                const float *base = x + b * ih * iw * c + ch;
+                float p00 = base[(y0 * iw + x0) * c], p01 = base[(y0 * iw + x1) * c];
+                float p10 = base[(y1 * iw + x0) * c], p11 = base[(y1 * iw + x1) * c];
+                float top = p00 + (p01 - p00) * tx, bot = p10 + (p11 - p10) * tx;
+                want[o] = top + (bot - top) * ty;
+            }
+            run_layer(&layer, ins, &is, 1, got, &os);
+            expect_same(got, want, n, "UpSampling2D bilinear");
+        }
+        free(x);
+        free(got);
+        free(want);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -452,6 +538,7 @@ int main(void)
         cmocka_unit_test(test_sigmoid_accuracy),
         cmocka_unit_test(test_top_binary_cut),
         cmocka_unit_test(test_channel_affine_cut),
+        cmocka_unit_test(test_upsampling_cut),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
