@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/balance.h"
 #include "base/threads.h"
 #include "kernels/fastmath.h"
 #include "kernels/isa.h"
@@ -100,6 +101,34 @@ void kc_for_image_rows(int64_t lo, int64_t hi, int64_t rows,
         fn(arg, image, y0, y1);
         lo = image * rows + y1;
     }
+}
+
+typedef struct kc_balanced_rows {
+    const kc_balance *cut;
+    int64_t rows;
+    void (*fn)(void *arg, int64_t image, int64_t y0, int64_t y1);
+    void *arg;
+} kc_balanced_rows;
+
+static void kc_balanced_rows_part(void *arg, int k)
+{
+    const kc_balanced_rows *run = arg;
+    kc_for_image_rows(run->cut->lo[k], run->cut->lo[k + 1], run->rows, run->fn, run->arg);
+}
+
+void kc_balanced_image_rows(kc_balance *cut, int *cut_width, int width, int64_t images,
+                            int64_t rows,
+                            void (*fn)(void *arg, int64_t image, int64_t y0, int64_t y1),
+                            void *arg)
+{
+    if (*cut_width != width) {
+        *cut_width = width;
+        kc_balance_init(cut, images * rows, width, 2);
+    }
+    kc_balanced_rows run = {cut, rows, fn, arg};
+    double seconds[KC_BALANCE_MAX_PARTS] = {0};
+    kc_parallel_timed(cut->parts, kc_balanced_rows_part, &run, seconds);
+    kc_balance_update(cut, seconds);
 }
 
 float *kc_scratch(int64_t floats)

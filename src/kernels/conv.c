@@ -13,6 +13,7 @@
 #include "kernels/irb.h"
 #include "kernels/pw.h"
 #include "kernels/separable.h"
+#include "kernels/narrow.h"
 #include "kernels/stem.h"
 #include "kernels/wino.h"
 #include "ops/conv.h"
@@ -253,6 +254,8 @@ static kc_status kc_conv(const kc_exec_ctx *ctx)
         KC_TRY(kc_dw_conv(ctx, &handled, &act_done));
     if (!handled)
         KC_TRY(kc_stem_conv(ctx, &handled, &act_done));
+    if (!handled)
+        KC_TRY(kc_narrow_conv(ctx, &handled, &act_done));
     if (!handled)
         KC_TRY(kc_dnnl_conv(ctx, &handled, &act_done));
     if (handled && act_done)

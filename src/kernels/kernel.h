@@ -103,6 +103,15 @@ void *kc_kernel_state_drop(const kc_exec_ctx *ctx);
  * fn(arg, image, y0, y1) for each image's run of rows [y0, y1). */
 void kc_for_image_rows(int64_t lo, int64_t hi, int64_t rows,
                        void (*fn)(void *arg, int64_t image, int64_t y0, int64_t y1), void *arg);
+/* A layer's output rows, `rows` an image over `images` images, cut over
+ * `width` threads in the parts of `cut` (kc_balance: a cut made for
+ * *cut_width threads, made again when that changes), each part run by
+ * kc_for_image_rows and timed, the times moving the next run's cuts. */
+struct kc_balance;
+void kc_balanced_image_rows(struct kc_balance *cut, int *cut_width, int width, int64_t images,
+                            int64_t rows,
+                            void (*fn)(void *arg, int64_t image, int64_t y0, int64_t y1),
+                            void *arg);
 /* Apply a Keras activation by name in place over n values. Element-wise
  * ones run over ranges on the threads (kc_parallel_for): the same bits
  * as one pass. */

@@ -148,8 +148,7 @@ static kc_status kc_stem_build(const kc_exec_ctx *ctx, const kc_stem_geom *g, kc
     st->in_shape = ctx->in_shape[0];
     st->g = *g;
     st->rows = isa == KC_ISA_AVX512 ? kc_stem_rows_avx512 : kc_stem_rows_avx2;
-    st->width = kc_parallel_width();
-    kc_balance_init(&st->cut, st->in_shape.dims[0] * g->out_h, st->width, 2);
+    st->width = 0; /* the cut is made at the first run */
     if (kc_stem_pack(st, w, bias) != KC_OK) {
         kc_stem_free(&st->base);
         return KC_ERR_NOMEM;
@@ -174,14 +173,6 @@ static void kc_stem_image_rows(void *arg, int64_t img, int64_t y0, int64_t y1)
     kc_stem_kernel kernel = {st->w, st->bias, st->off};
     int64_t in_image = g->in_h * g->in_w * g->c, out_image = g->out_h * g->out_w * g->f;
     st->rows(g, &kernel, job->in + img * in_image, job->out + img * out_image, y0, y1);
-}
-
-/* Part k's output rows, image by image. */
-static void kc_stem_part(void *arg, int k)
-{
-    const kc_stem_job *job = arg;
-    kc_for_image_rows(job->st->cut.lo[k], job->st->cut.lo[k + 1], job->st->g.out_h,
-                      kc_stem_image_rows, (void *)job);
 }
 
 /* Whether this kernel takes layers here: with AVX-512 (KC_STEM=0: never;
@@ -230,15 +221,9 @@ kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
             return KC_OK;
         *ctx->state = &st->base;
     }
-    int width = kc_parallel_width(); /* 1 in a lane of a batch */
-    if (st->width != width) {
-        st->width = width;
-        kc_balance_init(&st->cut, st->in_shape.dims[0] * st->g.out_h, width, 2);
-    }
     kc_stem_job job = {st, ctx->in[0], ctx->out[0]};
-    double seconds[KC_BALANCE_MAX_PARTS] = {0};
-    kc_parallel_timed(st->cut.parts, kc_stem_part, &job, seconds);
-    kc_balance_update(&st->cut, seconds);
+    kc_balanced_image_rows(&st->cut, &st->width, kc_parallel_width() /* 1 in a lane */,
+                           st->in_shape.dims[0], st->g.out_h, kc_stem_image_rows, &job);
     *handled = 1;
     *act_done = st->g.act != 3;
     return KC_OK;

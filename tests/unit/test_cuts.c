@@ -35,6 +35,7 @@
 #include "kernels/maxpool_nhwc.h"
 #include "kernels/pw.h"
 #include "kernels/residual.h"
+#include "kernels/narrow.h"
 #include "kernels/stem.h"
 #include "kernels/wino.h"
 #include "ops/conv.h"
@@ -478,11 +479,14 @@ static void test_conv2d_cuts(void **state)
     };
     /* oneDNN's cuts, its Winograd kernels' too: kerasc's own 2-D
      * Winograd (test_wino2d_layers) would take the 64 -> 64 layers, its
-     * own depthwise loop (test_dw_layers) the stride-1 depthwise one */
+     * own depthwise loop (test_dw_layers) the stride-1 depthwise one, its
+     * narrow-output loop (test_narrow_layers) those of few filters */
     setenv("KC_WINO2D", "0", 1);
     setenv("KC_DW", "0", 1);
+    setenv("KC_NARROW", "0", 1);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_case(&cases[i]);
+    unsetenv("KC_NARROW");
     unsetenv("KC_DW");
     unsetenv("KC_WINO2D");
 }
@@ -793,6 +797,38 @@ static void test_im2col_kernel(void **state)
     unsetenv("KC_WINO1D");
 }
 
+/* r's layer (case c) on 1 to 3 threads: on the own loop `owns`
+ * recognises exactly when `want` (named `loop` in messages), within the
+ * fidelity tolerance of the plain path `plain`, and, but for activation
+ * `inexact` (applied after the loop by the caller), bit-equal to `exact`:
+ * the loop's sums written out in scalars. */
+static void expect_own_loop(const conv_case *c, conv_run *r, int want, const float *plain,
+                            const float *exact, int (*owns)(const kc_kernel_state *),
+                            const char *loop, const char *inexact)
+{
+    float peak = peak_of(plain, r->out_count);
+    float *got = malloc((size_t)r->out_count * sizeof *got);
+    assert_non_null(got);
+    const float *ins[1] = {r->x};
+    for (int threads = 1; threads <= 3; threads++) {
+        if (r->residual)
+            memcpy(got, r->residual, (size_t)r->out_count * sizeof *got);
+        kc_threads_enter(threads);
+        int mine = exec_kernel(&r->layer, ins, &r->in_shape, 1, got, &r->out_shape, 0, 0, owns);
+        kc_threads_enter(0);
+        if (mine != want)
+            fail_msg("%s, %d threads: %s kerasc's %s loop", c->what, threads,
+                     mine ? "ran on" : "not on", loop);
+        expect_close(got, plain, r->out_count, 1e-4f * peak, "%s, %d threads", c->what, threads);
+        if (mine && strcmp(c->act, inexact))
+            for (int64_t e = 0; e < r->out_count; e++)
+                if (memcmp(&got[e], &exact[e], sizeof got[e]))
+                    fail_msg("%s, %d threads: element %lld is %.9g, the sum in order %.9g",
+                             c->what, threads, (long long)e, got[e], exact[e]);
+    }
+    free(got);
+}
+
 /* ----------------- convolutions over few input channels (kernels/stem) */
 
 static int stem_owns(const kc_kernel_state *state) { return kc_stem_owns(state); }
@@ -888,30 +924,13 @@ static void stem_layers_isa(void)
         conv_run r;
         setup_biased(c, cases[i].use_bias, &r);
         float *want = plain_output(&r);
-        float peak = peak_of(want, r.out_count);
         float *exact = malloc((size_t)r.out_count * sizeof *exact);
         float *got = malloc((size_t)r.out_count * sizeof *got);
         assert_non_null(exact);
         assert_non_null(got);
         stem_reference(c, &r, exact);
+        expect_own_loop(c, &r, cases[i].want, want, exact, stem_owns, "stem", "tanh");
         const float *ins[1] = {r.x};
-        for (int threads = 1; threads <= 3; threads++) {
-            if (r.residual)
-                memcpy(got, r.residual, (size_t)r.out_count * sizeof *got);
-            kc_threads_enter(threads);
-            int mine = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
-                                   stem_owns);
-            kc_threads_enter(0);
-            if (mine != cases[i].want)
-                fail_msg("%s, %d threads: %s kerasc's stem loop", c->what, threads,
-                         mine ? "ran on" : "not on");
-            expect_close(got, want, r.out_count, 1e-4f * peak, "%s, %d threads", c->what, threads);
-            if (mine && strcmp(c->act, "tanh"))
-                for (int64_t e = 0; e < r.out_count; e++)
-                    if (got[e] != exact[e])
-                        fail_msg("%s, %d threads: element %lld is %.9g, the sum in order %.9g",
-                                 c->what, threads, (long long)e, got[e], exact[e]);
-        }
         if (cases[i].want) {
             setenv("KC_STEM", "0", 1);
             if (exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0, stem_owns))
@@ -958,6 +977,191 @@ static void test_stem_layers(void **state)
     unsetenv("KC_ISA");
     free(got);
     teardown(&r);
+}
+
+/* ------------ convolutions with few output channels (kernels/narrow) */
+
+static int narrow_owns(const kc_kernel_state *state) { return kc_narrow_owns(state); }
+
+/* The sum narrow_simd.inc makes, in scalars: per output, each window row
+ * inside the image a run of taps (column, input channel) whose i-th
+ * product goes into lane i mod 16 by fmaf, the lanes added pairwise
+ * (i + 8, + 4, + 2, + 1), then the bias, then relu / relu6 (others: the
+ * caller's). Padding as TensorFlow's, from the case alone. */
+static void narrow_reference(const conv_case *c, const conv_run *r, float *out)
+{
+    int64_t in_h = r->in_shape.dims[1] - 2 * c->zero_pad, in_w = r->in_shape.dims[2] - 2 * c->zero_pad;
+    int64_t out_h = r->out_shape.dims[1], out_w = r->out_shape.dims[2];
+    int64_t kh = c->k, kw = c->kw ? c->kw : c->k, pad[2] = {c->zero_pad, c->zero_pad};
+    int64_t ext[2] = {kh, kw}, len[2] = {in_h, in_w}, olen[2] = {out_h, out_w};
+    for (int i = 0; i < 2 && c->padding == 1; i++) {
+        int64_t total = (olen[i] - 1) * c->s + ext[i] - len[i];
+        pad[i] = (total > 0 ? total / 2 : 0) + c->zero_pad;
+    }
+    const float *x = r->x, *w = r->weights[0].data, *b = r->weights[1].data;
+    for (int64_t n = 0; n < c->n; n++)
+        for (int64_t oy = 0; oy < out_h; oy++)
+            for (int64_t ox = 0; ox < out_w; ox++)
+                for (int64_t fo = 0; fo < c->f; fo++) {
+                    float lane[16] = {0};
+                    for (int64_t ky = 0; ky < kh; ky++) {
+                        int64_t iy = oy * c->s - pad[0] + ky, i = 0;
+                        if (iy < 0 || iy >= in_h)
+                            continue;
+                        for (int64_t kx = 0; kx < kw; kx++) {
+                            int64_t ix = ox * c->s - pad[1] + kx;
+                            if (ix < 0 || ix >= in_w)
+                                continue;
+                            for (int64_t ci = 0; ci < c->c; ci++, i++)
+                                lane[i % 16] =
+                                    fmaf(x[((n * in_h + iy) * in_w + ix) * c->c + ci],
+                                         w[((ky * kw + kx) * c->c + ci) * c->f + fo], lane[i % 16]);
+                        }
+                    }
+                    for (int half = 8; half >= 1; half /= 2)
+                        for (int i = 0; i < half; i++)
+                            lane[i] = lane[i] + lane[i + half];
+                    float v = r->a.use_bias ? lane[0] + b[fo] : lane[0];
+                    if (!strcmp(c->act, "relu") || !strcmp(c->act, "relu6"))
+                        v = v < 0.0f ? 0.0f : v;
+                    if (!strcmp(c->act, "relu6"))
+                        v = v > 6.0f ? 6.0f : v;
+                    out[((n * out_h + oy) * out_w + ox) * c->f + fo] = v;
+                }
+}
+
+/* Under the residency manager (ctx->whole: one part) and with streamed
+ * weights (ctx->w_ext, packed again every run: a second run with other
+ * weights gives their sums) the loop runs too, with the same bits as on
+ * the host loop: a pipeline stage through the scheduler is compared bit
+ * for bit with a local run. */
+static void narrow_whole_and_streamed(const conv_case *c, conv_run *r, const float *exact)
+{
+    float *got = malloc((size_t)r->out_count * sizeof *got);
+    assert_non_null(got);
+    const float *ins[1] = {r->x};
+    kc_threads_enter(3);
+    if (!exec_kernel(&r->layer, ins, &r->in_shape, 1, got, &r->out_shape, 0, 1, narrow_owns))
+        fail_msg("%s: not on kerasc's narrow loop under the residency manager", c->what);
+    if (memcmp(got, exact, (size_t)r->out_count * sizeof *got))
+        fail_msg("%s: other bits under the residency manager", c->what);
+    /* streamed: the layer's weights travel beside it, its own arrays unread */
+    float *outs[1] = {got};
+    const float *w_ext[2] = {r->weights[0].data, r->weights[1].data};
+    kc_kernel_state *state = NULL;
+    kc_exec_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.layer = &r->layer;
+    ctx.in = ins;
+    ctx.in_shape = &r->in_shape;
+    ctx.n_in = 1;
+    ctx.out = outs;
+    ctx.out_shape = &r->out_shape;
+    ctx.n_out = 1;
+    ctx.keras_major = 3;
+    ctx.state = &state;
+    ctx.w_ext = w_ext;
+    kc_kernel_fn fn = kc_kernel_lookup(r->layer.def);
+    assert_int_equal(fn(&ctx), KC_OK);
+    if (!kc_narrow_owns(state) || state->weights_cached)
+        fail_msg("%s: streamed weights not on the narrow loop, or cached", c->what);
+    if (memcmp(got, exact, (size_t)r->out_count * sizeof *got))
+        fail_msg("%s: other bits with streamed weights", c->what);
+    /* the next run's weights, all doubled: every product and sum doubles
+     * exactly (bias too), so every output before its activation does */
+    size_t w_count = (size_t)c->c * (size_t)c->f * (size_t)c->k * (size_t)(c->kw ? c->kw : c->k);
+    float *w2 = malloc(w_count * sizeof *w2), *b2 = malloc((size_t)c->f * sizeof *b2);
+    for (size_t e = 0; e < w_count; e++)
+        w2[e] = 2.0f * r->weights[0].data[e];
+    for (int64_t e = 0; e < c->f; e++)
+        b2[e] = 2.0f * r->weights[1].data[e];
+    const float *w_next[2] = {w2, b2};
+    ctx.w_ext = w_next;
+    assert_int_equal(fn(&ctx), KC_OK);
+    int clamps = !strcmp(c->act, "relu6");
+    for (int64_t e = 0; e < r->out_count && !clamps; e++)
+        if (got[e] != 2.0f * exact[e])
+            fail_msg("%s: streamed weights doubled, element %lld is %.9g, want %.9g", c->what,
+                     (long long)e, got[e], 2.0f * exact[e]);
+    state->free(state);
+    kc_threads_enter(0);
+    free(w2);
+    free(b2);
+    free(got);
+}
+
+/* A plain 2-D convolution of at most 8 output channels runs on kerasc's
+ * own loop (narrow.c) with AVX-512 and with AVX2 (there up to 4), 1 to 3 threads: the
+ * denoising autoencoder's 32 -> 1 head, "same" and "valid", strides 1 to
+ * 3, a folded ZeroPadding, window rows longer and shorter than 16 taps
+ * and not a multiple of them (masked tails), 1 to 8 channels (blocks of 4
+ * and the rest), a (3, 2) and a 1x1 kernel, images narrower than the
+ * kernel's reach, no bias, an activation applied after (sigmoid). Its
+ * outputs within the fidelity tolerance of the plain path and, but for
+ * sigmoid, equal to the scalar sum in its order (narrow_reference): the
+ * same bits on any threads and instruction set. Not 16 channels,
+ * dilation, a fused sum, KC_NARROW=0 or the residency manager. */
+static void narrow_layers_isa(void)
+{
+    static const struct {
+        conv_case c;
+        int use_bias, want;
+    } cases[] = {
+        {{"same 3x3, 32 -> 1 linear (the denoiser's head), 40x36", "Conv2D", KC_CONV_PLAIN, 2, 1,
+          40, 36, 32, 1, 3, 1, 1, 1, 0, 0, "linear", 1, 0}, 1, 1},
+        {{"same 3x3, 64 -> 3 sigmoid (applied after), two 13x17 images", "Conv2D", KC_CONV_PLAIN,
+          2, 2, 13, 17, 64, 3, 3, 1, 1, 1, 0, 0, "sigmoid", 1, 0}, 1, 1},
+        {{"valid 5x5 stride 2, 17 -> 8 relu, 23x21", "Conv2D", KC_CONV_PLAIN, 2, 1, 23, 21, 17, 8,
+          5, 2, 1, 0, 0, 0, "relu", 1, 0}, 1, 1},
+        {{"valid after a ZeroPadding of 1, stride 3, 5 -> 6 relu6, 19x14", "Conv2D",
+          KC_CONV_PLAIN, 2, 1, 19, 14, 5, 6, 3, 3, 1, 0, 1, 0, "relu6", 1, 0}, 1, 1},
+        {{"same (3, 2) kernel, 3 -> 2, no bias, 9x11", "Conv2D", KC_CONV_PLAIN, 2, 3, 9, 11, 3, 2,
+          3, 1, 1, 1, 0, 0, "linear", 1, 2}, 0, 1},
+        {{"1x1, 48 -> 5, 6x7", "Conv2D", KC_CONV_PLAIN, 2, 1, 6, 7, 48, 5, 1, 1, 1, 1, 0, 0,
+          "relu", 1, 0}, 1, 1},
+        {{"same 7x7 on a 3x2 image, 16 -> 1", "Conv2D", KC_CONV_PLAIN, 2, 1, 3, 2, 16, 1, 7, 1, 1,
+          1, 0, 0, "linear", 1, 0}, 1, 1},
+        {{"16 output channels", "Conv2D", KC_CONV_PLAIN, 2, 1, 12, 12, 8, 16, 3, 1, 1, 1, 0, 0,
+          "relu", 1, 0}, 1, 0},
+        {{"dilation 2", "Conv2D", KC_CONV_PLAIN, 2, 1, 12, 12, 8, 1, 3, 1, 2, 1, 0, 0, "relu", 1,
+          0}, 1, 0},
+        {{"residual sum fused", "Conv2D", KC_CONV_PLAIN, 2, 1, 12, 12, 8, 1, 3, 1, 1, 1, 0, 1,
+          "relu", 1, 0}, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const conv_case *c = &cases[i].c;
+        conv_run r;
+        setup_biased(c, cases[i].use_bias, &r);
+        float *want = plain_output(&r);
+        float *exact = malloc((size_t)r.out_count * sizeof *exact);
+        float *got = malloc((size_t)r.out_count * sizeof *got);
+        assert_non_null(exact);
+        assert_non_null(got);
+        narrow_reference(c, &r, exact);
+        int takes = cases[i].want && (c->f <= 4 || kc_isa() == KC_ISA_AVX512);
+        expect_own_loop(c, &r, takes, want, exact, narrow_owns, "narrow", "sigmoid");
+        const float *ins[1] = {r.x};
+        if (takes) {
+            setenv("KC_NARROW", "0", 1);
+            if (exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0, narrow_owns))
+                fail_msg("%s: on kerasc's narrow loop with KC_NARROW=0", c->what);
+            unsetenv("KC_NARROW");
+            if (strcmp(c->act, "sigmoid"))
+                narrow_whole_and_streamed(c, &r, exact);
+        }
+        free(want);
+        free(exact);
+        free(got);
+        teardown(&r);
+    }
+}
+
+static void test_narrow_layers(void **state)
+{
+    (void)state;
+    if (!kc_dnnl_ready())
+        skip();
+    each_isa(narrow_layers_isa);
 }
 
 /* ----------------- 3x3 stride-1 depthwise convolutions (kernels/dw) */
@@ -3188,6 +3392,7 @@ int main(void)
         cmocka_unit_test(test_im2col_kernel),
         cmocka_unit_test(test_dw_layers),
         cmocka_unit_test(test_stem_layers),
+        cmocka_unit_test(test_narrow_layers),
         cmocka_unit_test(test_conv1d_cuts),
         cmocka_unit_test(test_wino_transforms),
         cmocka_unit_test(test_wino1d_layers),
