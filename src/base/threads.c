@@ -57,6 +57,20 @@ void kc_threads_enter(int threads)
 
 int kc_threads_max(void) { return omp_get_max_threads(); }
 
+int kc_threads_serial_begin(void)
+{
+    int previous = omp_get_max_threads();
+    if (previous != 1)
+        omp_set_num_threads(1);
+    return previous;
+}
+
+void kc_threads_serial_end(int previous)
+{
+    if (previous != 1)
+        omp_set_num_threads(previous);
+}
+
 int kc_thread_index(void) { return omp_get_thread_num(); }
 
 static __thread int kc_lane_now;

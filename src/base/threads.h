@@ -34,6 +34,11 @@ int kc_parallel_width(void);
 
 /* The OpenMP thread count a primitive built now would be sized for. */
 int kc_threads_max(void);
+/* oneDNN calls made between these two run on the calling thread alone
+ * (OpenMP's thread count 1 meanwhile): begin returns the count to give
+ * end, which restores it. */
+int kc_threads_serial_begin(void);
+void kc_threads_serial_end(int previous);
 /* The calling thread's number in its kc_parallel team (0 outside one):
  * threads running side by side have different numbers. */
 int kc_thread_index(void);

@@ -67,6 +67,14 @@ void kc_gemm(int64_t m, int64_t n, int64_t k, const float *a, const float *b, fl
     kc_gemm_ld(m, n, k, a, k, b, n, 0, c, n, accumulate);
 }
 
+/* Below this many multiply-adds a GEMM runs on the calling thread: waking
+ * OpenMP's sleeping workers for it cost more than it saved. A real
+ * bidirectional LSTM (quora_bilstm_tf2110.h5: 128 units, 222 steps) makes
+ * one 1 x 128 x 512 GEMM a step and direction at batch 1, and took 10.2
+ * ms a run on two threads (most of it in the kernel's futex wake-ups)
+ * against 5.1 for a batch of two. */
+#define KC_GEMM_SERIAL_MACS ((int64_t)1 << 20)
+
 void kc_gemm_ld(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                 int64_t ldb, int trans_b, float *c, int64_t ldc, int accumulate)
 {
@@ -74,10 +82,16 @@ void kc_gemm_ld(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, co
         return;
     /* oneDNN's GEMM shares the OpenMP pool with the convolutions (see
      * base/threads.c); OpenBLAS is the plain path. */
-    if (kc_dnnl_enabled() &&
-        dnnl_sgemm('N', trans_b ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb,
-                   accumulate ? 1.0f : 0.0f, c, ldc) == dnnl_success)
-        return;
+    if (kc_dnnl_enabled()) {
+        int serial = m * n * k < KC_GEMM_SERIAL_MACS;
+        int previous = serial ? kc_threads_serial_begin() : 0;
+        dnnl_status_t st = dnnl_sgemm('N', trans_b ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb,
+                                      accumulate ? 1.0f : 0.0f, c, ldc);
+        if (serial)
+            kc_threads_serial_end(previous);
+        if (st == dnnl_success)
+            return;
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (blasint)m,
                 (blasint)n, (blasint)k, 1.0f, a, (blasint)lda, b, (blasint)ldb,
                 accumulate ? 1.0f : 0.0f, c, (blasint)ldc);
@@ -202,7 +216,7 @@ static int kc_activation_scalar(const char *name, int keras_major, float *x, int
     if (strcmp(name, "gelu") == 0)
         KC_MAP(kc_gelu_erf(v)); /* fastmath.h: vectorised, within 1e-7 |v| of erff's */
     if (strcmp(name, "tanh") == 0)
-        KC_MAP(tanhf(v));
+        KC_MAP(kc_tanh_fast(v)); /* fastmath.h: vectorised, within 2.4e-7 of tanh */
     if (strcmp(name, "softplus") == 0)
         KC_MAP(kc_softplus(v));
     if (strcmp(name, "softsign") == 0)
@@ -247,6 +261,8 @@ void kc_act_sigmoid_avx512(float *x, int64_t n);
 void kc_act_gelu_avx2(float *x, int64_t n);
 void kc_act_swish_avx2(float *x, int64_t n);
 void kc_act_sigmoid_avx2(float *x, int64_t n);
+void kc_act_tanh_avx512(float *x, int64_t n);
+void kc_act_tanh_avx2(float *x, int64_t n);
 
 /* The instruction set's loop for the costly activations (act_simd.inc,
  * the same bits as kc_activation_scalar's), or NULL. */
@@ -263,6 +279,8 @@ static kc_act_fn kc_act_simd(const char *name)
         return wide ? kc_act_swish_avx512 : kc_act_swish_avx2;
     if (!strcmp(name, "sigmoid"))
         return wide ? kc_act_sigmoid_avx512 : kc_act_sigmoid_avx2;
+    if (!strcmp(name, "tanh"))
+        return wide ? kc_act_tanh_avx512 : kc_act_tanh_avx2;
     return NULL;
 }
 

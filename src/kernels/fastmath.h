@@ -53,6 +53,21 @@ static inline float kc_sigmoid_fast(float x)
     return x >= 0 ? r : e * r;
 }
 
+/* tanh(x): (1 - e) / (1 + e) with e = exp(-2|x|), the sign of x; below
+ * |x| = 1/16, where 1 - e cancels, x (1 - x^2/3 + 2x^4/15) (its error
+ * < 17/315 |x|^7, 3e-10 |x|). Within ~2.4e-7 of double (test_ewise);
+ * NaN for NaN, +-1 at the infinities, -0 for -0. libm's tanhf took a
+ * quarter of a bidirectional LSTM's run at batch 1. */
+static inline float kc_tanh_fast(float x)
+{
+    float ax = fabsf(x);
+    float e = kc_exp_nonpos(-2.0f * ax);
+    float r = (1.0f - e) / (1.0f + e);
+    float x2 = x * x;
+    float p = x * (1.0f + x2 * (-1.0f / 3.0f + x2 * (2.0f / 15.0f))); /* -0 stays -0 */
+    return ax >= 0.0625f ? copysignf(r, x) : p;
+}
+
 /* erf(z) for z >= 0. */
 static inline float kc_erf_nonneg(float z)
 {
