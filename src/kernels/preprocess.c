@@ -181,40 +181,57 @@ static kc_status kc_normalization(const kc_exec_ctx *ctx)
 }
 
 /* Resize one (h, w, c) image region [y0, y0+hh) x [x0, x0+ww) to (oh, ow). */
-static void kc_resize_image(const float *in, int64_t iw, int64_t c, int64_t y0, int64_t x0,
-                            int64_t hh, int64_t ww, float *out, int64_t oh, int64_t ow,
-                            int nearest)
+/* A resize of the window (y0, x0, hh x ww) of each ih x iw input image
+ * to oh x ow, by output rows over the threads. */
+typedef struct kc_resize_job {
+    const float *in;
+    float *out;
+    int64_t ih, iw, c, y0, x0, hh, ww, oh, ow;
+    int nearest;
+} kc_resize_job;
+
+/* Output rows [lo, hi) over (image, row). */
+static void kc_resize_rows(void *arg, int64_t lo, int64_t hi)
 {
-    for (int64_t y = 0; y < oh; y++)
+    const kc_resize_job *j = arg;
+    int64_t c = j->c, hh = j->hh, ww = j->ww, oh = j->oh, ow = j->ow;
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t b = r / oh, y = r % oh;
+        const float *in = j->in + b * j->ih * j->iw * c;
+        float *row = j->out + r * ow * c;
+        float sy = ((float)y + 0.5f) * (float)hh / (float)oh - 0.5f;
+        int64_t ny = (int64_t)floorf(((float)y + 0.5f) * (float)hh / (float)oh);
+        ny = ny < hh ? ny : hh - 1;
+        sy = sy < 0 ? 0 : sy;
+        int64_t ya = (int64_t)sy;
+        ya = ya < hh - 1 ? ya : hh - 1;
+        int64_t yb = ya + 1 < hh ? ya + 1 : hh - 1;
+        float ty = sy - (float)ya;
         for (int64_t x = 0; x < ow; x++) {
-            float *o = out + (y * ow + x) * c;
-            float sy = ((float)y + 0.5f) * (float)hh / (float)oh - 0.5f;
-            float sx = ((float)x + 0.5f) * (float)ww / (float)ow - 0.5f;
-            if (nearest) {
-                int64_t ny = (int64_t)floorf(((float)y + 0.5f) * (float)hh / (float)oh);
+            float *o = row + x * c;
+            if (j->nearest) {
                 int64_t nx = (int64_t)floorf(((float)x + 0.5f) * (float)ww / (float)ow);
-                ny = ny < hh ? ny : hh - 1;
                 nx = nx < ww ? nx : ww - 1;
-                memcpy(o, in + ((y0 + ny) * iw + x0 + nx) * c, (size_t)c * sizeof *o);
+                memcpy(o, in + ((j->y0 + ny) * j->iw + j->x0 + nx) * c, (size_t)c * sizeof *o);
                 continue;
             }
-            sy = sy < 0 ? 0 : sy;
+            float sx = ((float)x + 0.5f) * (float)ww / (float)ow - 0.5f;
             sx = sx < 0 ? 0 : sx;
-            int64_t ya = (int64_t)sy, xa = (int64_t)sx;
-            ya = ya < hh - 1 ? ya : hh - 1;
+            int64_t xa = (int64_t)sx;
             xa = xa < ww - 1 ? xa : ww - 1;
-            int64_t yb = ya + 1 < hh ? ya + 1 : hh - 1, xb = xa + 1 < ww ? xa + 1 : ww - 1;
-            float ty = sy - (float)ya, tx = sx - (float)xa;
-            const float *p00 = in + ((y0 + ya) * iw + x0 + xa) * c;
-            const float *p01 = in + ((y0 + ya) * iw + x0 + xb) * c;
-            const float *p10 = in + ((y0 + yb) * iw + x0 + xa) * c;
-            const float *p11 = in + ((y0 + yb) * iw + x0 + xb) * c;
-            for (int64_t j = 0; j < c; j++) {
-                float top = p00[j] + (p01[j] - p00[j]) * tx;
-                float bot = p10[j] + (p11[j] - p10[j]) * tx;
-                o[j] = top + (bot - top) * ty;
+            int64_t xb = xa + 1 < ww ? xa + 1 : ww - 1;
+            float tx = sx - (float)xa;
+            const float *p00 = in + ((j->y0 + ya) * j->iw + j->x0 + xa) * c;
+            const float *p01 = in + ((j->y0 + ya) * j->iw + j->x0 + xb) * c;
+            const float *p10 = in + ((j->y0 + yb) * j->iw + j->x0 + xa) * c;
+            const float *p11 = in + ((j->y0 + yb) * j->iw + j->x0 + xb) * c;
+            for (int64_t k = 0; k < c; k++) {
+                float top = p00[k] + (p01[k] - p00[k]) * tx;
+                float bot = p10[k] + (p11[k] - p10[k]) * tx;
+                o[k] = top + (bot - top) * ty;
             }
         }
+    }
 }
 
 static kc_status kc_resize_batch(const kc_exec_ctx *ctx, int nearest, int crop_aspect)
@@ -237,9 +254,16 @@ static kc_status kc_resize_batch(const kc_exec_ctx *ctx, int nearest, int crop_a
         y0 = (ih - hh) / 2;
         x0 = (iw - ww) / 2;
     }
-    for (int64_t b = 0; b < n; b++)
-        kc_resize_image(ctx->in[0] + b * ih * iw * c, iw, c, y0, x0, hh, ww,
-                        ctx->out[0] + b * oh * ow * c, oh, ow, nearest);
+    int64_t count = n * oh * ow * c;
+    if (hh == oh && ww == ow && hh == ih && ww == iw) {
+        /* already the target size: TensorFlow's resize returns the images
+         * as they are (a real model resized 256 x 256 images to 256 x 256:
+         * 0.65 ms an image) */
+        memcpy(ctx->out[0], ctx->in[0], (size_t)count * sizeof(float));
+        return KC_OK;
+    }
+    kc_resize_job j = {ctx->in[0], ctx->out[0], ih, iw, c, y0, x0, hh, ww, oh, ow, nearest};
+    kc_parallel_for(n * oh, count * (int64_t)sizeof(float), 1, kc_resize_rows, &j);
     return KC_OK;
 }
 

@@ -236,13 +236,17 @@ static float act_ref(const char *name, float v)
         return kc_gelu_erf(v); /* its accuracy: test_gelu_accuracy */
     if (!strcmp(name, "swish"))
         return v * kc_sigmoid_fast(v); /* its accuracy: test_sigmoid_accuracy */
+    if (!strcmp(name, "tanh"))
+        return kc_tanh_fast(v); /* its accuracy: test_tanh_accuracy */
     return NAN;
 }
 
-static void test_activation_cut(void **state)
+/* Each activation over two threads and in place, on every instruction
+ * set the CPU has (act_simd.inc's AVX-512 and AVX2 builds, KC_ISA=none:
+ * the scalar loop): the bits of the scalar formula. */
+static void check_activation_cut(void)
 {
-    (void)state;
-    static const char *const names[] = {"relu", "gelu", "swish"};
+    static const char *const names[] = {"relu", "gelu", "swish", "tanh"};
     kc_shape shapes[2] = {S4(1, 70, 70, 32), S4(1, 1, 3, 7)};
     for (int k = 0; k < 2; k++)
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -266,6 +270,46 @@ static void test_activation_cut(void **state)
             free(got);
             free(want);
         }
+}
+
+static void test_activation_cut(void **state)
+{
+    (void)state;
+    static const char *const isas[] = {"avx512", "avx2", "none"};
+    for (int i = 0; i < 3; i++) {
+        setenv("KC_ISA", isas[i], 1);
+        check_activation_cut();
+    }
+    unsetenv("KC_ISA");
+}
+
+/* tanh (fastmath.h) against double, every 1e-4 over [-12, 12]: within
+ * 3e-7; every 1e-6 below 1/16 (the polynomial's range): within 3e-7 of
+ * tanh itself. +-1 at the infinities, -0 for -0, NaN for NaN. */
+static void test_tanh_accuracy(void **state)
+{
+    (void)state;
+    double worst = 0, at = 0;
+    for (int64_t i = -120000; i <= 120000; i++) {
+        float x = (float)i * 1e-4f;
+        double err = fabs((double)kc_tanh_fast(x) - tanh((double)x));
+        if (err > worst) {
+            worst = err;
+            at = x;
+        }
+    }
+    if (worst > 3e-7)
+        fail_msg("tanh off by %.3g at %.5f", worst, at);
+    for (int64_t i = 1; i < 62500; i++) { /* the polynomial's range: relative */
+        float x = (float)i * 1e-6f;
+        double rel = fabs((double)kc_tanh_fast(x) - tanh((double)x)) / tanh((double)x);
+        if (rel > 3e-7)
+            fail_msg("tanh off by %.3g relative at %.7f", rel, x);
+    }
+    float neg_zero = -0.0f;
+    assert_true(kc_tanh_fast(neg_zero) == 0.0f && signbit(kc_tanh_fast(neg_zero)));
+    assert_true(kc_tanh_fast(INFINITY) == 1.0f && kc_tanh_fast(-INFINITY) == -1.0f);
+    assert_true(isnan(kc_tanh_fast(NAN)));
 }
 
 /* GELU's vectorised erf (fastmath.h) against erf in double, every 1e-4
@@ -528,6 +572,104 @@ static void test_upsampling_cut(void **state)
     }
 }
 
+/* ---------------------------------------------------------- Resizing */
+
+/* Output value o of resizing the (y0, x0, hh x ww) window of the images
+ * of `is` to `os`, as TensorFlow's half-pixel bilinear / nearest do (the
+ * kernel's arithmetic, written out per value). */
+static float resize_ref(const float *x, const kc_shape *is, const kc_shape *os, int64_t y0,
+                        int64_t x0, int64_t hh, int64_t ww, int nearest, int64_t o)
+{
+    int64_t c = is->dims[3], ih = is->dims[1], iw = is->dims[2], oh = os->dims[1],
+            ow = os->dims[2];
+    int64_t k = o % c, xo = o / c % ow, yo = o / c / ow % oh, b = o / c / ow / oh;
+    const float *in = x + b * ih * iw * c + k;
+    if (nearest) {
+        int64_t ny = (int64_t)floorf(((float)yo + 0.5f) * (float)hh / (float)oh);
+        int64_t nx = (int64_t)floorf(((float)xo + 0.5f) * (float)ww / (float)ow);
+        ny = ny < hh ? ny : hh - 1;
+        nx = nx < ww ? nx : ww - 1;
+        return in[((y0 + ny) * iw + x0 + nx) * c];
+    }
+    float sy = ((float)yo + 0.5f) * (float)hh / (float)oh - 0.5f;
+    float sx = ((float)xo + 0.5f) * (float)ww / (float)ow - 0.5f;
+    sy = sy < 0 ? 0 : sy;
+    sx = sx < 0 ? 0 : sx;
+    int64_t ya = (int64_t)sy, xa = (int64_t)sx;
+    ya = ya < hh - 1 ? ya : hh - 1;
+    xa = xa < ww - 1 ? xa : ww - 1;
+    int64_t yb = ya + 1 < hh ? ya + 1 : hh - 1, xb = xa + 1 < ww ? xa + 1 : ww - 1;
+    float ty = sy - (float)ya, tx = sx - (float)xa;
+    float p00 = in[((y0 + ya) * iw + x0 + xa) * c], p01 = in[((y0 + ya) * iw + x0 + xb) * c];
+    float p10 = in[((y0 + yb) * iw + x0 + xa) * c], p11 = in[((y0 + yb) * iw + x0 + xb) * c];
+    float top = p00 + (p01 - p00) * tx, bot = p10 + (p11 - p10) * tx;
+    return top + (bot - top) * ty;
+}
+
+/* Resizing by output rows over two threads: bilinear and nearest, up and
+ * down, with crop_to_aspect_ratio, against the per-value formula; an
+ * image already of the target size is returned as it is (infinities
+ * too, as TensorFlow's resize does; the formula would make NaN). */
+static void test_resizing_cut(void **state)
+{
+    (void)state;
+    static const struct {
+        kc_shape is;
+        int64_t oh, ow;
+        int nearest, crop;
+    } cases[] = {
+        {{.rank = 4, .dims = {2, 300, 200, 3}}, 224, 224, 0, 0},
+        {{.rank = 4, .dims = {2, 300, 200, 3}}, 224, 224, 1, 0},
+        {{.rank = 4, .dims = {1, 300, 200, 3}}, 160, 240, 0, 1},
+        {{.rank = 4, .dims = {3, 17, 9, 5}}, 40, 30, 0, 0},
+        {{.rank = 4, .dims = {3, 17, 9, 5}}, 40, 30, 1, 1},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        kc_shape is = cases[k].is, os = is;
+        os.dims[1] = cases[k].oh;
+        os.dims[2] = cases[k].ow;
+        int64_t n = count(&os), ih = is.dims[1], iw = is.dims[2], hh = ih, ww = iw, y0 = 0, x0 = 0;
+        if (cases[k].crop) {
+            double target = (double)cases[k].ow / (double)cases[k].oh;
+            if ((double)iw / (double)ih > target)
+                ww = (int64_t)((double)ih * target);
+            else
+                hh = (int64_t)((double)iw / target);
+            y0 = (ih - hh) / 2;
+            x0 = (iw - ww) / 2;
+        }
+        float *x = rand_buf(count(&is), 4.0f), *got = calloc((size_t)n, sizeof *got);
+        float *want = calloc((size_t)n, sizeof *want);
+        for (int64_t o = 0; o < n; o++)
+            want[o] = resize_ref(x, &is, &os, y0, x0, hh, ww, cases[k].nearest, o);
+        kc_resizing_attrs a = {.height = cases[k].oh, .width = cases[k].ow,
+                               .interpolation = cases[k].nearest ? KC_INTERP_NEAREST
+                                                                 : KC_INTERP_BILINEAR,
+                               .crop_to_aspect_ratio = cases[k].crop};
+        kc_layer layer = {.name = "resize", .class_name = "Resizing", .attrs = &a};
+        layer.def = kc_op_lookup(NULL, "Resizing");
+        const float *ins[1] = {x};
+        run_layer(&layer, ins, &is, 1, got, &os);
+        expect_same(got, want, n, "Resizing");
+        free(x);
+        free(got);
+        free(want);
+    }
+    kc_shape same = {.rank = 4, .dims = {2, 64, 48, 3}};
+    int64_t n = count(&same);
+    float *x = rand_buf(n, 4.0f), *got = calloc((size_t)n, sizeof *got);
+    x[7] = INFINITY;
+    x[100] = -INFINITY;
+    kc_resizing_attrs a = {.height = 64, .width = 48, .interpolation = KC_INTERP_BILINEAR};
+    kc_layer layer = {.name = "resize", .class_name = "Resizing", .attrs = &a};
+    layer.def = kc_op_lookup(NULL, "Resizing");
+    const float *ins[1] = {x};
+    run_layer(&layer, ins, &same, 1, got, &same);
+    expect_same(got, x, n, "Resizing to the size it has");
+    free(x);
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -536,9 +678,11 @@ int main(void)
         cmocka_unit_test(test_activation_cut),
         cmocka_unit_test(test_gelu_accuracy),
         cmocka_unit_test(test_sigmoid_accuracy),
+        cmocka_unit_test(test_tanh_accuracy),
         cmocka_unit_test(test_top_binary_cut),
         cmocka_unit_test(test_channel_affine_cut),
         cmocka_unit_test(test_upsampling_cut),
+        cmocka_unit_test(test_resizing_cut),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
