@@ -326,6 +326,12 @@ kc_status kc_activation_apply_from(const char *name, int keras_major, const floa
     return kc_fail(KC_ERR_UNSUPPORTED, "activation '%s' is not implemented on the CPU", name);
 }
 
+int kc_activation_elementwise(const char *name, int keras_major)
+{
+    /* n = 0 applies nothing and says whether the name is element-wise */
+    return name && kc_activation_scalar(name, keras_major, NULL, 0);
+}
+
 kc_status kc_activation_apply(const char *name, int keras_major, float *x, int64_t n,
                               int64_t last_dim)
 {

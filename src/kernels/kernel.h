@@ -117,6 +117,9 @@ void kc_balanced_image_rows(struct kc_balance *cut, int *cut_width, int width, i
  * as one pass. */
 kc_status kc_activation_apply(const char *name, int keras_major, float *x, int64_t n,
                              int64_t last_dim);
+/* Whether activation `name` is element-wise (kc_activation_apply on any
+ * range of values gives those values' results). */
+int kc_activation_elementwise(const char *name, int keras_major);
 /* out = activation(in) over n values (kc_activation_apply's result, with
  * the copy done range by range as each is activated). */
 kc_status kc_activation_apply_from(const char *name, int keras_major, const float *in,

@@ -445,6 +445,14 @@ static void test_conv2d_cuts(void **state)
          KC_CONV_PLAIN, 2, 3, 8, 40, 64, 64, 3, 1, 1, 1, 0, 0, "relu", 0},
         {"3x3 same s1 64 -> 64, 3 images, relu6 (no Winograd: direct on whole parts)",
          "Conv2D", KC_CONV_PLAIN, 2, 3, 8, 40, 64, 64, 3, 1, 1, 1, 0, 0, "relu6", 0},
+        /* activations no post-op runs: applied to each part's output as
+         * the part ends (once: twice or never is off by far more) */
+        {"1x1 32 -> 48 swish, by rows", "Conv2D", KC_CONV_PLAIN, 2, 1, 24, 60, 32, 48, 1, 1, 1,
+         1, 0, 0, "swish", 0},
+        {"3x3 same 16 -> 24 tanh, 3 images", "Conv2D", KC_CONV_PLAIN, 2, 3, 12, 30, 16, 24, 3,
+         1, 1, 1, 0, 0, "tanh", 0},
+        {"1x1 8 -> 16 sigmoid on 4x40: run whole", "Conv2D", KC_CONV_PLAIN, 2, 1, 4, 40, 8, 16,
+         1, 1, 1, 1, 0, 0, "sigmoid", 1},
         {"3x3 64 -> 64 on 4x40: weights outweigh data, run whole", "Conv2D", KC_CONV_PLAIN, 2,
          1, 4, 40, 64, 64, 3, 1, 1, 1, 0, 0, NULL, 1},
         {"3x3 on 6x6x3: too little data to be worth waking a thread, run whole", "Conv2D",
