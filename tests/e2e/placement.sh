@@ -24,6 +24,13 @@ grep -q 'streamed' <<<"$out" && pass "summary --placement plans streamed layers 
   fail "summary streamed: $out"
 
 "$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/plain.npy" || fail "plain run"
+# the host CPU named as the device places nothing: the host loop, its bits
+"$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/cpu0.npy" --device /CPU:0 &&
+  "$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/cpu0v.npy" --device /device:CPU:0 \
+    --variables /CPU:0 && cmp -s "$T/plain.npy" "$T/cpu0.npy" && cmp -s "$T/plain.npy" "$T/cpu0v.npy" &&
+  [[ "$("$KERASC" summary "$M" --placement --device /CPU:0 2>&1 | tail -1)" == "every layer on /CPU:0 (host), variables in host memory" ]] &&
+  pass "--device /CPU:0 (and --variables /CPU:0) runs the host loop: the bits of no placement" ||
+  fail "--device /CPU:0 differs from no placement"
 out=$("$KERASC" run "$M" --input "$D/input_0.npy" --output "$T/streamed.npy" --variables /CPU:0 \
       --device-memory 400KiB --trace "$T/trace.json" --stats 2>&1)
 if [[ $? -eq 0 ]] && grep -q '^bound: max(compute' <<<"$out" && grep -q 'achieved/bound' <<<"$out" &&
