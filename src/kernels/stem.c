@@ -110,9 +110,11 @@ static kc_status kc_stem_pack(kc_stem_state *st, const float *w, const float *bi
 {
     const kc_stem_geom *g = &st->g;
     int64_t vecs = (g->f + 15) / 16;
-    st->w = kc_calloc((size_t)(vecs * g->taps * 16), sizeof *st->w);
-    st->off = kc_calloc((size_t)g->taps, sizeof *st->off);
-    if (bias)
+    if (!st->w) /* streamed weights are packed again into the same arrays */
+        st->w = kc_calloc((size_t)(vecs * g->taps * 16), sizeof *st->w);
+    if (!st->off)
+        st->off = kc_calloc((size_t)g->taps, sizeof *st->off);
+    if (bias && !st->bias)
         st->bias = kc_calloc((size_t)g->f, sizeof *st->bias);
     if (!st->w || !st->off || (bias && !st->bias))
         return KC_ERR_NOMEM;
@@ -153,7 +155,9 @@ static kc_status kc_stem_build(const kc_exec_ctx *ctx, const kc_stem_geom *g, kc
         kc_stem_free(&st->base);
         return KC_ERR_NOMEM;
     }
-    st->base.weights_cached = 1; /* the packed kernel (and bias copy) are what runs read */
+    /* the packed kernel (and bias copy) are what runs read, unless the
+     * weights are streamed (ctx->w_ext): then packed again every run */
+    st->base.weights_cached = !ctx->w_ext;
     *out = st;
     return KC_OK;
 }
@@ -198,10 +202,11 @@ kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     kc_stem_state *st = (kc_stem_state *)*ctx->state;
     int mine = kc_stem_owns(*ctx->state);
     kc_isa_level isa = kc_isa(); /* KC_ISA may cap it below the CPU's */
-    /* streamed weights arrive fresh each run; under the residency manager
-     * (ctx->whole) its copy thread needs a core; KC_DNNL=0 (kc_dnnl_ready)
-     * keeps the plain path, the tests' reference */
-    if (ctx->w_ext || ctx->whole || !kc_stem_wanted(isa) || !kc_dnnl_ready()) {
+    /* KC_DNNL=0 (kc_dnnl_ready) keeps the plain path, the tests'
+     * reference. Streamed weights (ctx->w_ext) and the residency
+     * manager's whole layers (ctx->whole) run here too, as in narrow.c:
+     * the same bits on the host loop and through the scheduler */
+    if (!kc_stem_wanted(isa) || !kc_dnnl_ready()) {
         if (mine)
             kc_kernel_state_drop(ctx);
         return KC_OK;
@@ -221,9 +226,18 @@ kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
             return KC_OK;
         *ctx->state = &st->base;
     }
+    if (ctx->w_ext) {
+        const float *w = kc_w(ctx, 0), *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
+        if (!w || (a->use_bias && !bias))
+            return kc_fail(KC_ERR_UNSUPPORTED, "the convolution's streamed weights are missing");
+        KC_TRY(kc_stem_pack(st, w, bias));
+    }
+    /* 1 in a lane of a batch; under the residency manager one part, on
+     * this thread, leaving the copy thread a core */
+    int width = ctx->whole ? 1 : kc_parallel_width();
     kc_stem_job job = {st, ctx->in[0], ctx->out[0]};
-    kc_balanced_image_rows(&st->cut, &st->width, kc_parallel_width() /* 1 in a lane */,
-                           st->in_shape.dims[0], st->g.out_h, kc_stem_image_rows, &job);
+    kc_balanced_image_rows(&st->cut, &st->width, width, st->in_shape.dims[0], st->g.out_h,
+                           kc_stem_image_rows, &job);
     *handled = 1;
     *act_done = st->g.act != 3;
     return KC_OK;

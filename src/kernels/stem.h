@@ -44,8 +44,9 @@ void kc_stem_rows_avx2(const kc_stem_geom *g, const kc_stem_kernel *k, const flo
  * stride on both axes, a kernel of at most 3x3 (KC_STEM_MAX_KERNEL), at
  * most KC_STEM_MAX_CHANNELS input channels, 16 output channels or more,
  * no fused sum. Needs ctx->state and AVX-512 (kc_isa; with KC_STEM=1
- * AVX2 too); never with ctx->w_ext or ctx->whole, nor with KC_STEM=0 or
- * KC_DNNL=0 (the plain path). */
+ * AVX2 too); never with KC_STEM=0 or KC_DNNL=0 (the plain path).
+ * Streamed weights (ctx->w_ext) are packed again every run; ctx->whole
+ * runs it as one part on the calling thread. */
 kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done);
 
 /* For tests: 1 when the state is this kernel's. */

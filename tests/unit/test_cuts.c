@@ -837,6 +837,67 @@ static void expect_own_loop(const conv_case *c, conv_run *r, int want, const flo
     free(got);
 }
 
+/* Under the residency manager (ctx->whole: one part) and with streamed
+ * weights (ctx->w_ext, packed again every run: a second run with other
+ * weights gives their sums) the own loop `owns` recognises (`loop`) runs
+ * too, with the same bits as on the host loop: a pipeline stage through
+ * the scheduler is compared bit for bit with a local run. */
+static void own_whole_and_streamed(const conv_case *c, conv_run *r, const float *exact,
+                                   int (*owns)(const kc_kernel_state *), const char *loop)
+{
+    float *got = malloc((size_t)r->out_count * sizeof *got);
+    assert_non_null(got);
+    const float *ins[1] = {r->x};
+    kc_threads_enter(3);
+    if (!exec_kernel(&r->layer, ins, &r->in_shape, 1, got, &r->out_shape, 0, 1, owns))
+        fail_msg("%s: not on kerasc's %s loop under the residency manager", c->what, loop);
+    if (memcmp(got, exact, (size_t)r->out_count * sizeof *got))
+        fail_msg("%s: other bits under the residency manager", c->what);
+    /* streamed: the layer's weights travel beside it, its own arrays unread */
+    float *outs[1] = {got};
+    const float *w_ext[2] = {r->weights[0].data, r->weights[1].data};
+    kc_kernel_state *state = NULL;
+    kc_exec_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.layer = &r->layer;
+    ctx.in = ins;
+    ctx.in_shape = &r->in_shape;
+    ctx.n_in = 1;
+    ctx.out = outs;
+    ctx.out_shape = &r->out_shape;
+    ctx.n_out = 1;
+    ctx.keras_major = 3;
+    ctx.state = &state;
+    ctx.w_ext = w_ext;
+    kc_kernel_fn fn = kc_kernel_lookup(r->layer.def);
+    assert_int_equal(fn(&ctx), KC_OK);
+    if (!owns(state) || state->weights_cached)
+        fail_msg("%s: streamed weights not on the %s loop, or cached", c->what, loop);
+    if (memcmp(got, exact, (size_t)r->out_count * sizeof *got))
+        fail_msg("%s: other bits with streamed weights", c->what);
+    /* the next run's weights, all doubled: every product and sum doubles
+     * exactly (bias too), so every output before its activation does */
+    size_t w_count = (size_t)c->c * (size_t)c->f * (size_t)c->k * (size_t)(c->kw ? c->kw : c->k);
+    float *w2 = malloc(w_count * sizeof *w2), *b2 = malloc((size_t)c->f * sizeof *b2);
+    for (size_t e = 0; e < w_count; e++)
+        w2[e] = 2.0f * r->weights[0].data[e];
+    for (int64_t e = 0; e < c->f; e++)
+        b2[e] = 2.0f * r->weights[1].data[e];
+    const float *w_next[2] = {w2, b2};
+    ctx.w_ext = w_next;
+    assert_int_equal(fn(&ctx), KC_OK);
+    int clamps = !strcmp(c->act, "relu6");
+    for (int64_t e = 0; e < r->out_count && !clamps; e++)
+        if (got[e] != 2.0f * exact[e])
+            fail_msg("%s: streamed weights doubled, element %lld is %.9g, want %.9g", c->what,
+                     (long long)e, got[e], 2.0f * exact[e]);
+    state->free(state);
+    kc_threads_enter(0);
+    free(w2);
+    free(b2);
+    free(got);
+}
+
 /* ----------------- convolutions over few input channels (kernels/stem) */
 
 static int stem_owns(const kc_kernel_state *state) { return kc_stem_owns(state); }
@@ -887,9 +948,9 @@ static void stem_reference(const conv_case *c, const conv_run *r, float *out)
  * (3, 2) and a 1x1 kernel, no bias, an activation applied after (tanh).
  * Its outputs within the fidelity tolerance of the plain path and, but
  * for tanh, equal to the scalar sum in its order (stem_reference): the
- * same bits on any threads and instruction set. Not ResNet50's 7x7, 5
- * input channels, 8 filters, dilation, a fused sum, KC_STEM=0 or the
- * residency manager (ctx->whole). */
+ * same bits on any threads and instruction set, under the residency
+ * manager and with streamed weights too. Not ResNet50's 7x7, 5 input
+ * channels, 8 filters, dilation, a fused sum or KC_STEM=0. */
 static void stem_layers_isa(void)
 {
     static const struct {
@@ -944,8 +1005,8 @@ static void stem_layers_isa(void)
             if (exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0, stem_owns))
                 fail_msg("%s: on kerasc's stem loop with KC_STEM=0", c->what);
             setenv("KC_STEM", "1", 1); /* as test_stem_layers runs this */
-            if (exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 1, stem_owns))
-                fail_msg("%s: on kerasc's stem loop under the residency manager", c->what);
+            if (strcmp(c->act, "tanh"))
+                own_whole_and_streamed(c, &r, exact, stem_owns, "stem");
         }
         free(want);
         free(exact);
@@ -1038,65 +1099,6 @@ static void narrow_reference(const conv_case *c, const conv_run *r, float *out)
                 }
 }
 
-/* Under the residency manager (ctx->whole: one part) and with streamed
- * weights (ctx->w_ext, packed again every run: a second run with other
- * weights gives their sums) the loop runs too, with the same bits as on
- * the host loop: a pipeline stage through the scheduler is compared bit
- * for bit with a local run. */
-static void narrow_whole_and_streamed(const conv_case *c, conv_run *r, const float *exact)
-{
-    float *got = malloc((size_t)r->out_count * sizeof *got);
-    assert_non_null(got);
-    const float *ins[1] = {r->x};
-    kc_threads_enter(3);
-    if (!exec_kernel(&r->layer, ins, &r->in_shape, 1, got, &r->out_shape, 0, 1, narrow_owns))
-        fail_msg("%s: not on kerasc's narrow loop under the residency manager", c->what);
-    if (memcmp(got, exact, (size_t)r->out_count * sizeof *got))
-        fail_msg("%s: other bits under the residency manager", c->what);
-    /* streamed: the layer's weights travel beside it, its own arrays unread */
-    float *outs[1] = {got};
-    const float *w_ext[2] = {r->weights[0].data, r->weights[1].data};
-    kc_kernel_state *state = NULL;
-    kc_exec_ctx ctx;
-    memset(&ctx, 0, sizeof ctx);
-    ctx.layer = &r->layer;
-    ctx.in = ins;
-    ctx.in_shape = &r->in_shape;
-    ctx.n_in = 1;
-    ctx.out = outs;
-    ctx.out_shape = &r->out_shape;
-    ctx.n_out = 1;
-    ctx.keras_major = 3;
-    ctx.state = &state;
-    ctx.w_ext = w_ext;
-    kc_kernel_fn fn = kc_kernel_lookup(r->layer.def);
-    assert_int_equal(fn(&ctx), KC_OK);
-    if (!kc_narrow_owns(state) || state->weights_cached)
-        fail_msg("%s: streamed weights not on the narrow loop, or cached", c->what);
-    if (memcmp(got, exact, (size_t)r->out_count * sizeof *got))
-        fail_msg("%s: other bits with streamed weights", c->what);
-    /* the next run's weights, all doubled: every product and sum doubles
-     * exactly (bias too), so every output before its activation does */
-    size_t w_count = (size_t)c->c * (size_t)c->f * (size_t)c->k * (size_t)(c->kw ? c->kw : c->k);
-    float *w2 = malloc(w_count * sizeof *w2), *b2 = malloc((size_t)c->f * sizeof *b2);
-    for (size_t e = 0; e < w_count; e++)
-        w2[e] = 2.0f * r->weights[0].data[e];
-    for (int64_t e = 0; e < c->f; e++)
-        b2[e] = 2.0f * r->weights[1].data[e];
-    const float *w_next[2] = {w2, b2};
-    ctx.w_ext = w_next;
-    assert_int_equal(fn(&ctx), KC_OK);
-    int clamps = !strcmp(c->act, "relu6");
-    for (int64_t e = 0; e < r->out_count && !clamps; e++)
-        if (got[e] != 2.0f * exact[e])
-            fail_msg("%s: streamed weights doubled, element %lld is %.9g, want %.9g", c->what,
-                     (long long)e, got[e], 2.0f * exact[e]);
-    state->free(state);
-    kc_threads_enter(0);
-    free(w2);
-    free(b2);
-    free(got);
-}
 
 /* A plain 2-D convolution of at most 8 output channels runs on kerasc's
  * own loop (narrow.c) with AVX-512 and with AVX2 (there up to 4), 1 to 3 threads: the
@@ -1155,7 +1157,7 @@ static void narrow_layers_isa(void)
                 fail_msg("%s: on kerasc's narrow loop with KC_NARROW=0", c->what);
             unsetenv("KC_NARROW");
             if (strcmp(c->act, "sigmoid"))
-                narrow_whole_and_streamed(c, &r, exact);
+                own_whole_and_streamed(c, &r, exact, narrow_owns, "narrow");
         }
         free(want);
         free(exact);
