@@ -54,6 +54,18 @@ const float *kc_w(const kc_exec_ctx *ctx, int i)
     return ctx->w_ext ? ctx->w_ext[i] : ctx->layer->weights[i].data;
 }
 
+kc_status kc_kernel_and_bias(const kc_exec_ctx *ctx, int use_bias, const float **w,
+                             const float **bias)
+{
+    *w = kc_w(ctx, 0);
+    *bias = use_bias ? kc_w(ctx, 1) : NULL;
+    if (!*w || (use_bias && !*bias))
+        return kc_fail(KC_ERR_UNSUPPORTED, ctx->w_ext
+                                               ? "the convolution's streamed weights are missing"
+                                               : "the convolution's weights are gone");
+    return KC_OK;
+}
+
 void kc_gemm(int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
              int accumulate)
 {

@@ -126,9 +126,8 @@ int kc_dw_owns(const kc_kernel_state *state) { return state && state->free == kc
 static kc_status kc_dw_build(const kc_exec_ctx *ctx, const kc_dw_geom *g, kc_dw_state **out)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
-    const float *w = kc_w(ctx, 0), *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
-    if (!w || (a->use_bias && !bias))
-        return kc_fail(KC_ERR_UNSUPPORTED, "the depthwise convolution's weights are gone");
+    const float *w, *bias;
+    KC_TRY(kc_kernel_and_bias(ctx, a->use_bias, &w, &bias));
     kc_dw_state *st = kc_calloc(1, sizeof *st);
     if (!st)
         return KC_ERR_NOMEM;

@@ -95,6 +95,11 @@ extern const kc_kernel_entry kc_kernels_attention[];
 int64_t kc_count(const kc_shape *s);
 /* Weight i of the executing layer (NULL if absent). */
 const float *kc_w(const kc_exec_ctx *ctx, int i);
+/* A convolution's kernel (weight 0) and, with use_bias, its bias (weight
+ * 1, else NULL), failing when either is absent (released, or not
+ * streamed in). */
+kc_status kc_kernel_and_bias(const kc_exec_ctx *ctx, int use_bias, const float **w,
+                             const float **bias);
 /* Free the node's kernel state (built for another input shape or mode)
  * and empty its slot; returns NULL, the state the kernel now has. */
 void *kc_kernel_state_drop(const kc_exec_ctx *ctx);

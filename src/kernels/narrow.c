@@ -120,9 +120,8 @@ static kc_status kc_narrow_build(const kc_exec_ctx *ctx, const kc_narrow_geom *g
                                  kc_isa_level isa, kc_narrow_state **out)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
-    const float *w = kc_w(ctx, 0), *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
-    if (!w || (a->use_bias && !bias))
-        return kc_fail(KC_ERR_UNSUPPORTED, "the convolution's weights are gone");
+    const float *w, *bias;
+    KC_TRY(kc_kernel_and_bias(ctx, a->use_bias, &w, &bias));
     kc_narrow_state *st = kc_calloc(1, sizeof *st);
     if (!st)
         return KC_ERR_NOMEM;
@@ -202,9 +201,8 @@ kc_status kc_narrow_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         *ctx->state = &st->base;
     }
     if (ctx->w_ext) {
-        const float *w = kc_w(ctx, 0), *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
-        if (!w || (a->use_bias && !bias))
-            return kc_fail(KC_ERR_UNSUPPORTED, "the convolution's streamed weights are missing");
+        const float *w, *bias;
+        KC_TRY(kc_kernel_and_bias(ctx, a->use_bias, &w, &bias));
         KC_TRY(kc_narrow_pack(st, w, bias));
     }
     /* 1 in a lane of a batch; under the residency manager one part, on

@@ -137,9 +137,8 @@ static kc_status kc_stem_build(const kc_exec_ctx *ctx, const kc_stem_geom *g, kc
                                kc_stem_state **out)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
-    const float *w = kc_w(ctx, 0), *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
-    if (!w || (a->use_bias && !bias))
-        return kc_fail(KC_ERR_UNSUPPORTED, "the convolution's weights are gone");
+    const float *w, *bias;
+    KC_TRY(kc_kernel_and_bias(ctx, a->use_bias, &w, &bias));
     /* the tap offsets are int32: an image too wide for them stays on oneDNN */
     if ((g->kh * g->in_w + g->kw) * g->c > INT32_MAX)
         return KC_OK;
@@ -227,9 +226,8 @@ kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         *ctx->state = &st->base;
     }
     if (ctx->w_ext) {
-        const float *w = kc_w(ctx, 0), *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
-        if (!w || (a->use_bias && !bias))
-            return kc_fail(KC_ERR_UNSUPPORTED, "the convolution's streamed weights are missing");
+        const float *w, *bias;
+        KC_TRY(kc_kernel_and_bias(ctx, a->use_bias, &w, &bias));
         KC_TRY(kc_stem_pack(st, w, bias));
     }
     /* 1 in a lane of a batch; under the residency manager one part, on
