@@ -898,6 +898,40 @@ static void own_whole_and_streamed(const conv_case *c, conv_run *r, const float 
     free(got);
 }
 
+/* A 2-D case's window for the scalar references: the image without a
+ * folded ZeroPadding, the output, the kernel, and the padding before
+ * (TensorFlow's "same" split, plus the folded ZeroPadding). */
+typedef struct ref_window {
+    int64_t in_h, in_w, out_h, out_w, kh, kw, pad[2];
+} ref_window;
+
+static ref_window ref_window_of(const conv_case *c, const conv_run *r)
+{
+    ref_window g = {.in_h = r->in_shape.dims[1] - 2 * c->zero_pad,
+                    .in_w = r->in_shape.dims[2] - 2 * c->zero_pad,
+                    .out_h = r->out_shape.dims[1], .out_w = r->out_shape.dims[2],
+                    .kh = c->k, .kw = c->kw ? c->kw : c->k,
+                    .pad = {c->zero_pad, c->zero_pad}};
+    int64_t ext[2] = {g.kh, g.kw}, len[2] = {g.in_h, g.in_w}, olen[2] = {g.out_h, g.out_w};
+    for (int i = 0; i < 2 && c->padding == 1; i++) {
+        int64_t total = (olen[i] - 1) * c->s + ext[i] - len[i];
+        g.pad[i] = (total > 0 ? total / 2 : 0) + c->zero_pad;
+    }
+    return g;
+}
+
+/* A reference's sum for output channel fo finished as the own loops do:
+ * the bias, then relu / relu6 (others are the caller's). */
+static float ref_finish(const conv_case *c, const conv_run *r, float sum, int64_t fo)
+{
+    float v = r->a.use_bias ? sum + r->weights[1].data[fo] : sum;
+    if (!strcmp(c->act, "relu") || !strcmp(c->act, "relu6"))
+        v = v < 0.0f ? 0.0f : v;
+    if (!strcmp(c->act, "relu6"))
+        v = v > 6.0f ? 6.0f : v;
+    return v;
+}
+
 /* ----------------- convolutions over few input channels (kernels/stem) */
 
 static int stem_owns(const kc_kernel_state *state) { return kc_stem_owns(state); }
@@ -908,35 +942,23 @@ static int stem_owns(const kc_kernel_state *state) { return kc_stem_owns(state);
  * kernel leaves them). Padding as TensorFlow's, from the case alone. */
 static void stem_reference(const conv_case *c, const conv_run *r, float *out)
 {
-    int64_t in_h = r->in_shape.dims[1] - 2 * c->zero_pad, in_w = r->in_shape.dims[2] - 2 * c->zero_pad;
-    int64_t out_h = r->out_shape.dims[1], out_w = r->out_shape.dims[2];
-    int64_t kh = c->k, kw = c->kw ? c->kw : c->k, pad[2] = {c->zero_pad, c->zero_pad};
-    int64_t ext[2] = {kh, kw}, len[2] = {in_h, in_w}, olen[2] = {out_h, out_w};
-    for (int i = 0; i < 2 && c->padding == 1; i++) {
-        int64_t total = (olen[i] - 1) * c->s + ext[i] - len[i];
-        pad[i] = total > 0 ? total / 2 : 0;
-    }
-    const float *x = r->x, *w = r->weights[0].data, *b = r->weights[1].data;
+    ref_window g = ref_window_of(c, r);
+    const float *x = r->x, *w = r->weights[0].data;
     for (int64_t n = 0; n < c->n; n++)
-        for (int64_t oy = 0; oy < out_h; oy++)
-            for (int64_t ox = 0; ox < out_w; ox++)
+        for (int64_t oy = 0; oy < g.out_h; oy++)
+            for (int64_t ox = 0; ox < g.out_w; ox++)
                 for (int64_t fo = 0; fo < c->f; fo++) {
                     float acc = 0.0f;
-                    for (int64_t ky = 0; ky < kh; ky++)
-                        for (int64_t kx = 0; kx < kw; kx++)
+                    for (int64_t ky = 0; ky < g.kh; ky++)
+                        for (int64_t kx = 0; kx < g.kw; kx++)
                             for (int64_t ci = 0; ci < c->c; ci++) {
-                                int64_t iy = oy * c->s - pad[0] + ky, ix = ox * c->s - pad[1] + kx;
-                                if (iy < 0 || iy >= in_h || ix < 0 || ix >= in_w)
+                                int64_t iy = oy * c->s - g.pad[0] + ky, ix = ox * c->s - g.pad[1] + kx;
+                                if (iy < 0 || iy >= g.in_h || ix < 0 || ix >= g.in_w)
                                     continue;
-                                acc = fmaf(x[((n * in_h + iy) * in_w + ix) * c->c + ci],
-                                           w[((ky * kw + kx) * c->c + ci) * c->f + fo], acc);
+                                acc = fmaf(x[((n * g.in_h + iy) * g.in_w + ix) * c->c + ci],
+                                           w[((ky * g.kw + kx) * c->c + ci) * c->f + fo], acc);
                             }
-                    float v = r->a.use_bias ? acc + b[fo] : acc;
-                    if (!strcmp(c->act, "relu") || !strcmp(c->act, "relu6"))
-                        v = v < 0.0f ? 0.0f : v;
-                    if (!strcmp(c->act, "relu6"))
-                        v = v > 6.0f ? 6.0f : v;
-                    out[((n * out_h + oy) * out_w + ox) * c->f + fo] = v;
+                    out[((n * g.out_h + oy) * g.out_w + ox) * c->f + fo] = ref_finish(c, r, acc, fo);
                 }
 }
 
@@ -1059,46 +1081,35 @@ static int narrow_owns(const kc_kernel_state *state) { return kc_narrow_owns(sta
  * caller's). Padding as TensorFlow's, from the case alone. */
 static void narrow_reference(const conv_case *c, const conv_run *r, float *out)
 {
-    int64_t in_h = r->in_shape.dims[1] - 2 * c->zero_pad, in_w = r->in_shape.dims[2] - 2 * c->zero_pad;
-    int64_t out_h = r->out_shape.dims[1], out_w = r->out_shape.dims[2];
-    int64_t kh = c->k, kw = c->kw ? c->kw : c->k, pad[2] = {c->zero_pad, c->zero_pad};
-    int64_t ext[2] = {kh, kw}, len[2] = {in_h, in_w}, olen[2] = {out_h, out_w};
-    for (int i = 0; i < 2 && c->padding == 1; i++) {
-        int64_t total = (olen[i] - 1) * c->s + ext[i] - len[i];
-        pad[i] = (total > 0 ? total / 2 : 0) + c->zero_pad;
-    }
-    const float *x = r->x, *w = r->weights[0].data, *b = r->weights[1].data;
+    ref_window g = ref_window_of(c, r);
+    const float *x = r->x, *w = r->weights[0].data;
     for (int64_t n = 0; n < c->n; n++)
-        for (int64_t oy = 0; oy < out_h; oy++)
-            for (int64_t ox = 0; ox < out_w; ox++)
+        for (int64_t oy = 0; oy < g.out_h; oy++)
+            for (int64_t ox = 0; ox < g.out_w; ox++)
                 for (int64_t fo = 0; fo < c->f; fo++) {
                     float lane[16] = {0};
-                    for (int64_t ky = 0; ky < kh; ky++) {
-                        int64_t iy = oy * c->s - pad[0] + ky, i = 0;
-                        if (iy < 0 || iy >= in_h)
+                    for (int64_t ky = 0; ky < g.kh; ky++) {
+                        int64_t iy = oy * c->s - g.pad[0] + ky, i = 0;
+                        if (iy < 0 || iy >= g.in_h)
                             continue;
-                        for (int64_t kx = 0; kx < kw; kx++) {
-                            int64_t ix = ox * c->s - pad[1] + kx;
-                            if (ix < 0 || ix >= in_w)
+                        for (int64_t kx = 0; kx < g.kw; kx++) {
+                            int64_t ix = ox * c->s - g.pad[1] + kx;
+                            if (ix < 0 || ix >= g.in_w)
                                 continue;
                             for (int64_t ci = 0; ci < c->c; ci++, i++)
                                 lane[i % 16] =
-                                    fmaf(x[((n * in_h + iy) * in_w + ix) * c->c + ci],
-                                         w[((ky * kw + kx) * c->c + ci) * c->f + fo], lane[i % 16]);
+                                    fmaf(x[((n * g.in_h + iy) * g.in_w + ix) * c->c + ci],
+                                         w[((ky * g.kw + kx) * c->c + ci) * c->f + fo],
+                                         lane[i % 16]);
                         }
                     }
                     for (int half = 8; half >= 1; half /= 2)
                         for (int i = 0; i < half; i++)
                             lane[i] = lane[i] + lane[i + half];
-                    float v = r->a.use_bias ? lane[0] + b[fo] : lane[0];
-                    if (!strcmp(c->act, "relu") || !strcmp(c->act, "relu6"))
-                        v = v < 0.0f ? 0.0f : v;
-                    if (!strcmp(c->act, "relu6"))
-                        v = v > 6.0f ? 6.0f : v;
-                    out[((n * out_h + oy) * out_w + ox) * c->f + fo] = v;
+                    out[((n * g.out_h + oy) * g.out_w + ox) * c->f + fo] =
+                        ref_finish(c, r, lane[0], fo);
                 }
 }
-
 
 /* A plain 2-D convolution of at most 8 output channels runs on kerasc's
  * own loop (narrow.c) with AVX-512 and with AVX2 (there up to 4), 1 to 3 threads: the
@@ -1109,8 +1120,9 @@ static void narrow_reference(const conv_case *c, const conv_run *r, float *out)
  * kernel's reach, no bias, an activation applied after (sigmoid). Its
  * outputs within the fidelity tolerance of the plain path and, but for
  * sigmoid, equal to the scalar sum in its order (narrow_reference): the
- * same bits on any threads and instruction set. Not 16 channels,
- * dilation, a fused sum, KC_NARROW=0 or the residency manager. */
+ * same bits on any threads and instruction set, under the residency
+ * manager and with streamed weights too. Not 16 channels, dilation, a
+ * fused sum or KC_NARROW=0. */
 static void narrow_layers_isa(void)
 {
     static const struct {
