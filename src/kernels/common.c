@@ -276,8 +276,9 @@ void kc_act_sigmoid_avx2(float *x, int64_t n);
 void kc_act_tanh_avx512(float *x, int64_t n);
 void kc_act_tanh_avx2(float *x, int64_t n);
 
-/* The instruction set's loop for the costly activations (act_simd.inc,
- * the same bits as kc_activation_scalar's), or NULL. */
+/* The instruction set's loop for the costly activations (act_simd.inc:
+ * kc_activation_scalar's formulas with fused multiply-adds, the same bits
+ * on AVX-512 and AVX2, within rounding of the scalar ones), or NULL. */
 typedef void (*kc_act_fn)(float *x, int64_t n);
 static kc_act_fn kc_act_simd(const char *name)
 {

@@ -11,7 +11,12 @@
  * polynomial (relative error < 2e-7 there), scaled by 2^n through the
  * exponent bits. GELU(x) = x/2 (1 + erf(x/sqrt2)) then differs from the
  * erff form by at most ~3e-7 max(1, |GELU|), the sigmoid by ~2e-7: far
- * inside the 1e-4 fidelity bound (test_ewise sweeps both). */
+ * inside the 1e-4 fidelity bound (test_ewise sweeps both).
+ *
+ * These are the scalar forms: the tensor ops' element-wise loops and, on
+ * a CPU without AVX2, the activations run them. With AVX2 or AVX-512 the
+ * activations run act_simd.inc's vectors, the same formulas with fused
+ * multiply-adds (a few units in the last place away from these). */
 #ifndef KC_FASTMATH_H
 #define KC_FASTMATH_H
 

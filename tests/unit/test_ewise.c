@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "base/threads.h"
-#include "kernels/fastmath.h"
+#include "kernels/isa.h"
 #include "kernels/kernel.h"
 #include "ops/core.h"
 #include "ops/elementwise.h"
@@ -228,138 +228,185 @@ static void test_batchnorm_cut(void **state)
 
 /* -------------------------------------------------------- activations */
 
-static float act_ref(const char *name, float v)
+static const char *const g_isas[] = {"avx512", "avx2", "none"};
+
+/* Whether this CPU has instruction set isa (g_isas' names). */
+static int have_isa(const char *isa)
 {
-    if (!strcmp(name, "relu"))
-        return v > 0 ? v : 0;
-    if (!strcmp(name, "gelu"))
-        return kc_gelu_erf(v); /* its accuracy: test_gelu_accuracy */
-    if (!strcmp(name, "swish"))
-        return v * kc_sigmoid_fast(v); /* its accuracy: test_sigmoid_accuracy */
-    if (!strcmp(name, "tanh"))
-        return kc_tanh_fast(v); /* its accuracy: test_tanh_accuracy */
-    return NAN;
+    setenv("KC_ISA", isa, 1);
+    int have = !strcmp(kc_isa_name(kc_isa()), isa);
+    unsetenv("KC_ISA");
+    return have;
 }
 
-/* Each activation over two threads and in place, on every instruction
- * set the CPU has (act_simd.inc's AVX-512 and AVX2 builds, KC_ISA=none:
- * the scalar loop): the bits of the scalar formula. */
-static void check_activation_cut(void)
+/* `name` over x[0, n) in place on instruction set isa (act_simd.inc's
+ * vector loops, or with "none" fastmath.h's scalar functions), outside
+ * any parallel region. */
+static void act_on(const char *isa, const char *name, float *x, int64_t n)
+{
+    setenv("KC_ISA", isa, 1);
+    assert_int_equal(kc_activation_apply(name, 3, x, n, n), KC_OK);
+    unsetenv("KC_ISA");
+}
+
+/* Each activation over two threads (the layer) and in place (as a fused
+ * activation runs), on instruction set isa: the bits of one uncut pass on
+ * that set. The AVX-512 and AVX2 loops give the same bits (act_simd.inc:
+ * the same operations, masked tails): the first vector set's passes are
+ * kept in vector_bits, and a later one's must match them. The scalar
+ * loop differs from them by rounding only (the accuracy tests below). */
+static void check_activation_cut(const char *isa, float *vector_bits[2][4])
 {
     static const char *const names[] = {"relu", "gelu", "swish", "tanh"};
     kc_shape shapes[2] = {S4(1, 70, 70, 32), S4(1, 1, 3, 7)};
+    int vector = strcmp(isa, "none") != 0;
     for (int k = 0; k < 2; k++)
-        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        for (int i = 0; i < 4; i++) {
             int64_t n = count(&shapes[k]);
+            g_seed = 777u + (uint32_t)k;
             float *x = rand_buf(n, 10.0f);
             float *got = malloc((size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
-            for (int64_t e = 0; e < n; e++)
-                want[e] = act_ref(names[i], x[e]);
+            memcpy(want, x, (size_t)n * sizeof *want);
+            act_on(isa, names[i], want, n);
+            if (vector && vector_bits[k][i])
+                expect_same(want, vector_bits[k][i], n, "AVX2 against AVX-512");
             kc_activation_attrs a = {.activation = names[i]};
             kc_layer layer = {.name = "act", .class_name = "Activation", .attrs = &a};
             layer.def = kc_op_lookup(NULL, "Activation");
             const float *ins[1] = {x};
+            setenv("KC_ISA", isa, 1);
             run_layer(&layer, ins, &shapes[k], 1, got, &shapes[k]);
             expect_same(got, want, n, names[i]);
-            /* in place, as a fused activation runs */
             kc_threads_enter(2);
             assert_int_equal(kc_activation_apply(names[i], 3, x, n, shapes[k].dims[3]), KC_OK);
             kc_threads_enter(0);
+            unsetenv("KC_ISA");
             expect_same(x, want, n, "in place");
+            if (vector && !vector_bits[k][i])
+                vector_bits[k][i] = want;
+            else
+                free(want);
             free(x);
             free(got);
-            free(want);
         }
 }
 
 static void test_activation_cut(void **state)
 {
     (void)state;
-    static const char *const isas[] = {"avx512", "avx2", "none"};
-    for (int i = 0; i < 3; i++) {
-        setenv("KC_ISA", isas[i], 1);
-        check_activation_cut();
-    }
-    unsetenv("KC_ISA");
+    float *vector_bits[2][4] = {{NULL}};
+    for (int i = 0; i < 3; i++)
+        if (have_isa(g_isas[i]))
+            check_activation_cut(g_isas[i], vector_bits);
+    for (int k = 0; k < 2; k++)
+        for (int a = 0; a < 4; a++)
+            free(vector_bits[k][a]);
 }
 
-/* tanh (fastmath.h) against double, every 1e-4 over [-12, 12]: within
+/* The sweep x = i * step for |i| <= half through `name` on isa. */
+static float *act_sweep(const char *isa, const char *name, int64_t half, float step)
+{
+    int64_t n = 2 * half + 1;
+    float *x = malloc((size_t)n * sizeof *x);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(i - half) * step;
+    act_on(isa, name, x, n);
+    return x;
+}
+
+static double ref_tanh(double x) { return tanh(x); }
+static double ref_gelu(double x) { return 0.5 * x * (1.0 + erf(x / sqrt(2.0))); }
+static double ref_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+static double ref_swish(double x) { return x * ref_sigmoid(x); }
+
+/* `name` on isa against ref in double over act_sweep's values: fails
+ * when an error passes bound · max(1, |ref|). */
+static void expect_sweep(const char *isa, const char *name, double (*ref)(double), int64_t half,
+                         float step, double bound)
+{
+    float *y = act_sweep(isa, name, half, step);
+    for (int64_t i = 0; i <= 2 * half; i++) {
+        double x = (double)((float)(i - half) * step), want = ref(x);
+        double err = fabs((double)y[i] - want) / fmax(1.0, fabs(want));
+        if (err > bound)
+            fail_msg("%s (%s) off by %.3g at %.6f", name, isa, err, x);
+    }
+    free(y);
+}
+
+/* The special values through `name` on isa, in place. */
+#define KC_SPECIALS 5
+static void act_specials(const char *isa, const char *name, float out[KC_SPECIALS])
+{
+    const float in[KC_SPECIALS] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN};
+    memcpy(out, in, sizeof in);
+    act_on(isa, name, out, KC_SPECIALS);
+}
+
+/* tanh against double on every instruction set (fastmath.h's scalar
+ * function, act_simd.inc's vectors), every 1e-4 over [-12, 12]: within
  * 3e-7; every 1e-6 below 1/16 (the polynomial's range): within 3e-7 of
  * tanh itself. +-1 at the infinities, -0 for -0, NaN for NaN. */
 static void test_tanh_accuracy(void **state)
 {
     (void)state;
-    double worst = 0, at = 0;
-    for (int64_t i = -120000; i <= 120000; i++) {
-        float x = (float)i * 1e-4f;
-        double err = fabs((double)kc_tanh_fast(x) - tanh((double)x));
-        if (err > worst) {
-            worst = err;
-            at = x;
+    for (int s = 0; s < 3; s++) {
+        if (!have_isa(g_isas[s]))
+            continue;
+        expect_sweep(g_isas[s], "tanh", ref_tanh, 120000, 1e-4f, 3e-7);
+        float *y = act_sweep(g_isas[s], "tanh", 62500, 1e-6f);
+        for (int64_t i = 62501; i < 125000; i++) { /* the polynomial's range: relative */
+            float x = (float)(i - 62500) * 1e-6f;
+            double rel = fabs((double)y[i] - tanh((double)x)) / tanh((double)x);
+            if (rel > 3e-7)
+                fail_msg("tanh (%s) off by %.3g relative at %.7f", g_isas[s], rel, x);
         }
+        free(y);
+        float sp[KC_SPECIALS];
+        act_specials(g_isas[s], "tanh", sp);
+        assert_true(sp[1] == 0.0f && signbit(sp[1]) && sp[0] == 0.0f && !signbit(sp[0]));
+        assert_true(sp[2] == 1.0f && sp[3] == -1.0f && isnan(sp[4]));
     }
-    if (worst > 3e-7)
-        fail_msg("tanh off by %.3g at %.5f", worst, at);
-    for (int64_t i = 1; i < 62500; i++) { /* the polynomial's range: relative */
-        float x = (float)i * 1e-6f;
-        double rel = fabs((double)kc_tanh_fast(x) - tanh((double)x)) / tanh((double)x);
-        if (rel > 3e-7)
-            fail_msg("tanh off by %.3g relative at %.7f", rel, x);
-    }
-    float neg_zero = -0.0f;
-    assert_true(kc_tanh_fast(neg_zero) == 0.0f && signbit(kc_tanh_fast(neg_zero)));
-    assert_true(kc_tanh_fast(INFINITY) == 1.0f && kc_tanh_fast(-INFINITY) == -1.0f);
-    assert_true(isnan(kc_tanh_fast(NAN)));
 }
 
-/* GELU's vectorised erf (fastmath.h) against erf in double, every 1e-4
+/* GELU's erf against erf in double on every instruction set, every 1e-4
  * over [-12, 12]: within 1e-6 of max(1, |GELU|) (the fidelity bound is
  * 1e-4), and signed zeros, infinities and NaN as the erff form gives them. */
 static void test_gelu_accuracy(void **state)
 {
     (void)state;
-    double worst = 0, at = 0;
-    for (int64_t i = -120000; i <= 120000; i++) {
-        float x = (float)i * 1e-4f;
-        double ref = 0.5 * (double)x * (1.0 + erf((double)x / sqrt(2.0)));
-        double err = fabs((double)kc_gelu_erf(x) - ref) / fmax(1.0, fabs(ref));
-        if (err > worst) {
-            worst = err;
-            at = x;
-        }
+    for (int s = 0; s < 3; s++) {
+        if (!have_isa(g_isas[s]))
+            continue;
+        expect_sweep(g_isas[s], "gelu", ref_gelu, 120000, 1e-4f, 1e-6);
+        float sp[KC_SPECIALS];
+        act_specials(g_isas[s], "gelu", sp);
+        assert_true(sp[0] == 0.0f && !signbit(sp[0]) && sp[1] == 0.0f && signbit(sp[1]));
+        assert_true(isinf(sp[2]) && sp[2] > 0 && isnan(sp[4]));
+        float far = -30.0f;
+        act_on(g_isas[s], "gelu", &far, 1);
+        assert_true(far == 0.0f);
     }
-    if (worst > 1e-6)
-        fail_msg("GELU off by %.3g (relative to max(1, |GELU|)) at %.4f", worst, at);
-    float neg_zero = -0.0f;
-    assert_true(kc_gelu_erf(0.0f) == 0.0f && !signbit(kc_gelu_erf(0.0f)));
-    assert_true(kc_gelu_erf(neg_zero) == 0.0f && signbit(kc_gelu_erf(neg_zero)));
-    assert_true(isinf(kc_gelu_erf(INFINITY)) && kc_gelu_erf(INFINITY) > 0);
-    assert_true(isnan(kc_gelu_erf(NAN)));
-    assert_true(kc_gelu_erf(-30.0f) == 0.0f);
 }
 
-/* The sigmoid behind sigmoid and swish (fastmath.h) against double, every
- * 1e-3 over [-120, 120]: within 1e-6 of max(1, |ref|); 0 and 1 at the
- * infinities, so swish(-inf) is NaN as x * sigmoid(x) is in Keras. */
+/* The sigmoid behind sigmoid and swish against double on every
+ * instruction set, every 1e-3 over [-120, 120]: within 1e-6 of max(1,
+ * |ref|); 0 and 1 at the infinities, so swish(-inf) is NaN as x *
+ * sigmoid(x) is in Keras. */
 static void test_sigmoid_accuracy(void **state)
 {
     (void)state;
-    double worst = 0, at = 0;
-    for (int64_t i = -120000; i <= 120000; i++) {
-        float x = (float)i * 1e-3f;
-        double sig = 1.0 / (1.0 + exp(-(double)x));
-        double e1 = fabs((double)kc_sigmoid_fast(x) - sig);
-        double e2 = fabs((double)(x * kc_sigmoid_fast(x)) - x * sig) / fmax(1.0, fabs(x * sig));
-        if (e1 > worst || e2 > worst) {
-            worst = e1 > e2 ? e1 : e2;
-            at = x;
-        }
+    for (int s = 0; s < 3; s++) {
+        if (!have_isa(g_isas[s]))
+            continue;
+        expect_sweep(g_isas[s], "sigmoid", ref_sigmoid, 120000, 1e-3f, 1e-6);
+        expect_sweep(g_isas[s], "swish", ref_swish, 120000, 1e-3f, 1e-6);
+        float sp[KC_SPECIALS];
+        act_specials(g_isas[s], "sigmoid", sp);
+        assert_true(sp[0] == 0.5f && sp[2] == 1.0f && sp[3] == 0.0f && isnan(sp[4]));
+        act_specials(g_isas[s], "swish", sp);
+        assert_true(isnan(sp[3]) && sp[2] == INFINITY);
     }
-    if (worst > 1e-6)
-        fail_msg("sigmoid/swish off by %.3g at %.3f", worst, at);
-    assert_true(kc_sigmoid_fast(INFINITY) == 1.0f && kc_sigmoid_fast(-INFINITY) == 0.0f);
-    assert_true(kc_sigmoid_fast(0.0f) == 0.5f && isnan(kc_sigmoid_fast(NAN)));
-    assert_true(isnan(-INFINITY * kc_sigmoid_fast(-INFINITY)));
 }
 
 /* ------------------------------------------------- ops nodes' binaries */
