@@ -16,12 +16,12 @@ static kc_status kc_dense(const kc_exec_ctx *ctx)
     int64_t m = kc_count(in) / (k ? k : 1);
     int64_t n = a->units;
     float *y = ctx->out[0];
-    int handled = 0;
+    int handled = 0, act_done = 0;
     KC_TRY(kc_dense_own(ctx, &handled));
     if (!handled)
-        KC_TRY(kc_dnnl_dense(ctx, &handled));
+        KC_TRY(kc_dnnl_dense(ctx, &handled, &act_done));
     if (handled)
-        return kc_activation_apply(a->activation, ctx->keras_major, y, m * n, n);
+        return act_done ? KC_OK : kc_activation_apply(a->activation, ctx->keras_major, y, m * n, n);
     const float *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
     if (bias)
         for (int64_t r = 0; r < m; r++)

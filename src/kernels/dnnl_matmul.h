@@ -5,8 +5,13 @@
 #include "kernels/kernel.h"
 
 /* y = x·W (+ b) over the last axis; *handled = 0 means the caller runs
- * its own GEMM (KC_DNNL=0 forces that). The activation is the caller's. */
-kc_status kc_dnnl_dense(const kc_exec_ctx *ctx, int *handled);
+ * its own GEMM (KC_DNNL=0 forces that). The activation is the caller's
+ * unless *act_done (the row parts applied an element-wise one). */
+kc_status kc_dnnl_dense(const kc_exec_ctx *ctx, int *handled, int *act_done);
+
+/* For tests: the row parts of a oneDNN Dense state (1: one primitive
+ * over all rows), 0 for another kernel's state. */
+int kc_dnnl_dense_parts(const kc_kernel_state *state);
 
 /* For tests: 1 when the Dense state's primitive runs on the calling thread
  * alone (kc_dnnl_small), 0 when on the pool, -1 when state is no oneDNN

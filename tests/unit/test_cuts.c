@@ -3083,6 +3083,10 @@ static void test_global_pool(void **state)
         fail_msg("AveragePooling2D(2) on 8x8: not on oneDNN");
 }
 
+/* The activation dense_exec's layers take ("linear" unless a test sets
+ * it; want stays the plain sum). */
+static const char *g_dense_act = "linear";
+
 /* One Dense run on `threads` threads over (batch, in_units), or with
  * rows > 0 over (batch, rows, in_units) (a Dense over pixels or tokens);
  * returns what probe says of its oneDNN state, the output in got and the
@@ -3091,7 +3095,7 @@ static int dense_exec(int64_t in_units, int64_t units, int64_t batch, int64_t ro
                       int (*probe)(const kc_kernel_state *), float *got, float *want)
 {
     int64_t n_rows = batch * (rows > 0 ? rows : 1);
-    kc_dense_attrs a = {units, 1, "linear"};
+    kc_dense_attrs a = {units, 1, g_dense_act};
     kc_weight w[2];
     memset(w, 0, sizeof w);
     float *kernel = malloc((size_t)(in_units * units) * sizeof *kernel);
@@ -3325,6 +3329,57 @@ static void test_dense_many_rows(void **state)
     }
 }
 
+/* With AVX-512, a Dense over 512 rows or more whose activations outweigh
+ * its weights runs as row parts, one per thread, each applying the
+ * activation to its rows (dnnl_matmul.c): ConvNeXtTiny's 56x56 and 28x28
+ * pointwise layers. The bits of the uncut layer (KC_CUT=0), GELU
+ * included; its 14x14 layer (weights heavier than its 196 rows) and a
+ * 300-row one stay uncut. */
+static void test_dense_row_parts(void **state)
+{
+    (void)state;
+    if (!kc_dnnl_ready() || !kc_dnnl_avx512() || kc_isa() != KC_ISA_AVX512)
+        skip();
+    static const struct {
+        int64_t rows, k, units;
+        int parts;
+        const char *act;
+    } cases[] = {{3136, 96, 384, 2, "gelu"}, {784, 768, 192, 2, "linear"},
+                 {1001, 40, 33, 2, "relu"}, {196, 384, 1536, 1, "gelu"},
+                 {300, 40, 33, 1, "linear"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t n = cases[i].rows * cases[i].units;
+        float *cut = malloc((size_t)n * sizeof *cut), *whole = malloc((size_t)n * sizeof *whole);
+        float *want = malloc((size_t)n * sizeof *want);
+        assert_non_null(cut);
+        assert_non_null(whole);
+        assert_non_null(want);
+        g_dense_act = cases[i].act;
+        int parts = dense_exec(cases[i].k, cases[i].units, 1, cases[i].rows, 2,
+                               kc_dnnl_dense_parts, cut, want);
+        setenv("KC_CUT", "0", 1);
+        int uncut = dense_exec(cases[i].k, cases[i].units, 1, cases[i].rows, 2,
+                               kc_dnnl_dense_parts, whole, want);
+        unsetenv("KC_CUT");
+        g_dense_act = "linear";
+        if (parts != cases[i].parts || uncut != 1)
+            fail_msg("Dense %lld x %lld -> %lld: %d parts (KC_CUT=0: %d), expected %d",
+                     (long long)cases[i].rows, (long long)cases[i].k, (long long)cases[i].units,
+                     parts, uncut, cases[i].parts);
+        if (memcmp(cut, whole, (size_t)n * sizeof *cut))
+            fail_msg("Dense %lld x %lld -> %lld (%s): the parts' bits differ from the whole's",
+                     (long long)cases[i].rows, (long long)cases[i].k, (long long)cases[i].units,
+                     cases[i].act);
+        if (!strcmp(cases[i].act, "linear"))
+            expect_close(cut, want, n, 1e-3f, "Dense %lld x %lld -> %lld",
+                         (long long)cases[i].rows, (long long)cases[i].k,
+                         (long long)cases[i].units);
+        free(cut);
+        free(whole);
+        free(want);
+    }
+}
+
 /* kc_dnnl_pack puts the reorder's scratchpad in the spare range it is
  * given when it fits (oneDNN's Winograd weight reorder books the whole
  * transformed kernel as scratch: that transient set ResNet50's peak RSS
@@ -3437,6 +3492,7 @@ int main(void)
         cmocka_unit_test(test_dense_packs_from_eight_rows),
         cmocka_unit_test(test_dense_own),
         cmocka_unit_test(test_dense_many_rows),
+        cmocka_unit_test(test_dense_row_parts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
