@@ -453,6 +453,52 @@ static void test_top_binary_cut(void **state)
 
 /* -------------------------- Rescaling, LayerScale, Normalization, LN */
 
+/* The sum of a row's values (sq 0) or of their squares about mean (sq
+ * 1) in double, in 8 chains (value i in chain i mod 8) added pairwise:
+ * norm.c's order. */
+static double ln_ref_sum(const float *x, int64_t n, double mean, int sq)
+{
+    double acc[8] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        double d = sq ? x[i] - mean : x[i];
+        acc[i % 8] += sq ? d * d : d;
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* LayerNormalization over the channels on instruction set isa (its
+ * ln_simd.inc row, or the plain one): the bits of the formula in norm.c's
+ * order (statistics in double, the output in float), and within 1e-5 of
+ * max(1, |ref|) of it all in double. */
+static void check_layernorm(const char *isa, const float *x, const float *gamma,
+                            const float *beta, const kc_shape *s, float *got, float *want)
+{
+    int64_t n = count(s), c = s->dims[3];
+    kc_norm_attrs la = {.axes = {-1}, .n_axes = 1, .epsilon = 1e-6, .center = 1, .scale = 1};
+    kc_weight lw[2] = {{.data = (float *)gamma}, {.data = (float *)beta}};
+    kc_layer ll = {.name = "ln", .class_name = "LayerNormalization", .attrs = &la, .weights = lw,
+                   .n_weights = 2};
+    ll.def = kc_op_lookup(NULL, "LayerNormalization");
+    for (int64_t r = 0; r < n / c; r++) {
+        const float *xr = x + r * c;
+        double mean = ln_ref_sum(xr, c, 0.0, 0) / (double)c;
+        double var = ln_ref_sum(xr, c, mean, 1) / (double)c;
+        float mf = (float)mean, inv = (float)(1.0 / sqrt(var + la.epsilon));
+        for (int64_t i = 0; i < c; i++) {
+            want[r * c + i] = (xr[i] - mf) * inv * gamma[i] + beta[i];
+            double exact = (xr[i] - mean) / sqrt(var + la.epsilon) * gamma[i] + beta[i];
+            if (fabs(want[r * c + i] - exact) > 1e-5 * fmax(1.0, fabs(exact)))
+                fail_msg("LayerNormalization: %.9g, in double %.9g", (double)want[r * c + i],
+                         exact);
+        }
+    }
+    const float *ins[1] = {x};
+    setenv("KC_ISA", isa, 1);
+    run_layer(&ll, ins, s, 1, got, s);
+    unsetenv("KC_ISA");
+    expect_same(got, want, n, isa);
+}
+
 /* Rows of up to 32 values (an RGB image's 3) run as one flat loop over
  * tiled parameters, longer ones row by row: both, cut and not, a row
  * count that is no multiple of the tiles' 16 rows, Normalization both
@@ -497,26 +543,9 @@ static void check_channel_affine(kc_shape s)
     run_layer(&nl, ins, &s, 1, got, &s);
     expect_same(got, want, n, "Normalization(invert=True) per channel");
 
-    kc_norm_attrs la = {.axes = {-1}, .n_axes = 1, .epsilon = 1e-6, .center = 1, .scale = 1};
-    kc_weight lw[2] = {{.data = p}, {.data = q}};
-    kc_layer ll = {.name = "ln", .class_name = "LayerNormalization", .attrs = &la, .weights = lw,
-                   .n_weights = 2};
-    ll.def = kc_op_lookup(NULL, "LayerNormalization");
-    for (int64_t r = 0; r < n / c; r++) {
-        const float *xr = x + r * c;
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < c; i++)
-            mean += xr[i];
-        mean /= (double)c;
-        for (int64_t i = 0; i < c; i++)
-            var += (xr[i] - mean) * (xr[i] - mean);
-        var /= (double)c;
-        double inv = 1.0 / sqrt(var + la.epsilon);
-        for (int64_t i = 0; i < c; i++)
-            want[r * c + i] = (float)((xr[i] - mean) * inv * p[i] + q[i]);
-    }
-    run_layer(&ll, ins, &s, 1, got, &s);
-    expect_same(got, want, n, "LayerNormalization");
+    for (int i = 0; i < 3; i++)
+        if (have_isa(g_isas[i]))
+            check_layernorm(g_isas[i], x, p, q, &s, got, want);
     free(x);
     free(p);
     free(q);
