@@ -244,39 +244,93 @@ static int kc_node_named(const kc_session *s, const char *name)
     return -1;
 }
 
+/* A model run fused and with KC_FUSE=0, and its reference. */
+typedef struct fused_pair {
+    kc_model *m;
+    kc_session *fused, *plain;
+    kc_tensor *in, *want, *got, *plain_out;
+} fused_pair;
+
+/* Load model, input and expected output (paths under KC_TEST_DATA), make
+ * both sessions and run each once. */
+static void fused_pair_run(fused_pair *p, const char *model, const char *input,
+                           const char *expected)
+{
+    char path[1024];
+    memset(p, 0, sizeof *p);
+    snprintf(path, sizeof path, "%s/%s", KC_TEST_DATA, model);
+    assert_int_equal(kc_model_load(path, NULL, &p->m), KC_OK);
+    snprintf(path, sizeof path, "%s/%s", KC_TEST_DATA, input);
+    assert_int_equal(kc_tensor_load_npy(path, &p->in), KC_OK);
+    snprintf(path, sizeof path, "%s/%s", KC_TEST_DATA, expected);
+    assert_int_equal(kc_tensor_load_npy(path, &p->want), KC_OK);
+    assert_int_equal(kc_session_new(p->m, NULL, &p->fused), KC_OK);
+    setenv("KC_FUSE", "0", 1);
+    assert_int_equal(kc_session_new(p->m, NULL, &p->plain), KC_OK);
+    unsetenv("KC_FUSE");
+    assert_int_equal(kc_session_run(p->fused, (const kc_tensor *const *)&p->in, 1, &p->got, 1),
+                     KC_OK);
+    assert_int_equal(
+        kc_session_run(p->plain, (const kc_tensor *const *)&p->in, 1, &p->plain_out, 1), KC_OK);
+    assert_int_equal(kc_tensor_count(p->got), kc_tensor_count(p->want));
+}
+
+static void fused_pair_free(fused_pair *p)
+{
+    kc_tensor_free(p->in);
+    kc_tensor_free(p->want);
+    kc_tensor_free(p->got);
+    kc_tensor_free(p->plain_out);
+    kc_session_free(p->fused);
+    kc_session_free(p->plain);
+    kc_model_free(p->m);
+}
+
 static void test_identity_layers_absorbed(void **state)
 {
     (void)state;
-    kc_model *m = NULL;
-    assert_int_equal(kc_model_load(KC_TEST_DATA "/fusion/identity_branch.keras", NULL, &m), KC_OK);
-    kc_tensor *in = NULL, *want = NULL, *got = NULL, *plain_out = NULL;
-    assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/fusion/identity_branch_input.npy", &in),
-                     KC_OK);
-    assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/fusion/identity_branch_expected.npy", &want),
-                     KC_OK);
-    kc_session *fused = NULL, *plain = NULL;
-    assert_int_equal(kc_session_new(m, NULL, &fused), KC_OK);
-    assert_true(fused->fused.skip[kc_node_named(fused, "drop")]); /* no copy runs */
-    setenv("KC_FUSE", "0", 1);
-    assert_int_equal(kc_session_new(m, NULL, &plain), KC_OK);
-    unsetenv("KC_FUSE");
-    assert_int_equal(kc_session_run(fused, (const kc_tensor *const *)&in, 1, &got, 1), KC_OK);
-    assert_int_equal(kc_session_run(plain, (const kc_tensor *const *)&in, 1, &plain_out, 1), KC_OK);
-    const float *a = kc_tensor_cdata(got), *b = kc_tensor_cdata(want), *c = kc_tensor_cdata(plain_out);
-    assert_int_equal(kc_tensor_count(got), kc_tensor_count(want));
-    for (int64_t i = 0; i < kc_tensor_count(want); i++) {
+    fused_pair p;
+    fused_pair_run(&p, "fusion/identity_branch.keras", "fusion/identity_branch_input.npy",
+                   "fusion/identity_branch_expected.npy");
+    assert_true(p.fused->fused.skip[kc_node_named(p.fused, "drop")]); /* no copy runs */
+    const float *a = kc_tensor_cdata(p.got), *b = kc_tensor_cdata(p.want);
+    const float *c = kc_tensor_cdata(p.plain_out);
+    for (int64_t i = 0; i < kc_tensor_count(p.want); i++) {
         if (fabsf(a[i] - b[i]) > 1e-4f * fmaxf(1.0f, fabsf(b[i])))
             fail_msg("fused: element %lld is %g, the reference %g", (long long)i, a[i], b[i]);
         if (fabsf(c[i] - b[i]) > 1e-4f * fmaxf(1.0f, fabsf(b[i])))
             fail_msg("unfused: element %lld is %g, the reference %g", (long long)i, c[i], b[i]);
     }
-    kc_tensor_free(in);
-    kc_tensor_free(want);
-    kc_tensor_free(got);
-    kc_tensor_free(plain_out);
-    kc_session_free(fused);
-    kc_session_free(plain);
-    kc_model_free(m);
+    fused_pair_free(&p);
+}
+
+/* A LayerScale after a Dense (ConvNeXt's blocks) folds into the Dense's
+ * kernel and bias: no LayerScale node runs, and the output stays within
+ * rounding of the unfused run's and of the reference that came with the
+ * model (tests/apps: keras.applications.ConvNeXtTiny's graph). */
+static void test_layer_scale_folded(void **state)
+{
+    (void)state;
+    fused_pair p;
+    fused_pair_run(&p, "../apps/convnext_tiny/model.keras", "../apps/convnext_tiny/input_0.npy",
+                   "../apps/convnext_tiny/expected_0.npy");
+    int scales = 0, folded = 0;
+    for (int i = 0; i < p.fused->graph->n_nodes; i++)
+        if (!strcmp(p.fused->graph->nodes[i].layer->class_name, "LayerScale")) {
+            scales++;
+            folded += p.fused->fused.skip[i];
+        }
+    assert_true(scales > 0);
+    assert_int_equal(folded, scales);
+    const float *a = kc_tensor_cdata(p.got), *b = kc_tensor_cdata(p.want);
+    const float *c = kc_tensor_cdata(p.plain_out);
+    for (int64_t i = 0; i < kc_tensor_count(p.want); i++) {
+        float scale = fmaxf(1.0f, fabsf(b[i]));
+        if (fabsf(a[i] - c[i]) > 1e-5f * scale || fabsf(a[i] - b[i]) > 1e-4f * scale)
+            fail_msg("element %lld: folded %g, unfused %g, reference %g", (long long)i, a[i], c[i],
+                     b[i]);
+    }
+    fused_pair_free(&p);
 }
 
 /* options.profile: per-layer mean times from the third run on (the first
@@ -1469,6 +1523,7 @@ int main(void)
         cmocka_unit_test(test_winograd_memory_bound),
         cmocka_unit_test(test_plan_spare_is_free),
         cmocka_unit_test(test_folded_kernels_released_after_packing),
+        cmocka_unit_test(test_layer_scale_folded),
         cmocka_unit_test(test_batch_lanes),
         cmocka_unit_test(test_batch_lanes_refused),
         cmocka_unit_test(test_branch_lanes),
