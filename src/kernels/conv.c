@@ -240,6 +240,16 @@ static kc_status kc_conv(const kc_exec_ctx *ctx)
     int handled = 0, act_done = 0;
     if (a->post_pw) /* planned only where the block kernel takes it (fuse.c) */
         return kc_irb_conv(ctx);
+    if (a->post_pool) { /* planned only where the stem loop takes it (fuse.c) */
+        KC_TRY(kc_stem_conv(ctx, &handled, &act_done));
+        if (!handled)
+            return kc_fail(KC_ERR_UNSUPPORTED,
+                           "the max pooling fused into this convolution needs kerasc's stem "
+                           "loop, which refused it");
+        return act_done ? KC_OK
+                        : kc_fail(KC_ERR_UNSUPPORTED,
+                                  "a max pooling fused after an activation it does not commute with");
+    }
     if (a->kind == KC_CONV_SEPARABLE) {
         KC_TRY(kc_separable_conv(ctx, &handled));
         if (handled) /* the 1x1 part applied the activation */

@@ -27,6 +27,7 @@
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
 #include "kernels/isa.h"
+#include "kernels/maxpool_nhwc.h"
 #include "kernels/wino_tx.h"
 
 /* At most this many input channels: beyond, the taps are many and
@@ -45,10 +46,18 @@
 typedef void (*kc_stem_rows_fn)(const kc_stem_geom *, const kc_stem_kernel *, const float *,
                                 float *, int64_t, int64_t);
 
+/* A max pooling run inside the layer (kc_conv_attrs.post_pool): its
+ * window (= its strides) and the pooled rows and columns; kh 0: none. */
+typedef struct kc_stem_pool {
+    int64_t kh, kw, out_h, out_w;
+} kc_stem_pool;
+
 typedef struct kc_stem_state {
     kc_kernel_state base;
     kc_shape in_shape;
     kc_stem_geom g;
+    kc_stem_pool pool;
+    const void *post_pool; /* the pooling layer it was built for, or NULL */
     kc_stem_rows_fn rows;
     float *w, *bias;
     int32_t *off;
@@ -104,6 +113,26 @@ static int kc_stem_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc
     return 1;
 }
 
+/* The max pooling p over a convolution output of `out` (NHWC) into
+ * *pool; 0 when it does not qualify (kc_stem_pool_fusable). */
+static int kc_stem_pool_geometry(const kc_pool_attrs *p, const kc_shape *out, kc_stem_pool *pool)
+{
+    if (p->kind != KC_POOL_MAX || p->spatial != 2 || p->global || out->rank != 4)
+        return 0;
+    int64_t k[2], n[2];
+    for (int i = 0; i < 2; i++) {
+        k[i] = p->pool[i];
+        if (k[i] < 1 || p->strides[i] != k[i] || p->pad_before[i] || p->pad_after[i] ||
+            (p->padding == 1 && out->dims[1 + i] % k[i]))
+            return 0; /* overlapping windows, or padding */
+        n[i] = out->dims[1 + i] / k[i]; /* "valid" drops the rest; "same" has none */
+        if (n[i] < 1)
+            return 0;
+    }
+    *pool = (kc_stem_pool){k[0], k[1], n[0], n[1]};
+    return 1;
+}
+
 /* Keras's (kh, kw, c, f) kernel into 16-channel vectors of taps, the bias
  * copied, the taps' input offsets for the image's width. */
 static kc_status kc_stem_pack(kc_stem_state *st, const float *w, const float *bias)
@@ -133,14 +162,19 @@ static kc_status kc_stem_pack(kc_stem_state *st, const float *w, const float *bi
     return KC_OK;
 }
 
-static kc_status kc_stem_build(const kc_exec_ctx *ctx, const kc_stem_geom *g, kc_isa_level isa,
-                               kc_stem_state **out)
+/* The tap offsets are int32: an image too wide for them stays on oneDNN. */
+static int kc_stem_offsets_fit(const kc_stem_geom *g)
+{
+    return (g->kh * g->in_w + g->kw) * g->c <= INT32_MAX;
+}
+
+static kc_status kc_stem_build(const kc_exec_ctx *ctx, const kc_stem_geom *g,
+                               const kc_stem_pool *pool, kc_isa_level isa, kc_stem_state **out)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
     const float *w, *bias;
     KC_TRY(kc_kernel_and_bias(ctx, a->use_bias, &w, &bias));
-    /* the tap offsets are int32: an image too wide for them stays on oneDNN */
-    if ((g->kh * g->in_w + g->kw) * g->c > INT32_MAX)
+    if (!kc_stem_offsets_fit(g))
         return KC_OK;
     kc_stem_state *st = kc_calloc(1, sizeof *st);
     if (!st)
@@ -148,6 +182,8 @@ static kc_status kc_stem_build(const kc_exec_ctx *ctx, const kc_stem_geom *g, kc
     st->base.free = kc_stem_free;
     st->in_shape = ctx->in_shape[0];
     st->g = *g;
+    st->pool = *pool;
+    st->post_pool = a->post_pool;
     st->rows = isa == KC_ISA_AVX512 ? kc_stem_rows_avx512 : kc_stem_rows_avx2;
     st->width = 0; /* the cut is made at the first run */
     if (kc_stem_pack(st, w, bias) != KC_OK) {
@@ -165,6 +201,7 @@ typedef struct kc_stem_job {
     const kc_stem_state *st;
     const float *in;
     float *out;
+    int failed; /* a part found no memory for its rows (pooled runs) */
 } kc_stem_job;
 
 /* One image's run of output rows. */
@@ -175,7 +212,36 @@ static void kc_stem_image_rows(void *arg, int64_t img, int64_t y0, int64_t y1)
     const kc_stem_geom *g = &st->g;
     kc_stem_kernel kernel = {st->w, st->bias, st->off};
     int64_t in_image = g->in_h * g->in_w * g->c, out_image = g->out_h * g->out_w * g->f;
-    st->rows(g, &kernel, job->in + img * in_image, job->out + img * out_image, y0, y1);
+    st->rows(g, &kernel, job->in + img * in_image,
+             job->out + img * out_image + y0 * g->out_w * g->f, y0, y1);
+}
+
+/* One image's run of pooled rows [p0, p1): for each, the convolution's
+ * rows under it into this thread's buffer (in the cache), then their
+ * maxima over each window into the output. Max is exact: the bits of the
+ * convolution then the pooling layer (maxpool_nhwc.c's loops). */
+static void kc_stem_pooled_rows(void *arg, int64_t img, int64_t p0, int64_t p1)
+{
+    kc_stem_job *job = arg;
+    const kc_stem_state *st = job->st;
+    const kc_stem_geom *g = &st->g;
+    const kc_stem_pool *pool = &st->pool;
+    kc_stem_kernel kernel = {st->w, st->bias, st->off};
+    int64_t row = g->out_w * g->f;
+    float *strip = kc_dnnl_workspace(KC_DNNL_SLOT_DST, (size_t)(pool->kh * row) * sizeof(float));
+    if (!strip) {
+        __atomic_store_n(&job->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    kc_maxpool_geom mg = {.n = 1, .ih = pool->kh, .iw = g->out_w, .c = g->f, .oh = 1,
+                          .ow = pool->out_w, .kh = pool->kh, .kw = pool->kw, .sh = pool->kh,
+                          .sw = pool->kw};
+    const float *in = job->in + img * g->in_h * g->in_w * g->c;
+    float *out = job->out + img * pool->out_h * pool->out_w * g->f;
+    for (int64_t py = p0; py < p1; py++) {
+        st->rows(g, &kernel, in, strip, py * pool->kh, (py + 1) * pool->kh);
+        kc_maxpool_nhwc(strip, out + py * pool->out_w * g->f, &mg);
+    }
 }
 
 /* Whether this kernel takes layers here: with AVX-512 (KC_STEM=0: never;
@@ -189,6 +255,16 @@ static int kc_stem_wanted(kc_isa_level isa)
     if (env)
         return strcmp(env, "0") != 0 && isa != KC_ISA_NONE;
     return isa == KC_ISA_AVX512;
+}
+
+int kc_stem_pool_fusable(const kc_conv_attrs *a, const kc_pool_attrs *p, const kc_shape *in,
+                         const kc_shape *out)
+{
+    kc_stem_geom g;
+    kc_stem_pool pool;
+    return kc_stem_wanted(kc_isa()) && kc_dnnl_ready() && kc_maxpool_nhwc_available() &&
+           kc_stem_geometry(a, in, out, &g) && kc_stem_offsets_fit(&g) && g.act != 3 &&
+           kc_stem_pool_geometry(p, out, &pool);
 }
 
 kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
@@ -210,9 +286,14 @@ kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
             kc_kernel_state_drop(ctx);
         return KC_OK;
     }
-    if (!mine || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])) {
+    if (!mine || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0]) ||
+        st->post_pool != (const void *)a->post_pool) {
         kc_stem_geom g;
+        kc_stem_pool pool = {0, 0, 0, 0};
         int takes = kc_stem_geometry(a, &ctx->in_shape[0], &ctx->out_shape[0], &g);
+        if (a->post_pool)
+            takes = takes && g.act != 3 && kc_maxpool_nhwc_available() &&
+                    kc_stem_pool_geometry(a->post_pool->attrs, &ctx->out_shape[0], &pool);
         /* as kc_pw_conv: another kernel's state goes only where this one
          * takes the layer */
         if (st && (mine || takes))
@@ -220,7 +301,7 @@ kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         if (!takes)
             return KC_OK;
         st = NULL;
-        KC_TRY(kc_stem_build(ctx, &g, isa, &st));
+        KC_TRY(kc_stem_build(ctx, &g, &pool, isa, &st));
         if (!st)
             return KC_OK;
         *ctx->state = &st->base;
@@ -233,9 +314,15 @@ kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     /* 1 in a lane of a batch; under the residency manager one part, on
      * this thread, leaving the copy thread a core */
     int width = ctx->whole ? 1 : kc_parallel_width();
-    kc_stem_job job = {st, ctx->in[0], ctx->out[0]};
-    kc_balanced_image_rows(&st->cut, &st->width, width, st->in_shape.dims[0], st->g.out_h,
-                           kc_stem_image_rows, &job);
+    kc_stem_job job = {st, ctx->in[0], ctx->out[0], 0};
+    if (st->pool.kh)
+        kc_balanced_image_rows(&st->cut, &st->width, width, st->in_shape.dims[0], st->pool.out_h,
+                               kc_stem_pooled_rows, &job);
+    else
+        kc_balanced_image_rows(&st->cut, &st->width, width, st->in_shape.dims[0], st->g.out_h,
+                               kc_stem_image_rows, &job);
+    if (job.failed)
+        return kc_fail(KC_ERR_NOMEM, "out of memory for a pooled convolution's rows");
     *handled = 1;
     *act_done = st->g.act != 3;
     return KC_OK;

@@ -8,6 +8,7 @@
 
 #include "kernels/kernel.h"
 #include "ops/conv.h"
+#include "ops/pool.h"
 
 /* One image's geometry: input data rows and columns (a folded
  * ZeroPadding excluded) and channels, output rows, columns and channels,
@@ -29,7 +30,7 @@ typedef struct kc_stem_kernel {
     const int32_t *off;       /* taps */
 } kc_stem_kernel;
 
-/* Output rows [y0, y1) of one image (NHWC `in` and `out`): each output
+/* Output rows [y0, y1) of one image (NHWC `in`; `out` at row y0): each output
  * the sum over its taps inside the image in order, from zero, one
  * multiply-add each, then the bias, then the activation; the same bits
  * whatever the rows, threads and instruction set. */
@@ -51,5 +52,17 @@ kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done);
 
 /* For tests: 1 when the state is this kernel's. */
 int kc_stem_owns(const kc_kernel_state *state);
+
+/* 1 when this kernel would take the convolution a from input value shape
+ * `in` to `out` and run the max pooling p after it inside (a->post_pool):
+ * p 2-D, its windows tiling the output (pool size = strides; "valid", or
+ * "same" where that pads nothing), the convolution's activation linear,
+ * relu or relu6 (they commute with the max), and max pooling loops for
+ * the CPU. Each thread then computes the convolution's rows one pooled
+ * row at a time into a buffer of its own and pools them into the output:
+ * a 540x540x32 layer's 37 MB output is never written (the real denoising
+ * autoencoder's first pair, README). */
+int kc_stem_pool_fusable(const kc_conv_attrs *a, const kc_pool_attrs *p, const kc_shape *in,
+                         const kc_shape *out);
 
 #endif

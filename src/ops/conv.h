@@ -55,6 +55,13 @@ typedef struct kc_conv_attrs {
      * shape), the convolution (with its bias) writes a per-thread buffer
      * and the pooling, with this layer's activation, the output. */
     const struct kc_layer *pre_pool;
+    /* Also session copies only, per plan (kc_fuse_maxpool_plan): a 2-D
+     * MaxPooling2D whose windows tile the output (pool size = strides, no
+     * padding) that alone reads this convolution's output, run inside it
+     * (kernels/stem.c): the output value then shares the pooling's slot,
+     * and the output buffer receives the pooled output, the convolution's
+     * own never written whole. */
+    const struct kc_layer *post_pool;
 } kc_conv_attrs;
 
 /* The shape of the data a convolution really reads: `in` less a folded

@@ -36,6 +36,7 @@
 #include "base/mem.h"
 #include "base/spill.h"
 #include "kernels/dnnl_conv.h"
+#include "kernels/stem.h"
 #include "kernels/irb.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
@@ -746,6 +747,58 @@ kc_status kc_fuse_pool_plan(kc_fused *f, const kc_graph *g, const kc_shape *shap
     return KC_OK;
 }
 
+/* ------------------------------------ max pooling after a convolution */
+
+/* Convolution node i's output read by a MaxPooling2D node alone (2-D,
+ * channels_last, called once, no folded ZeroPadding): remember it. */
+static kc_status kc_fuse_maxpool_pair(kc_fused *f, const kc_graph *g, int i)
+{
+    int r = -1;
+    int out = g->nodes[i].outputs[0];
+    if (!kc_is_conv_node(f, g, i, KC_CONV_PLAIN) || f->alias[out] >= 0 ||
+        kc_conv_attrs_of(f, g, i)->accumulate ||
+        kc_slot_readers(g, f, out, i + 1, &r) != 1 || !kc_same_stage(f, i, r))
+        return KC_OK;
+    const kc_node *p = &g->nodes[r];
+    if (!kc_is_maxpool(p->layer) || p->n_inputs != 1 || p->n_outputs != 1 ||
+        p->layer->n_calls != 1 || p->layer->channels_first || f->shadow[r] ||
+        kc_resolve(f, p->inputs[0]) != out || f->alias[p->outputs[0]] >= 0)
+        return KC_OK;
+    f->maxpool_of[i] = r;
+    return KC_OK;
+}
+
+/* Fuse (on) or unfuse the max pooling that reads convolution c. */
+static kc_status kc_fuse_maxpool_set(kc_fused *f, const kc_graph *g, int c, int on)
+{
+    int p = f->maxpool_of[c];
+    if (on == f->maxpool_on[c])
+        return KC_OK;
+    if (on && !kc_fuse_own(f, c, g))
+        return KC_ERR_NOMEM;
+    ((kc_conv_attrs *)f->shadow[c]->attrs)->post_pool = on ? g->nodes[p].layer : NULL;
+    f->skip[p] = (unsigned char)on;
+    f->alias[g->nodes[c].outputs[0]] = on ? g->nodes[p].outputs[0] : -1;
+    f->n_maxpool_on += on - f->maxpool_on[c];
+    f->maxpool_on[c] = (unsigned char)on;
+    return KC_OK;
+}
+
+kc_status kc_fuse_maxpool_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape, int allow)
+{
+    for (int c = 0; f->maxpool_of && c < g->n_nodes; c++) {
+        if (f->maxpool_of[c] < 0)
+            continue;
+        const kc_node *p = &g->nodes[f->maxpool_of[c]];
+        const kc_node *n = &g->nodes[c];
+        int want = allow && !f->dw_on[c] && !f->irb_on[c] && !f->pool_on[c] &&
+                   kc_stem_pool_fusable(kc_conv_attrs_of(f, g, c), p->layer->attrs,
+                                        &shape[n->inputs[0]], &shape[n->outputs[0]]);
+        KC_TRY(kc_fuse_maxpool_set(f, g, c, want));
+    }
+    return KC_OK;
+}
+
 /* A layer that is the identity at inference (Dropout, noise, the Random*
  * augmentations; kc_identity_kernel copies) or an Activation("linear")
  * (ConvNeXt's `identity` layers) produces nothing: its output shares its
@@ -784,11 +837,14 @@ kc_status kc_fuse(const kc_graph *g, kc_fuse_level level, const int *stage, int 
     f->dwp_of = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->dwp_of);
     f->irb_on = kc_calloc((size_t)g->n_nodes + 1, 1);
     f->irb_alias = kc_calloc(3 * ((size_t)g->n_nodes + 1), sizeof *f->irb_alias);
+    f->maxpool_of = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->maxpool_of);
+    f->maxpool_on = kc_calloc((size_t)g->n_nodes + 1, 1);
     if (!f->alias || !f->skip || !f->shadow || !f->dw_of || !f->dw_on || !f->pool_of ||
-        !f->pool_on || !f->pw_of || !f->dwp_of || !f->irb_on || !f->irb_alias)
+        !f->pool_on || !f->pw_of || !f->dwp_of || !f->irb_on || !f->irb_alias ||
+        !f->maxpool_of || !f->maxpool_on)
         return KC_ERR_NOMEM;
     for (int i = 0; i < g->n_nodes; i++)
-        f->dw_of[i] = f->pool_of[i] = f->pw_of[i] = f->dwp_of[i] = -1;
+        f->dw_of[i] = f->pool_of[i] = f->pw_of[i] = f->dwp_of[i] = f->maxpool_of[i] = -1;
     for (int v = 0; v < g->n_values; v++)
         f->alias[v] = -1;
     if (level == KC_FUSE_NONE || kc_env_off("KC_FUSE"))
@@ -859,6 +915,9 @@ kc_status kc_fuse(const kc_graph *g, kc_fuse_level level, const int *stage, int 
     for (int i = 0; i < g->n_nodes; i++)
         if (!f->skip[i])
             KC_TRY(kc_fuse_pool_pair(f, g, i));
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!f->skip[i])
+            KC_TRY(kc_fuse_maxpool_pair(f, g, i));
     return KC_OK;
 }
 
@@ -898,5 +957,7 @@ void kc_fused_free(kc_fused *f, int n_nodes)
     free(f->irb_alias);
     free(f->pool_of);
     free(f->pool_on);
+    free(f->maxpool_of);
+    free(f->maxpool_on);
     memset(f, 0, sizeof *f);
 }

@@ -33,6 +33,11 @@ typedef struct kc_fused {
     int n_irb_on;
     int *irb_alias;      /* per such node, 3 each: the aliases of the block's
                             three outputs before it was fused */
+    int *maxpool_of;     /* per plain convolution node: the MaxPooling2D node
+                            that alone reads its output, or -1 (fusable per
+                            plan) */
+    unsigned char *maxpool_on; /* per such node: fused for the current plan */
+    int n_maxpool_on;
 } kc_fused;
 
 /* What kc_fuse may rewrite: nothing (disk-backed weights: a rewritten
@@ -96,6 +101,16 @@ kc_status kc_fuse_dw_plan(kc_fused *fused, const kc_graph *graph, const kc_shape
  * pooling. */
 kc_status kc_fuse_pool_plan(kc_fused *fused, const kc_graph *graph, const kc_shape *shape,
                             int allow);
+/* For a plan with value shapes `shape`: run each max pooling found by
+ * kc_fuse inside the convolution whose output it alone reads
+ * (kc_conv_attrs.post_pool: the pooling node skipped, the convolution's
+ * output an alias of the pooling's, so its slot is the pooled size)
+ * where allow is set and the stem loop takes the pair
+ * (kc_stem_pool_fusable); undo it elsewhere. Max is exact: the output
+ * keeps its bits. n_maxpool_on says how many are fused. Call after
+ * kc_fuse_dw_plan and kc_fuse_pool_plan. */
+kc_status kc_fuse_maxpool_plan(kc_fused *fused, const kc_graph *graph, const kc_shape *shape,
+                               int allow);
 /* Free node's rewritten kernel (weight 0) once its kernel keeps a packed
  * copy of its own (kc_kernel_state.weights_cached): two copies of every
  * folded convolution would otherwise stay resident. Until kc_fuse runs

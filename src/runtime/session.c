@@ -480,15 +480,17 @@ kc_status kc_session_restage(kc_session *s)
     return kc_session_fuse_again(s);
 }
 
-/* Depthwise-after-1x1 and pooling-before-1x1 fusions are decided per
- * plan (fuse.c): only on the host loop (the scheduler's devices and a
- * cluster stage's boundaries know nothing of them), and the plan is laid
- * out again when they change which values share a slot. The pooling one
- * reorders the arithmetic, so `exact` keeps Keras's order. */
+/* Depthwise-after-1x1, pooling-before-1x1 and max-pooling-in-the-stem
+ * fusions are decided per plan (fuse.c): only on the host loop (the
+ * scheduler's devices and a cluster stage's boundaries know nothing of
+ * them), and the plan is laid out again when they change which values
+ * share a slot. The average pooling one reorders the arithmetic, so
+ * `exact` keeps Keras's order. */
 static kc_status kc_session_fuse_per_plan(kc_session *s, const kc_shape *shapes, int n,
                                           int lanes)
 {
-    int before = s->fused.n_dw_on + s->fused.n_pool_on + s->fused.n_irb_on;
+    int before = s->fused.n_dw_on + s->fused.n_pool_on + s->fused.n_irb_on +
+                 s->fused.n_maxpool_on;
     int host = !s->sched && s->stage_first < 0;
     /* the pairs one image fuses depend on the threads it runs on (a pair
      * cut by rows needs two): the session's, as kc_session_run sets them */
@@ -496,7 +498,10 @@ static kc_status kc_session_fuse_per_plan(kc_session *s, const kc_shape *shapes,
     KC_TRY(kc_fuse_dw_plan(&s->fused, s->graph, s->plan.shape, s->fuse_dw && host, lanes > 1));
     KC_TRY(kc_fuse_pool_plan(&s->fused, s->graph, s->plan.shape,
                              s->fuse_pool && host && !s->exact));
-    if (!before && !s->fused.n_dw_on && !s->fused.n_pool_on && !s->fused.n_irb_on)
+    /* max is exact: `exact` keeps this one */
+    KC_TRY(kc_fuse_maxpool_plan(&s->fused, s->graph, s->plan.shape, s->fuse_pool && host));
+    if (!before && !s->fused.n_dw_on && !s->fused.n_pool_on && !s->fused.n_irb_on &&
+        !s->fused.n_maxpool_on)
         return KC_OK;
     kc_plan_free(&s->plan);
     return kc_plan_build(s->model, s->fused.alias, shapes, n, &s->plan);

@@ -333,6 +333,57 @@ static void test_layer_scale_folded(void **state)
     fused_pair_free(&p);
 }
 
+/* A max pooling that alone reads a stem-sized convolution (3 input
+ * channels, relu) runs inside it (kernels/stem.c, where the stem loop
+ * runs): its node skipped, every output the bits of the unfused run
+ * (KC_FUSE_POOL=0; max is exact) and within 1e-4 of the NumPy reference.
+ * A swish before the pooling and overlapping windows keep theirs
+ * (tools/apps/make_fusion_fixtures.py). */
+static void test_maxpool_fused_in_stem(void **state)
+{
+    (void)state;
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(KC_TEST_DATA "/fusion/conv_maxpool.keras", NULL, &m), KC_OK);
+    kc_tensor *in = NULL, *fused_out[3] = {NULL}, *plain_out[3] = {NULL};
+    assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/fusion/conv_maxpool_input.npy", &in),
+                     KC_OK);
+    kc_session *fused = NULL, *plain = NULL;
+    assert_int_equal(kc_session_new(m, NULL, &fused), KC_OK);
+    setenv("KC_FUSE_POOL", "0", 1);
+    assert_int_equal(kc_session_new(m, NULL, &plain), KC_OK);
+    unsetenv("KC_FUSE_POOL");
+    assert_int_equal(kc_session_run(fused, (const kc_tensor *const *)&in, 1, fused_out, 3), KC_OK);
+    assert_int_equal(kc_session_run(plain, (const kc_tensor *const *)&in, 1, plain_out, 3), KC_OK);
+    int stem = kc_isa() == KC_ISA_AVX512 && kc_dnnl_ready(); /* where the stem loop runs */
+    assert_int_equal(fused->fused.skip[kc_node_named(fused, "p1")], stem);
+    assert_false(fused->fused.skip[kc_node_named(fused, "p2")]); /* swish */
+    assert_false(fused->fused.skip[kc_node_named(fused, "p3")]); /* overlapping */
+    assert_false(plain->fused.skip[kc_node_named(plain, "p1")]);
+    for (int o = 0; o < 3; o++) {
+        char path[256];
+        snprintf(path, sizeof path, KC_TEST_DATA "/fusion/conv_maxpool_expected_%d.npy", o);
+        kc_tensor *want = NULL;
+        assert_int_equal(kc_tensor_load_npy(path, &want), KC_OK);
+        int64_t n = kc_tensor_count(want);
+        assert_int_equal(kc_tensor_count(fused_out[o]), n);
+        const float *a = kc_tensor_cdata(fused_out[o]), *b = kc_tensor_cdata(plain_out[o]);
+        const float *w = kc_tensor_cdata(want);
+        if (memcmp(a, b, (size_t)n * sizeof *a))
+            fail_msg("output %d: the fused run's bits differ from the unfused run's", o);
+        for (int64_t i = 0; i < n; i++)
+            if (fabsf(a[i] - w[i]) > 1e-4f * fmaxf(1.0f, fabsf(w[i])))
+                fail_msg("output %d, element %lld: %g, the reference %g", o, (long long)i, a[i],
+                         w[i]);
+        kc_tensor_free(want);
+        kc_tensor_free(fused_out[o]);
+        kc_tensor_free(plain_out[o]);
+    }
+    kc_tensor_free(in);
+    kc_session_free(fused);
+    kc_session_free(plain);
+    kc_model_free(m);
+}
+
 /* options.profile: per-layer mean times from the third run on (the first
  * two on a plan are warm-ups, each reported until the next replaces it),
  * a new plan starts over, fused layers are not listed, and without the
@@ -1524,6 +1575,7 @@ int main(void)
         cmocka_unit_test(test_plan_spare_is_free),
         cmocka_unit_test(test_folded_kernels_released_after_packing),
         cmocka_unit_test(test_layer_scale_folded),
+        cmocka_unit_test(test_maxpool_fused_in_stem),
         cmocka_unit_test(test_batch_lanes),
         cmocka_unit_test(test_batch_lanes_refused),
         cmocka_unit_test(test_branch_lanes),

@@ -9,6 +9,14 @@ identity_branch: conv -> Dropout -> {BatchNormalization -> ReLU, 1x1 conv}
 BatchNormalization must then not fold into the first convolution, whose
 output the second one reads too (test_runtime's
 test_identity_layers_absorbed). Deterministic: seeded input and weights.
+
+conv_maxpool: three stem-sized convolutions (3 input channels) each read by
+a max pooling alone: 3x3 relu then MaxPooling2D(2) on 37x41 (the pooling's
+"valid" drops the last row and column: fused), 3x3 swish then
+MaxPooling2D(2) (swish does not commute with max: not fused), 1x1 then
+MaxPooling2D(3, strides=2) (overlapping windows: not fused); the first
+pair's output goes on through a 16 -> 8 convolution and a max pooling
+that oneDNN runs (test_runtime's test_maxpool_fused_in_stem).
 """
 import os, sys
 import numpy as np
@@ -32,3 +40,22 @@ appgraph.write_keras_zip(os.path.join(out, "identity_branch.keras"), k3, "3.6.0"
 np.save(os.path.join(out, "identity_branch_input.npy"), data)
 np.save(os.path.join(out, "identity_branch_expected.npy"), np.asarray(y.value, dtype=np.float32))
 print(y.value.shape)
+
+rng = np.random.default_rng(7)
+data = rng.uniform(-1, 1, size=(2, 37, 41, 3)).astype(np.float32)
+g = appgraph.Graph("conv_maxpool", 3, appgraph.Weights("tests/conv_maxpool"))
+x = g.input((37, 41, 3), data)
+c1 = g.layer("Conv2D", x, name="c1", filters=16, kernel_size=3, padding="same", activation="relu")
+p1 = g.layer("MaxPooling2D", c1, name="p1", pool_size=2)
+c4 = g.layer("Conv2D", p1, name="c4", filters=8, kernel_size=3, padding="same", activation="relu")
+p4 = g.layer("MaxPooling2D", c4, name="p4", pool_size=2)
+c2 = g.layer("Conv2D", x, name="c2", filters=16, kernel_size=3, activation="swish")
+p2 = g.layer("MaxPooling2D", c2, name="p2", pool_size=2)
+c3 = g.layer("Conv2D", x, name="c3", filters=16, kernel_size=1)
+p3 = g.layer("MaxPooling2D", c3, name="p3", pool_size=3, strides=2)
+k3 = g.model([p4, p2, p3])
+appgraph.write_keras_zip(os.path.join(out, "conv_maxpool.keras"), k3, "3.6.0", libver=make_apps.LIBVER)
+np.save(os.path.join(out, "conv_maxpool_input.npy"), data)
+for i, v in enumerate((p4, p2, p3)):
+    np.save(os.path.join(out, "conv_maxpool_expected_%d.npy" % i), np.asarray(v.value, dtype=np.float32))
+    print(v.value.shape)
