@@ -75,7 +75,7 @@ static kc_status kc_rnn_run(const kc_rnn_attrs *a, const kc_rnn_weights *w, cons
         for (int64_t b = 0; b < n; b++) {
             float *z = tmp + b * G;
             const float *xz = xw + (b * t + ts) * G;
-            const float *hz = hu + b * G;
+            float *hz = hu + b * G;
             float *hb = h + b * u;
             if (mask && !mask[b * t + ts]) {
                 /* A masked step leaves the state alone; its output is the
@@ -101,13 +101,18 @@ static kc_status kc_rnn_run(const kc_rnn_attrs *a, const kc_rnn_weights *w, cons
                         cand[j] = xz[2 * u + j] + (w->bias ? w->bias[2 * u + j] : 0) +
                                   z[u + j] * (hz[2 * u + j] + (w->rec_bias ? w->rec_bias[2 * u + j] : 0));
                 } else {
-                    /* (r * h)·U_h: a small GEMV per sample */
+                    /* x·W_h + b_h + (r * h)·U_h, as Keras computes it (in
+                     * float), one GEMV per sample (its bits whatever the
+                     * batch). It was a loop in double down U_h's columns
+                     * (stride 3u): a 128-unit layer over 100 steps took
+                     * 1.8 ms at batch 1. rh borrows hu's candidate third,
+                     * which this form does not read. */
+                    float *rh = hz + 2 * u;
                     for (int64_t j = 0; j < u; j++) {
-                        double acc = xz[2 * u + j] + (w->bias ? w->bias[2 * u + j] : 0);
-                        for (int64_t k = 0; k < u; k++)
-                            acc += (double)z[u + k] * hb[k] * w->recurrent[k * G + 2 * u + j];
-                        cand[j] = (float)acc;
+                        rh[j] = z[u + j] * hb[j];
+                        cand[j] = xz[2 * u + j] + (w->bias ? w->bias[2 * u + j] : 0);
                     }
+                    kc_gemm_ld(1, u, u, rh, u, w->recurrent + 2 * u, G, 0, cand, u, 1);
                 }
                 st = kc_act(a->activation, km, cand, u);
                 for (int64_t j = 0; j < u; j++)
