@@ -46,6 +46,7 @@
 #include "ops/norm.h"
 #include "ops/op.h"
 #include "ops/pool.h"
+#include "ops/preprocess.h"
 #include "ops/reshape.h"
 
 /* The producing node of value v, or -1. */
@@ -360,6 +361,57 @@ static int kc_same_stage(const kc_fused *f, int a, int b)
     int side_a = a < f->scope_first ? 0 : a <= f->scope_last ? 1 : 2;
     int side_b = b < f->scope_first ? 0 : b <= f->scope_last ? 1 : 2;
     return side_a == side_b;
+}
+
+/* Fold Rescaling node rs (x * scale, no offset: Keras's Rescaling(1/255)
+ * before a model's first convolution) into the one layer that reads it,
+ * node h, a plain or depthwise convolution (not grouped) or a Dense: its
+ * kernel's input-channel rows take the scale. The zeros a "same"
+ * convolution pads with stay zeros, which an offset would not. One pass
+ * over the input image less a run; the products round once more or less
+ * than Keras's. */
+static kc_status kc_fold_rescaling(kc_fused *f, const kc_graph *g, int rs)
+{
+    const kc_node *n = &g->nodes[rs];
+    const kc_rescaling_attrs *ra = n->layer->attrs;
+    int h = -1;
+    if (n->n_inputs != 1 || n->n_outputs != 1 || n->layer->n_calls != 1 ||
+        kc_slot_readers(g, f, kc_resolve(f, n->outputs[0]), rs + 1, &h) != 1 || h < 0 ||
+        !kc_same_stage(f, rs, h) || g->nodes[h].n_inputs != 1 ||
+        kc_resolve(f, g->nodes[h].inputs[0]) != kc_resolve(f, n->outputs[0]) ||
+        g->nodes[h].layer->n_calls != 1)
+        return KC_OK;
+    for (int64_t i = 0; i < ra->n_offset; i++)
+        if (ra->offset[i] != 0.0f)
+            return KC_OK;
+    const char *act = NULL;
+    kc_host_kind kind = kc_host_of(g->nodes[h].layer, &act);
+    const kc_shape *in = &g->values[n->outputs[0]].shape;
+    int64_t cin = in->dims[in->rank - 1];
+    if (kind == KC_HOST_NONE || ra->n_scale < 1 || (ra->n_scale != 1 && ra->n_scale != cin) ||
+        (ra->n_scale > 1 && ra->scale_shape.rank > 0 &&
+         ra->scale_shape.dims[ra->scale_shape.rank - 1] != cin))
+        return KC_OK;
+    if (kind == KC_HOST_CONV) {
+        const kc_conv_attrs *a = g->nodes[h].layer->attrs;
+        if ((a->kind != KC_CONV_PLAIN && a->kind != KC_CONV_DEPTHWISE) || a->groups > 1 ||
+            g->nodes[h].layer->channels_first)
+            return KC_OK;
+    }
+    kc_layer *l = kc_fuse_own(f, h, g);
+    if (!l)
+        return KC_ERR_NOMEM;
+    /* Keras kernels run (..., in channels, out per in): the input channel
+     * is the index over the last axis's stride, mod cin */
+    kc_weight *kernel = &l->weights[0];
+    const kc_shape *ks = &kernel->shape;
+    int64_t per = ks->dims[ks->rank - 1], kn = kc_shape_count(ks);
+    for (int64_t i = 0; i < kn; i++)
+        kernel->data[i] *= ra->scale[ra->n_scale == 1 ? 0 : (i / per) % cin];
+    f->alias[n->outputs[0]] = kc_resolve(f, n->inputs[0]);
+    f->skip[rs] = 1;
+    f->n_fused++;
+    return KC_OK;
 }
 
 /* Fuse Add node i (and an activation reading it) into a convolution. */
@@ -895,6 +947,9 @@ kc_status kc_fuse(const kc_graph *g, kc_fuse_level level, const int *stage, int 
             f->n_fused++;
         }
     }
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!f->skip[i] && !strcmp(g->nodes[i].layer->class_name, "Rescaling"))
+            KC_TRY(kc_fold_rescaling(f, g, i));
     if (level < KC_FUSE_HOST)
         return KC_OK;
     for (int i = 0; i < g->n_nodes; i++)

@@ -244,43 +244,70 @@ static int kc_node_named(const kc_session *s, const char *name)
     return -1;
 }
 
-/* A model run fused and with KC_FUSE=0, and its reference. */
+/* A model run fused and with one fusion switch off (KC_FUSE=0: all), one
+ * run each on its input. */
+#define KC_PAIR_OUTPUTS 3
 typedef struct fused_pair {
     kc_model *m;
     kc_session *fused, *plain;
-    kc_tensor *in, *want, *got, *plain_out;
+    kc_tensor *in, *got[KC_PAIR_OUTPUTS], *plain_out[KC_PAIR_OUTPUTS];
+    int n_out;
 } fused_pair;
 
-/* Load model, input and expected output (paths under KC_TEST_DATA), make
- * both sessions and run each once. */
-static void fused_pair_run(fused_pair *p, const char *model, const char *input,
-                           const char *expected)
+/* Load model and input (paths under KC_TEST_DATA), make both sessions
+ * (the plain one with `off`=0 set) and run each once. */
+static void fused_pair_run(fused_pair *p, const char *model, const char *input, int n_out,
+                           const char *off)
 {
     char path[1024];
     memset(p, 0, sizeof *p);
+    p->n_out = n_out;
     snprintf(path, sizeof path, "%s/%s", KC_TEST_DATA, model);
     assert_int_equal(kc_model_load(path, NULL, &p->m), KC_OK);
     snprintf(path, sizeof path, "%s/%s", KC_TEST_DATA, input);
     assert_int_equal(kc_tensor_load_npy(path, &p->in), KC_OK);
-    snprintf(path, sizeof path, "%s/%s", KC_TEST_DATA, expected);
-    assert_int_equal(kc_tensor_load_npy(path, &p->want), KC_OK);
     assert_int_equal(kc_session_new(p->m, NULL, &p->fused), KC_OK);
-    setenv("KC_FUSE", "0", 1);
+    setenv(off, "0", 1);
     assert_int_equal(kc_session_new(p->m, NULL, &p->plain), KC_OK);
-    unsetenv("KC_FUSE");
-    assert_int_equal(kc_session_run(p->fused, (const kc_tensor *const *)&p->in, 1, &p->got, 1),
-                     KC_OK);
-    assert_int_equal(
-        kc_session_run(p->plain, (const kc_tensor *const *)&p->in, 1, &p->plain_out, 1), KC_OK);
-    assert_int_equal(kc_tensor_count(p->got), kc_tensor_count(p->want));
+    unsetenv(off);
+    const kc_tensor *const *in = (const kc_tensor *const *)&p->in;
+    assert_int_equal(kc_session_run(p->fused, in, 1, p->got, n_out), KC_OK);
+    assert_int_equal(kc_session_run(p->plain, in, 1, p->plain_out, n_out), KC_OK);
+}
+
+/* Output o of both runs against the reference file (under KC_TEST_DATA):
+ * each within ref_tol of max(1, |ref|) of it, within pair_tol of each
+ * other (0: the same bits). */
+static void fused_pair_expect(const fused_pair *p, int o, const char *expected, float ref_tol,
+                              float pair_tol)
+{
+    char path[1024];
+    kc_tensor *want = NULL;
+    snprintf(path, sizeof path, "%s/%s", KC_TEST_DATA, expected);
+    assert_int_equal(kc_tensor_load_npy(path, &want), KC_OK);
+    int64_t n = kc_tensor_count(want);
+    assert_int_equal(kc_tensor_count(p->got[o]), n);
+    const float *a = kc_tensor_cdata(p->got[o]), *b = kc_tensor_cdata(p->plain_out[o]);
+    const float *w = kc_tensor_cdata(want);
+    if (pair_tol == 0 && memcmp(a, b, (size_t)n * sizeof *a))
+        fail_msg("output %d: the fused run's bits differ from the unfused run's", o);
+    for (int64_t i = 0; i < n; i++) {
+        float scale = fmaxf(1.0f, fabsf(w[i]));
+        if (fabsf(a[i] - b[i]) > pair_tol * scale || fabsf(a[i] - w[i]) > ref_tol * scale ||
+            fabsf(b[i] - w[i]) > ref_tol * scale)
+            fail_msg("output %d, element %lld: fused %g, unfused %g, reference %g", o,
+                     (long long)i, a[i], b[i], w[i]);
+    }
+    kc_tensor_free(want);
 }
 
 static void fused_pair_free(fused_pair *p)
 {
     kc_tensor_free(p->in);
-    kc_tensor_free(p->want);
-    kc_tensor_free(p->got);
-    kc_tensor_free(p->plain_out);
+    for (int o = 0; o < p->n_out; o++) {
+        kc_tensor_free(p->got[o]);
+        kc_tensor_free(p->plain_out[o]);
+    }
     kc_session_free(p->fused);
     kc_session_free(p->plain);
     kc_model_free(p->m);
@@ -290,17 +317,10 @@ static void test_identity_layers_absorbed(void **state)
 {
     (void)state;
     fused_pair p;
-    fused_pair_run(&p, "fusion/identity_branch.keras", "fusion/identity_branch_input.npy",
-                   "fusion/identity_branch_expected.npy");
+    fused_pair_run(&p, "fusion/identity_branch.keras", "fusion/identity_branch_input.npy", 1,
+                   "KC_FUSE");
     assert_true(p.fused->fused.skip[kc_node_named(p.fused, "drop")]); /* no copy runs */
-    const float *a = kc_tensor_cdata(p.got), *b = kc_tensor_cdata(p.want);
-    const float *c = kc_tensor_cdata(p.plain_out);
-    for (int64_t i = 0; i < kc_tensor_count(p.want); i++) {
-        if (fabsf(a[i] - b[i]) > 1e-4f * fmaxf(1.0f, fabsf(b[i])))
-            fail_msg("fused: element %lld is %g, the reference %g", (long long)i, a[i], b[i]);
-        if (fabsf(c[i] - b[i]) > 1e-4f * fmaxf(1.0f, fabsf(b[i])))
-            fail_msg("unfused: element %lld is %g, the reference %g", (long long)i, c[i], b[i]);
-    }
+    fused_pair_expect(&p, 0, "fusion/identity_branch_expected.npy", 1e-4f, 2e-4f);
     fused_pair_free(&p);
 }
 
@@ -313,7 +333,7 @@ static void test_layer_scale_folded(void **state)
     (void)state;
     fused_pair p;
     fused_pair_run(&p, "../apps/convnext_tiny/model.keras", "../apps/convnext_tiny/input_0.npy",
-                   "../apps/convnext_tiny/expected_0.npy");
+                   1, "KC_FUSE");
     int scales = 0, folded = 0;
     for (int i = 0; i < p.fused->graph->n_nodes; i++)
         if (!strcmp(p.fused->graph->nodes[i].layer->class_name, "LayerScale")) {
@@ -322,14 +342,7 @@ static void test_layer_scale_folded(void **state)
         }
     assert_true(scales > 0);
     assert_int_equal(folded, scales);
-    const float *a = kc_tensor_cdata(p.got), *b = kc_tensor_cdata(p.want);
-    const float *c = kc_tensor_cdata(p.plain_out);
-    for (int64_t i = 0; i < kc_tensor_count(p.want); i++) {
-        float scale = fmaxf(1.0f, fabsf(b[i]));
-        if (fabsf(a[i] - c[i]) > 1e-5f * scale || fabsf(a[i] - b[i]) > 1e-4f * scale)
-            fail_msg("element %lld: folded %g, unfused %g, reference %g", (long long)i, a[i], c[i],
-                     b[i]);
-    }
+    fused_pair_expect(&p, 0, "../apps/convnext_tiny/expected_0.npy", 1e-4f, 1e-5f);
     fused_pair_free(&p);
 }
 
@@ -342,46 +355,39 @@ static void test_layer_scale_folded(void **state)
 static void test_maxpool_fused_in_stem(void **state)
 {
     (void)state;
-    kc_model *m = NULL;
-    assert_int_equal(kc_model_load(KC_TEST_DATA "/fusion/conv_maxpool.keras", NULL, &m), KC_OK);
-    kc_tensor *in = NULL, *fused_out[3] = {NULL}, *plain_out[3] = {NULL};
-    assert_int_equal(kc_tensor_load_npy(KC_TEST_DATA "/fusion/conv_maxpool_input.npy", &in),
-                     KC_OK);
-    kc_session *fused = NULL, *plain = NULL;
-    assert_int_equal(kc_session_new(m, NULL, &fused), KC_OK);
-    setenv("KC_FUSE_POOL", "0", 1);
-    assert_int_equal(kc_session_new(m, NULL, &plain), KC_OK);
-    unsetenv("KC_FUSE_POOL");
-    assert_int_equal(kc_session_run(fused, (const kc_tensor *const *)&in, 1, fused_out, 3), KC_OK);
-    assert_int_equal(kc_session_run(plain, (const kc_tensor *const *)&in, 1, plain_out, 3), KC_OK);
+    fused_pair p;
+    fused_pair_run(&p, "fusion/conv_maxpool.keras", "fusion/conv_maxpool_input.npy", 3,
+                   "KC_FUSE_POOL");
     int stem = kc_isa() == KC_ISA_AVX512 && kc_dnnl_ready(); /* where the stem loop runs */
-    assert_int_equal(fused->fused.skip[kc_node_named(fused, "p1")], stem);
-    assert_false(fused->fused.skip[kc_node_named(fused, "p2")]); /* swish */
-    assert_false(fused->fused.skip[kc_node_named(fused, "p3")]); /* overlapping */
-    assert_false(plain->fused.skip[kc_node_named(plain, "p1")]);
-    for (int o = 0; o < 3; o++) {
-        char path[256];
-        snprintf(path, sizeof path, KC_TEST_DATA "/fusion/conv_maxpool_expected_%d.npy", o);
-        kc_tensor *want = NULL;
-        assert_int_equal(kc_tensor_load_npy(path, &want), KC_OK);
-        int64_t n = kc_tensor_count(want);
-        assert_int_equal(kc_tensor_count(fused_out[o]), n);
-        const float *a = kc_tensor_cdata(fused_out[o]), *b = kc_tensor_cdata(plain_out[o]);
-        const float *w = kc_tensor_cdata(want);
-        if (memcmp(a, b, (size_t)n * sizeof *a))
-            fail_msg("output %d: the fused run's bits differ from the unfused run's", o);
-        for (int64_t i = 0; i < n; i++)
-            if (fabsf(a[i] - w[i]) > 1e-4f * fmaxf(1.0f, fabsf(w[i])))
-                fail_msg("output %d, element %lld: %g, the reference %g", o, (long long)i, a[i],
-                         w[i]);
-        kc_tensor_free(want);
-        kc_tensor_free(fused_out[o]);
-        kc_tensor_free(plain_out[o]);
-    }
-    kc_tensor_free(in);
-    kc_session_free(fused);
-    kc_session_free(plain);
-    kc_model_free(m);
+    assert_int_equal(p.fused->fused.skip[kc_node_named(p.fused, "p1")], stem);
+    assert_false(p.fused->fused.skip[kc_node_named(p.fused, "p2")]); /* swish */
+    assert_false(p.fused->fused.skip[kc_node_named(p.fused, "p3")]); /* overlapping */
+    assert_false(p.plain->fused.skip[kc_node_named(p.plain, "p1")]);
+    static const char *const expected[3] = {"fusion/conv_maxpool_expected_0.npy",
+                                            "fusion/conv_maxpool_expected_1.npy",
+                                            "fusion/conv_maxpool_expected_2.npy"};
+    for (int o = 0; o < 3; o++)
+        fused_pair_expect(&p, o, expected[o], 1e-4f, 0.0f);
+    fused_pair_free(&p);
+}
+
+/* A Rescaling with no offset that one convolution alone reads folds into
+ * its kernel (a "same" 3x3 one: its zero padding stays zero); one with an
+ * offset, and one read by two (a Dense and the model's output), stay
+ * layers. Within rounding of the unfused run (KC_FUSE=0) and 1e-4 of the
+ * NumPy reference (tools/apps/make_fusion_fixtures.py). */
+static void test_rescaling_folded(void **state)
+{
+    (void)state;
+    fused_pair p;
+    fused_pair_run(&p, "fusion/rescale_conv.keras", "fusion/rescale_conv_input.npy", 2,
+                   "KC_FUSE");
+    assert_true(p.fused->fused.skip[kc_node_named(p.fused, "r1")]);
+    assert_false(p.fused->fused.skip[kc_node_named(p.fused, "r2")]); /* an offset */
+    assert_false(p.fused->fused.skip[kc_node_named(p.fused, "r3")]); /* two readers */
+    fused_pair_expect(&p, 0, "fusion/rescale_conv_expected_0.npy", 1e-4f, 1e-5f);
+    fused_pair_expect(&p, 1, "fusion/rescale_conv_expected_1.npy", 1e-4f, 1e-5f);
+    fused_pair_free(&p);
 }
 
 /* options.profile: per-layer mean times from the third run on (the first
@@ -1576,6 +1582,7 @@ int main(void)
         cmocka_unit_test(test_folded_kernels_released_after_packing),
         cmocka_unit_test(test_layer_scale_folded),
         cmocka_unit_test(test_maxpool_fused_in_stem),
+        cmocka_unit_test(test_rescaling_folded),
         cmocka_unit_test(test_batch_lanes),
         cmocka_unit_test(test_batch_lanes_refused),
         cmocka_unit_test(test_branch_lanes),

@@ -17,6 +17,12 @@ MaxPooling2D(2) (swish does not commute with max: not fused), 1x1 then
 MaxPooling2D(3, strides=2) (overlapping windows: not fused); the first
 pair's output goes on through a 16 -> 8 convolution and a max pooling
 that oneDNN runs (test_runtime's test_maxpool_fused_in_stem).
+
+rescale_conv: Rescaling(1/255) -> "same" 3x3 convolution (folded into its
+kernel: the zeros it pads with stay zeros), then Rescaling(2, offset 1)
+-> 1x1 convolution (an offset: not folded), and Rescaling(0.5) read by a
+Dense and by the output (two readers: not folded)
+(test_runtime's test_rescaling_folded).
 """
 import os, sys
 import numpy as np
@@ -58,4 +64,21 @@ appgraph.write_keras_zip(os.path.join(out, "conv_maxpool.keras"), k3, "3.6.0", l
 np.save(os.path.join(out, "conv_maxpool_input.npy"), data)
 for i, v in enumerate((p4, p2, p3)):
     np.save(os.path.join(out, "conv_maxpool_expected_%d.npy" % i), np.asarray(v.value, dtype=np.float32))
+    print(v.value.shape)
+
+rng = np.random.default_rng(9)
+data = rng.uniform(0, 255, size=(2, 9, 11, 3)).astype(np.float32)
+g = appgraph.Graph("rescale_conv", 3, appgraph.Weights("tests/rescale_conv"))
+x = g.input((9, 11, 3), data)
+r1 = g.layer("Rescaling", x, name="r1", scale=1.0 / 255)
+c1 = g.layer("Conv2D", r1, name="c1", filters=8, kernel_size=3, padding="same")
+r2 = g.layer("Rescaling", c1, name="r2", scale=2.0, offset=1.0)
+c2 = g.layer("Conv2D", r2, name="c2", filters=4, kernel_size=1)
+r3 = g.layer("Rescaling", c2, name="r3", scale=0.5)
+d = g.layer("Dense", r3, name="d", units=5)
+k3r = g.model([d, r3])
+appgraph.write_keras_zip(os.path.join(out, "rescale_conv.keras"), k3r, "3.6.0", libver=make_apps.LIBVER)
+np.save(os.path.join(out, "rescale_conv_input.npy"), data)
+for i, v in enumerate((d, r3)):
+    np.save(os.path.join(out, "rescale_conv_expected_%d.npy" % i), np.asarray(v.value, dtype=np.float32))
     print(v.value.shape)
