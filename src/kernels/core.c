@@ -1,5 +1,6 @@
 /* Core layers: Dense, Activation, Embedding, Masking. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/dense.h"
@@ -22,11 +23,21 @@ static kc_status kc_dense(const kc_exec_ctx *ctx)
         KC_TRY(kc_dnnl_dense(ctx, &handled, &act_done));
     if (handled)
         return act_done ? KC_OK : kc_activation_apply(a->activation, ctx->keras_major, y, m * n, n);
+    /* a fused residual (accumulate): y holds it; the product goes to a
+     * buffer and is added after, as the Add layer would */
+    float *t = a->accumulate ? kc_scratch(m * n) : y;
+    if (!t)
+        return KC_ERR_NOMEM;
     const float *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
     if (bias)
         for (int64_t r = 0; r < m; r++)
-            memcpy(y + r * n, bias, (size_t)n * sizeof *y);
-    kc_gemm(m, n, k, ctx->in[0], kc_w(ctx, 0), y, bias != NULL);
+            memcpy(t + r * n, bias, (size_t)n * sizeof *t);
+    kc_gemm(m, n, k, ctx->in[0], kc_w(ctx, 0), t, bias != NULL);
+    if (t != y) {
+        for (int64_t i = 0; i < m * n; i++)
+            y[i] += t[i];
+        free(t);
+    }
     return kc_activation_apply(a->activation, ctx->keras_major, y, m * n, n);
 }
 

@@ -31,11 +31,11 @@
 #define KC_DENSE_MIN_VECTORS 4
 
 typedef void (*kc_dense_panel_fn)(const float *x, int64_t rows, int64_t k, const float *w,
-                                  const float *bias, float *y, int64_t ldy, int64_t cols);
+                                  const float *bias, float *y, int64_t ldy, int64_t cols, int add);
 void kc_dense_panel_avx512(const float *, int64_t, int64_t, const float *, const float *, float *,
-                           int64_t, int64_t);
+                           int64_t, int64_t, int);
 void kc_dense_panel_avx2(const float *, int64_t, int64_t, const float *, const float *, float *,
-                         int64_t, int64_t);
+                         int64_t, int64_t, int);
 
 typedef struct kc_dense_state {
     kc_kernel_state base;
@@ -77,6 +77,7 @@ typedef struct kc_dense_io {
     const kc_dense_state *st;
     const float *x, *bias;
     float *y;
+    int add; /* a fused residual (kc_dense_attrs.accumulate) */
 } kc_dense_io;
 
 /* Part `part`'s run of vectors over all rows. */
@@ -87,7 +88,8 @@ static void kc_dense_job(void *arg, int part)
     int64_t lo = st->vecs * part / st->parts, hi = st->vecs * (part + 1) / st->parts;
     for (int64_t v = lo; v < hi; v++)
         st->panel(io->x, st->rows, st->k, st->packed + v * st->k * 16,
-                  io->bias ? io->bias + 16 * v : NULL, io->y + 16 * v, st->n, kc_dense_cols(st, v));
+                  io->bias ? io->bias + 16 * v : NULL, io->y + 16 * v, st->n, kc_dense_cols(st, v),
+                  io->add);
 }
 
 /* Whether this kernel takes Dense layers (see dense.h): wherever kerasc's
@@ -181,7 +183,8 @@ kc_status kc_dense_own(const kc_exec_ctx *ctx, int *handled)
         *ctx->state = &st->base;
     }
     const kc_dense_attrs *a = ctx->layer->attrs;
-    kc_dense_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0]};
+    kc_dense_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0],
+                      a->accumulate};
     kc_parallel(st->parts, kc_dense_job, &io);
     *handled = 1;
     return KC_OK;

@@ -79,6 +79,20 @@ static void kc_dnnl_matmul_free(kc_kernel_state *s)
     free(m);
 }
 
+/* attr with a sum post-op: dst = (x·W + b) + what dst held, a fused
+ * residual (kc_dense_attrs.accumulate) added after the bias as the Add
+ * layer would. */
+static kc_status kc_dnnl_attr_sum(dnnl_primitive_attr_t attr)
+{
+    dnnl_post_ops_t ops = NULL;
+    int bad = dnnl_post_ops_create(&ops) != dnnl_success ||
+              dnnl_post_ops_append_sum(ops, 1.0f) != dnnl_success ||
+              dnnl_primitive_attr_set_post_ops(attr, ops) != dnnl_success;
+    if (ops)
+        dnnl_post_ops_destroy(ops);
+    return bad ? KC_ERR_UNSUPPORTED : KC_OK;
+}
+
 /* The primitive for `rows` rows into *prim. The first one built packs W
  * (when it packs: pack_rows rows or more); a later one must want the same
  * layout. */
@@ -96,6 +110,10 @@ static kc_status kc_dnnl_matmul_build(const kc_exec_ctx *ctx, kc_dnnl_matmul_sta
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_attr_t attr = kc_dnnl_attr_new();
     st->has_bias = a->use_bias;
+    if (attr && a->accumulate && kc_dnnl_attr_sum(attr) != KC_OK) {
+        dnnl_primitive_attr_destroy(attr);
+        return KC_ERR_UNSUPPORTED;
+    }
     if (!attr || k < 1 || src[0] < 1 ||
         dnnl_memory_desc_init_by_tag(&src_md, 2, src, dnnl_f32, dnnl_ab) ||
         dnnl_memory_desc_init_by_tag(&keras_w_md, 2, w, dnnl_f32, dnnl_ab) ||

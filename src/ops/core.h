@@ -8,6 +8,10 @@ typedef struct kc_dense_attrs {
     int64_t units;
     int use_bias;
     const char *activation;
+    /* Session copies only (runtime/fuse.c): a residual Add fused into this
+     * layer, as a convolution's: the output buffer holds the residual
+     * beforehand and receives residual + (x·W + b), then the activation. */
+    int accumulate;
 } kc_dense_attrs;
 
 typedef struct kc_activation_attrs {

@@ -40,6 +40,7 @@
 #include "kernels/irb.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
+#include "ops/elementwise.h"
 #include "runtime/plan.h"
 #include "ops/core.h"
 #include "ops/merge.h"
@@ -324,17 +325,24 @@ static int kc_slot_readers(const kc_graph *g, const kc_fused *f, int root, int f
     return n;
 }
 
-/* The convolution node whose output `v` (resolved) is, when it can take a
- * fused sum: plain or depthwise, channels_last, called once, linear. */
+/* The node whose output `v` (resolved) is, when it can take a fused sum:
+ * a plain or depthwise convolution or a Dense (a transformer's and
+ * ConvNeXt's residuals), channels_last, called once, linear. */
 static int kc_sum_host(const kc_graph *g, const kc_fused *f, int v)
 {
     int h = kc_producer(g, v);
     const char *act = NULL;
     if (h < 0 || g->nodes[h].n_outputs != 1 || g->nodes[h].layer->n_calls != 1 ||
-        g->nodes[h].layer->channels_first ||
-        kc_host_of(g->nodes[h].layer, &act) != KC_HOST_CONV)
+        g->nodes[h].layer->channels_first)
         return -1;
+    kc_host_kind kind = kc_host_of(g->nodes[h].layer, &act);
     const kc_layer *l = f->shadow[h] ? f->shadow[h] : g->nodes[h].layer;
+    if (kind == KC_HOST_DENSE) {
+        const kc_dense_attrs *d = l->attrs;
+        return d->accumulate || strcmp(d->activation, "linear") != 0 ? -1 : h;
+    }
+    if (kind != KC_HOST_CONV)
+        return -1;
     const kc_conv_attrs *a = l->attrs;
     if ((a->kind != KC_CONV_PLAIN && a->kind != KC_CONV_DEPTHWISE) || a->accumulate ||
         strcmp(a->activation, "linear") != 0)
@@ -414,12 +422,28 @@ static kc_status kc_fold_rescaling(kc_fused *f, const kc_graph *g, int rs)
     return KC_OK;
 }
 
-/* Fuse Add node i (and an activation reading it) into a convolution. */
+/* Whether node n adds its two inputs: the Add merge layer, or Keras 3's
+ * ops add of two tensors (ConvNeXt's residuals, `inputs + x` in a
+ * functional model), not of a constant. */
+static int kc_is_two_input_add(const kc_node *n)
+{
+    if (n->n_inputs != 2 || strcmp(n->layer->class_name, "Add") != 0)
+        return 0;
+    if (n->layer->def == kc_op_lookup(NULL, "Add"))
+        return ((const kc_merge_attrs *)n->layer->attrs)->kind == KC_MERGE_ADD;
+    if (n->layer->def != kc_op_lookup("keras.src.ops.numpy", "Add"))
+        return 0;
+    const kc_top_attrs *t = n->layer->attrs;
+    return t->kind == KC_TOP_BINARY && t->ew == KC_EW_ADD && t->n_operands == 2 &&
+           t->operand[0].kind == KC_OPND_INPUT && t->operand[1].kind == KC_OPND_INPUT;
+}
+
+/* Fuse Add node i (and an activation reading it) into a convolution or
+ * Dense. */
 static kc_status kc_fuse_add(kc_fused *f, const kc_graph *g, int i)
 {
     const kc_node *n = &g->nodes[i];
-    if (n->n_inputs != 2 || n->n_outputs != 1 || n->layer->n_calls != 1 ||
-        ((const kc_merge_attrs *)n->layer->attrs)->kind != KC_MERGE_ADD ||
+    if (n->n_outputs != 1 || n->layer->n_calls != 1 || !kc_is_two_input_add(n) ||
         !kc_static_shape_equal(&g->values[n->inputs[0]].shape,
                                &g->values[n->inputs[1]].shape) ||
         !kc_static_shape_equal(&g->values[n->inputs[0]].shape,
@@ -442,7 +466,10 @@ static kc_status kc_fuse_add(kc_fused *f, const kc_graph *g, int i)
     kc_layer *l = kc_fuse_own(f, best, g);
     if (!l)
         return KC_ERR_NOMEM;
-    ((kc_conv_attrs *)l->attrs)->accumulate = 1;
+    if (!strcmp(l->class_name, "Dense"))
+        ((kc_dense_attrs *)l->attrs)->accumulate = 1;
+    else
+        ((kc_conv_attrs *)l->attrs)->accumulate = 1;
     f->alias[best_c] = best_r;
     f->alias[n->outputs[0]] = best_r;
     f->skip[i] = 1;

@@ -390,6 +390,42 @@ static void test_rescaling_folded(void **state)
     fused_pair_free(&p);
 }
 
+/* A residual Add after a Dense runs inside it (kc_dense_attrs.accumulate):
+ * Keras 3's ops add over 600 tokens (oneDNN's matmul, in row parts, its
+ * sum post-op) and an Add layer and ReLU after a one-row Dense (kerasc's
+ * own loop). Both Add nodes skipped, the input left as it was, the bits
+ * of the unfused run (KC_FUSE=0: the sum after the bias, as the Add) and
+ * within 1e-4 of the NumPy reference; the plain path (KC_DNNL=0) too
+ * (tools/apps/make_fusion_fixtures.py). */
+static void test_dense_residual_fused(void **state)
+{
+    (void)state;
+    fused_pair p;
+    fused_pair_run(&p, "fusion/dense_residual.keras", "fusion/dense_residual_input.npy", 2,
+                   "KC_FUSE");
+    assert_true(p.fused->fused.skip[kc_node_named(p.fused, "add")]);
+    assert_true(p.fused->fused.skip[kc_node_named(p.fused, "av")]);
+    assert_true(p.fused->fused.skip[kc_node_named(p.fused, "rv")]); /* the Dense's activation */
+    fused_pair_expect(&p, 0, "fusion/dense_residual_expected_0.npy", 1e-4f, 0.0f);
+    fused_pair_expect(&p, 1, "fusion/dense_residual_expected_1.npy", 1e-4f, 0.0f);
+    kc_tensor *again = NULL;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/fusion/dense_residual_input.npy", KC_TEST_DATA);
+    assert_int_equal(kc_tensor_load_npy(path, &again), KC_OK);
+    if (memcmp(kc_tensor_cdata(again), kc_tensor_cdata(p.in),
+               (size_t)kc_tensor_count(again) * sizeof(float)))
+        fail_msg("the fused run wrote into its input");
+    kc_tensor_free(again);
+    fused_pair_free(&p);
+    setenv("KC_DNNL", "0", 1);
+    fused_pair_run(&p, "fusion/dense_residual.keras", "fusion/dense_residual_input.npy", 2,
+                   "KC_FUSE");
+    unsetenv("KC_DNNL");
+    fused_pair_expect(&p, 0, "fusion/dense_residual_expected_0.npy", 1e-4f, 1e-5f);
+    fused_pair_expect(&p, 1, "fusion/dense_residual_expected_1.npy", 1e-4f, 1e-5f);
+    fused_pair_free(&p);
+}
+
 /* options.profile: per-layer mean times from the third run on (the first
  * two on a plan are warm-ups, each reported until the next replaces it),
  * a new plan starts over, fused layers are not listed, and without the
@@ -1583,6 +1619,7 @@ int main(void)
         cmocka_unit_test(test_layer_scale_folded),
         cmocka_unit_test(test_maxpool_fused_in_stem),
         cmocka_unit_test(test_rescaling_folded),
+        cmocka_unit_test(test_dense_residual_fused),
         cmocka_unit_test(test_batch_lanes),
         cmocka_unit_test(test_batch_lanes_refused),
         cmocka_unit_test(test_branch_lanes),

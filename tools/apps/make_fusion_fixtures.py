@@ -23,6 +23,14 @@ kernel: the zeros it pads with stay zeros), then Rescaling(2, offset 1)
 -> 1x1 convolution (an offset: not folded), and Rescaling(0.5) read by a
 Dense and by the output (two readers: not folded)
 (test_runtime's test_rescaling_folded).
+
+dense_residual: 600 tokens of 32, layer-normalised, normalised again
+through a Dense and Keras 3's ops add of the first normalisation (oneDNN's matmul in row parts, the
+residual its sum post-op) and a Dense,
+then flattened, two Dense layers on kerasc's own loop (one row an image)
+and an Add layer and a ReLU (the loop adding the residual); both Adds
+fused into their Dense
+(test_runtime's test_dense_residual_fused).
 """
 import os, sys
 import numpy as np
@@ -30,6 +38,20 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(ROOT, "tools", "apps"))
 import appgraph, make_apps
+out = os.path.join(ROOT, "tests/data/fusion")
+
+
+def save_fixture(name, model, data, outputs):
+    """name.keras, name_input.npy and the expected outputs (name_expected.npy
+    for one, name_expected_<i>.npy for several)."""
+    appgraph.write_keras_zip(os.path.join(out, name + ".keras"), model, "3.6.0", libver=make_apps.LIBVER)
+    np.save(os.path.join(out, name + "_input.npy"), data)
+    for i, v in enumerate(outputs):
+        suffix = "" if len(outputs) == 1 else "_%d" % i
+        np.save(os.path.join(out, "%s_expected%s.npy" % (name, suffix)), np.asarray(v.value, dtype=np.float32))
+        print(name, v.value.shape)
+
+
 rng = np.random.default_rng(5)
 data = rng.uniform(-1, 1, size=(2, 6, 6, 3)).astype(np.float32)
 g = appgraph.Graph("identity_branch", 3, appgraph.Weights("tests/identity_branch"))
@@ -40,12 +62,7 @@ b = g.layer("BatchNormalization", d, name="bn")
 a = g.layer("Activation", b, name="act", activation="relu")
 s = g.layer("Conv2D", d, name="side", filters=4, kernel_size=1)
 y = g.layer("Concatenate", [a, s], name="cat", axis=-1)
-k3 = g.model(y)
-out = os.path.join(ROOT, "tests/data/fusion")
-appgraph.write_keras_zip(os.path.join(out, "identity_branch.keras"), k3, "3.6.0", libver=make_apps.LIBVER)
-np.save(os.path.join(out, "identity_branch_input.npy"), data)
-np.save(os.path.join(out, "identity_branch_expected.npy"), np.asarray(y.value, dtype=np.float32))
-print(y.value.shape)
+save_fixture("identity_branch", g.model(y), data, [y])
 
 rng = np.random.default_rng(7)
 data = rng.uniform(-1, 1, size=(2, 37, 41, 3)).astype(np.float32)
@@ -59,12 +76,7 @@ c2 = g.layer("Conv2D", x, name="c2", filters=16, kernel_size=3, activation="swis
 p2 = g.layer("MaxPooling2D", c2, name="p2", pool_size=2)
 c3 = g.layer("Conv2D", x, name="c3", filters=16, kernel_size=1)
 p3 = g.layer("MaxPooling2D", c3, name="p3", pool_size=3, strides=2)
-k3 = g.model([p4, p2, p3])
-appgraph.write_keras_zip(os.path.join(out, "conv_maxpool.keras"), k3, "3.6.0", libver=make_apps.LIBVER)
-np.save(os.path.join(out, "conv_maxpool_input.npy"), data)
-for i, v in enumerate((p4, p2, p3)):
-    np.save(os.path.join(out, "conv_maxpool_expected_%d.npy" % i), np.asarray(v.value, dtype=np.float32))
-    print(v.value.shape)
+save_fixture("conv_maxpool", g.model([p4, p2, p3]), data, [p4, p2, p3])
 
 rng = np.random.default_rng(9)
 data = rng.uniform(0, 255, size=(2, 9, 11, 3)).astype(np.float32)
@@ -76,9 +88,21 @@ r2 = g.layer("Rescaling", c1, name="r2", scale=2.0, offset=1.0)
 c2 = g.layer("Conv2D", r2, name="c2", filters=4, kernel_size=1)
 r3 = g.layer("Rescaling", c2, name="r3", scale=0.5)
 d = g.layer("Dense", r3, name="d", units=5)
-k3r = g.model([d, r3])
-appgraph.write_keras_zip(os.path.join(out, "rescale_conv.keras"), k3r, "3.6.0", libver=make_apps.LIBVER)
-np.save(os.path.join(out, "rescale_conv_input.npy"), data)
-for i, v in enumerate((d, r3)):
-    np.save(os.path.join(out, "rescale_conv_expected_%d.npy" % i), np.asarray(v.value, dtype=np.float32))
-    print(v.value.shape)
+save_fixture("rescale_conv", g.model([d, r3]), data, [d, r3])
+
+rng = np.random.default_rng(11)
+data = rng.uniform(-1, 1, size=(2, 600, 32)).astype(np.float32)
+g = appgraph.Graph("dense_residual", 3, appgraph.Weights("tests/dense_residual"))
+x = g.input((600, 32), data)
+ln = g.layer("LayerNormalization", x, name="ln")
+ln2 = g.layer("LayerNormalization", ln, name="ln2")
+dt = g.layer("Dense", ln2, name="dt", units=32)
+at = g.op("Add", ln, dt)
+o1 = g.layer("Dense", at, name="o1", units=8)
+flat = g.layer("Reshape", at, name="flat", target_shape=(600 * 32,))
+d0 = g.layer("Dense", flat, name="d0", units=16)
+half = g.op("Multiply", d0, 0.5)
+dv = g.layer("Dense", half, name="dv", units=16)
+av = g.layer("Add", [d0, dv], name="av")
+rv = g.layer("Activation", av, name="rv", activation="relu")
+save_fixture("dense_residual", g.model([o1, rv]), data, [o1, rv])
