@@ -135,6 +135,13 @@ static int *kc_host_use_bias(kc_layer *l)
     return &((kc_conv_attrs *)l->attrs)->use_bias;
 }
 
+static int *kc_host_accumulate(kc_layer *l)
+{
+    if (!strcmp(l->class_name, "Dense"))
+        return &((kc_dense_attrs *)l->attrs)->accumulate;
+    return &((kc_conv_attrs *)l->attrs)->accumulate;
+}
+
 static const char **kc_host_activation(kc_layer *l)
 {
     if (!strcmp(l->class_name, "Dense"))
@@ -151,6 +158,33 @@ static int kc_fold_kernel_index(const kc_layer *l)
         ((const kc_conv_attrs *)l->attrs)->kind == KC_CONV_SEPARABLE)
         return 1;
     return 0;
+}
+
+/* A host's kernel with its output channels (the last axis, c of them)
+ * scaled: row by row, in memory order (channel by channel, a stride of c
+ * floats, missed the cache on every element of a large kernel: 0.35 s of
+ * ResNet50's load). */
+static void kc_fold_scale_kernel(kc_weight *kernel, int64_t c, const double *scale)
+{
+    int64_t kn = kc_shape_count(&kernel->shape);
+    for (int64_t row = 0; row < kn; row += c)
+        for (int64_t j = 0; j < c && row + j < kn; j++)
+            kernel->data[row + j] = (float)(kernel->data[row + j] * scale[j]);
+}
+
+/* Node n folded into host node h: its output is the host's, it runs no
+ * more, and its arrays are freed where they are the caller's to give. */
+static void kc_fold_absorbed(kc_fused *f, const kc_graph *g, int h, int n)
+{
+    kc_layer *b = g->nodes[n].layer;
+    f->alias[g->nodes[n].outputs[0]] = g->nodes[h].outputs[0];
+    f->skip[n] = 1;
+    for (int i = 0; f->taken && b->n_calls == 1 && i < b->n_weights; i++) { /* folded */
+        kc_wfree(b->weights[i].data);
+        b->weights[i].data = NULL;
+        ++*f->taken;
+    }
+    f->n_fused++;
 }
 
 /* Fold BN (node bn) into host node h. */
@@ -172,8 +206,6 @@ static kc_status kc_fold_bn(kc_fused *f, const kc_graph *g, int h, int bn)
     /* a separable layer's output channels are its pointwise kernel's:
      * weights (depthwise, pointwise, bias) */
     int ki = kc_fold_kernel_index(l), bi = ki + 1;
-    kc_weight *kernel = &l->weights[ki];
-    int64_t kn = kc_shape_count(&kernel->shape);
     int *use_bias = kc_host_use_bias(l);
     if (!*use_bias) {
         /* The folded layer needs a bias: add a zero one. */
@@ -192,21 +224,9 @@ static kc_status kc_fold_bn(kc_fused *f, const kc_graph *g, int h, int bn)
         scale[j] = (gamma ? gamma[j] : 1.0) / sqrt((double)var[j] + na->epsilon);
         bias[j] = (float)((bias[j] - mean[j]) * scale[j] + (beta ? beta[j] : 0.0));
     }
-    /* Row by row, in memory order: channel by channel (a stride of c
-     * floats) missed the cache on every element of a large kernel, 0.35 s
-     * of ResNet50's load. */
-    for (int64_t row = 0; row < kn; row += c)
-        for (int64_t j = 0; j < c && row + j < kn; j++)
-            kernel->data[row + j] = (float)(kernel->data[row + j] * scale[j]);
+    kc_fold_scale_kernel(&l->weights[ki], c, scale);
     free(scale);
-    f->alias[g->nodes[bn].outputs[0]] = g->nodes[h].outputs[0];
-    f->skip[bn] = 1;
-    for (int i = 0; f->taken && b->n_calls == 1 && i < b->n_weights; i++) { /* folded */
-        kc_wfree(b->weights[i].data);
-        b->weights[i].data = NULL;
-        ++*f->taken;
-    }
-    f->n_fused++;
+    kc_fold_absorbed(f, g, h, bn);
     return KC_OK;
 }
 
@@ -227,23 +247,20 @@ static kc_status kc_fold_layer_scale(kc_fused *f, const kc_graph *g, int h, int 
     if (!l)
         return KC_ERR_NOMEM;
     const float *gamma = s->weights[0].data;
+    /* in double as kc_fold_bn's scale: a float product is exact there, so
+     * the bits of float's multiplication */
+    double *scale = kc_calloc((size_t)c, sizeof *scale);
+    if (!scale)
+        return KC_ERR_NOMEM;
+    for (int64_t j = 0; j < c; j++)
+        scale[j] = gamma[j];
     int ki = kc_fold_kernel_index(l);
-    kc_weight *kernel = &l->weights[ki];
-    int64_t kn = kc_shape_count(&kernel->shape);
-    for (int64_t row = 0; row < kn; row += c) /* in memory order, as kc_fold_bn */
-        for (int64_t j = 0; j < c && row + j < kn; j++)
-            kernel->data[row + j] *= gamma[j];
+    kc_fold_scale_kernel(&l->weights[ki], c, scale);
+    free(scale);
     if (*kc_host_use_bias(l))
         for (int64_t j = 0; j < c; j++)
             l->weights[ki + 1].data[j] *= gamma[j];
-    f->alias[g->nodes[ls].outputs[0]] = g->nodes[h].outputs[0];
-    f->skip[ls] = 1;
-    if (f->taken && s->n_calls == 1) { /* folded */
-        kc_wfree(s->weights[0].data);
-        s->weights[0].data = NULL;
-        ++*f->taken;
-    }
-    f->n_fused++;
+    kc_fold_absorbed(f, g, h, ls);
     return KC_OK;
 }
 
@@ -336,18 +353,15 @@ static int kc_sum_host(const kc_graph *g, const kc_fused *f, int v)
         g->nodes[h].layer->channels_first)
         return -1;
     kc_host_kind kind = kc_host_of(g->nodes[h].layer, &act);
-    const kc_layer *l = f->shadow[h] ? f->shadow[h] : g->nodes[h].layer;
-    if (kind == KC_HOST_DENSE) {
-        const kc_dense_attrs *d = l->attrs;
-        return d->accumulate || strcmp(d->activation, "linear") != 0 ? -1 : h;
+    kc_layer *l = f->shadow[h] ? f->shadow[h] : g->nodes[h].layer;
+    if (kind == KC_HOST_NONE)
+        return -1;
+    if (kind == KC_HOST_CONV) {
+        const kc_conv_attrs *a = l->attrs;
+        if (a->kind != KC_CONV_PLAIN && a->kind != KC_CONV_DEPTHWISE)
+            return -1;
     }
-    if (kind != KC_HOST_CONV)
-        return -1;
-    const kc_conv_attrs *a = l->attrs;
-    if ((a->kind != KC_CONV_PLAIN && a->kind != KC_CONV_DEPTHWISE) || a->accumulate ||
-        strcmp(a->activation, "linear") != 0)
-        return -1;
-    return h;
+    return *kc_host_accumulate(l) || strcmp(*kc_host_activation(l), "linear") != 0 ? -1 : h;
 }
 
 static int kc_static_shape_equal(const kc_shape *a, const kc_shape *b)
@@ -466,10 +480,7 @@ static kc_status kc_fuse_add(kc_fused *f, const kc_graph *g, int i)
     kc_layer *l = kc_fuse_own(f, best, g);
     if (!l)
         return KC_ERR_NOMEM;
-    if (!strcmp(l->class_name, "Dense"))
-        ((kc_dense_attrs *)l->attrs)->accumulate = 1;
-    else
-        ((kc_conv_attrs *)l->attrs)->accumulate = 1;
+    *kc_host_accumulate(l) = 1;
     f->alias[best_c] = best_r;
     f->alias[n->outputs[0]] = best_r;
     f->skip[i] = 1;
