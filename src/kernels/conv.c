@@ -242,13 +242,11 @@ static kc_status kc_conv(const kc_exec_ctx *ctx)
         return kc_irb_conv(ctx);
     if (a->post_pool) { /* planned only where the stem loop takes it (fuse.c) */
         KC_TRY(kc_stem_conv(ctx, &handled, &act_done));
-        if (!handled)
-            return kc_fail(KC_ERR_UNSUPPORTED,
-                           "the max pooling fused into this convolution needs kerasc's stem "
-                           "loop, which refused it");
-        return act_done ? KC_OK
-                        : kc_fail(KC_ERR_UNSUPPORTED,
-                                  "a max pooling fused after an activation it does not commute with");
+        /* taken, it applied the activation too (kc_stem_pool_fusable) */
+        return handled ? KC_OK
+                       : kc_fail(KC_ERR_UNSUPPORTED,
+                                 "the max pooling fused into this convolution needs kerasc's stem "
+                                 "loop, which refused it");
     }
     if (a->kind == KC_CONV_SEPARABLE) {
         KC_TRY(kc_separable_conv(ctx, &handled));

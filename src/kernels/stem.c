@@ -257,14 +257,28 @@ static int kc_stem_wanted(kc_isa_level isa)
     return isa == KC_ISA_AVX512;
 }
 
+/* Whether this kernel takes convolution a from `in` to `out` (NHWC), with
+ * max pooling p run inside it (NULL: none): its geometry into *g and the
+ * pooling's into *pool (kh 0 without). The pooling needs an activation
+ * that commutes with the max (not the caller's) and the CPU's max
+ * pooling loops. */
+static int kc_stem_takes(const kc_conv_attrs *a, const kc_pool_attrs *p, const kc_shape *in,
+                         const kc_shape *out, kc_stem_geom *g, kc_stem_pool *pool)
+{
+    *pool = (kc_stem_pool){0, 0, 0, 0};
+    if (!kc_stem_geometry(a, in, out, g))
+        return 0;
+    return !p ||
+           (g->act != 3 && kc_maxpool_nhwc_available() && kc_stem_pool_geometry(p, out, pool));
+}
+
 int kc_stem_pool_fusable(const kc_conv_attrs *a, const kc_pool_attrs *p, const kc_shape *in,
                          const kc_shape *out)
 {
     kc_stem_geom g;
     kc_stem_pool pool;
-    return kc_stem_wanted(kc_isa()) && kc_dnnl_ready() && kc_maxpool_nhwc_available() &&
-           kc_stem_geometry(a, in, out, &g) && kc_stem_offsets_fit(&g) && g.act != 3 &&
-           kc_stem_pool_geometry(p, out, &pool);
+    return kc_stem_wanted(kc_isa()) && kc_dnnl_ready() &&
+           kc_stem_takes(a, p, in, out, &g, &pool) && kc_stem_offsets_fit(&g);
 }
 
 kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
@@ -289,11 +303,9 @@ kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     if (!mine || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0]) ||
         st->post_pool != (const void *)a->post_pool) {
         kc_stem_geom g;
-        kc_stem_pool pool = {0, 0, 0, 0};
-        int takes = kc_stem_geometry(a, &ctx->in_shape[0], &ctx->out_shape[0], &g);
-        if (a->post_pool)
-            takes = takes && g.act != 3 && kc_maxpool_nhwc_available() &&
-                    kc_stem_pool_geometry(a->post_pool->attrs, &ctx->out_shape[0], &pool);
+        kc_stem_pool pool;
+        int takes = kc_stem_takes(a, a->post_pool ? a->post_pool->attrs : NULL, &ctx->in_shape[0],
+                                  &ctx->out_shape[0], &g, &pool);
         /* as kc_pw_conv: another kernel's state goes only where this one
          * takes the layer */
         if (st && (mine || takes))
