@@ -212,19 +212,28 @@ typedef struct kc_dnnl_matmul_job {
     kc_status status[KC_DNNL_MAX_CUTS];
 } kc_dnnl_matmul_job;
 
+/* prim over the rows from `lo` on (as many as it was built for), W at w,
+ * on stream lane `lane`. */
+static kc_status kc_dnnl_matmul_rows(const kc_exec_ctx *ctx, kc_dnnl_prim *prim, const float *w,
+                                     int64_t lo, int lane)
+{
+    const kc_shape *in = &ctx->in_shape[0];
+    int64_t k = in->dims[in->rank - 1], units = ((const kc_dense_attrs *)ctx->layer->attrs)->units;
+    void *ptrs[4] = {(void *)(ctx->in[0] + lo * k), (void *)w, ctx->out[0] + lo * units,
+                     (void *)kc_w(ctx, 1)};
+    return kc_dnnl_run_lane(prim, ptrs, lane);
+}
+
 static void kc_dnnl_matmul_part(void *arg, int p)
 {
     kc_dnnl_matmul_job *job = arg;
     kc_dnnl_matmul_state *st = job->st;
     const kc_exec_ctx *ctx = job->ctx;
-    const kc_shape *in = &ctx->in_shape[0];
-    int64_t k = in->dims[in->rank - 1], units = ((const kc_dense_attrs *)ctx->layer->attrs)->units;
-    int64_t lo = st->lo[p], n = (st->lo[p + 1] - lo) * units;
-    float *y = ctx->out[0] + lo * units;
-    void *ptrs[4] = {(void *)(ctx->in[0] + lo * k), (void *)job->w, y, (void *)kc_w(ctx, 1)};
-    kc_status s = kc_dnnl_run_lane(p ? &st->part[p] : &st->prim, ptrs, p);
+    int64_t units = ((const kc_dense_attrs *)ctx->layer->attrs)->units, lo = st->lo[p];
+    kc_status s = kc_dnnl_matmul_rows(ctx, p ? &st->part[p] : &st->prim, job->w, lo, p);
     if (s == KC_OK && job->act)
-        s = kc_activation_apply(job->act, ctx->keras_major, y, n, units);
+        s = kc_activation_apply(job->act, ctx->keras_major, ctx->out[0] + lo * units,
+                                (st->lo[p + 1] - lo) * units, units);
     job->status[p] = s;
 }
 
@@ -266,13 +275,8 @@ kc_status kc_dnnl_dense(const kc_exec_ctx *ctx, int *handled, int *act_done)
         *act_done = act;
         return KC_OK;
     }
-    const kc_shape *in = &ctx->in_shape[0];
-    int64_t k = in->dims[in->rank - 1], units = a->units;
-    for (int64_t c = 0; c < st->calls; c++) {
-        void *ptrs[4] = {(void *)(ctx->in[0] + c * st->rows * k), (void *)w,
-                         ctx->out[0] + c * st->rows * units, (void *)kc_w(ctx, 1)};
-        KC_TRY(kc_dnnl_run(&st->prim, ptrs));
-    }
+    for (int64_t c = 0; c < st->calls; c++)
+        KC_TRY(kc_dnnl_matmul_rows(ctx, &st->prim, w, c * st->rows, 0));
     *handled = 1;
     return KC_OK;
 }
