@@ -68,10 +68,13 @@ static kc_status kc_rnn_run(const kc_rnn_attrs *a, const kc_rnn_weights *w, cons
     if (c)
         memset(c, 0, (size_t)(n * u) * sizeof *c);
     kc_status st = KC_OK;
+    /* hu = h·U's columns a step reads: a reset_after=False GRU's
+     * candidate takes (r * h)·U_h below, not h·U_h (its third of hu is
+     * that product's scratch) */
+    int64_t read = a->kind == KC_RNN_GRU && !a->reset_after ? 2 * u : G;
     for (int64_t step = 0; step < t && st == KC_OK; step++) {
         int64_t ts = a->go_backwards ? t - 1 - step : step;
-        /* hu = h·U (+ recurrent bias) */
-        kc_gemm(n, G, u, h, w->recurrent, hu, 0);
+        kc_gemm_ld(n, read, u, h, u, w->recurrent, G, 0, hu, G, 0);
         for (int64_t b = 0; b < n; b++) {
             float *z = tmp + b * G;
             const float *xz = xw + (b * t + ts) * G;
