@@ -301,6 +301,12 @@ static void fused_pair_expect(const fused_pair *p, int o, const char *expected, 
     kc_tensor_free(want);
 }
 
+/* Whether session s skips the node of layer `name` (fused into another). */
+static int fused_away(const kc_session *s, const char *name)
+{
+    return s->fused.skip[kc_node_named(s, name)];
+}
+
 static void fused_pair_free(fused_pair *p)
 {
     kc_tensor_free(p->in);
@@ -319,7 +325,7 @@ static void test_identity_layers_absorbed(void **state)
     fused_pair p;
     fused_pair_run(&p, "fusion/identity_branch.keras", "fusion/identity_branch_input.npy", 1,
                    "KC_FUSE");
-    assert_true(p.fused->fused.skip[kc_node_named(p.fused, "drop")]); /* no copy runs */
+    assert_true(fused_away(p.fused, "drop")); /* no copy runs */
     fused_pair_expect(&p, 0, "fusion/identity_branch_expected.npy", 1e-4f, 2e-4f);
     fused_pair_free(&p);
 }
@@ -359,10 +365,10 @@ static void test_maxpool_fused_in_stem(void **state)
     fused_pair_run(&p, "fusion/conv_maxpool.keras", "fusion/conv_maxpool_input.npy", 3,
                    "KC_FUSE_POOL");
     int stem = kc_isa() == KC_ISA_AVX512 && kc_dnnl_ready(); /* where the stem loop runs */
-    assert_int_equal(p.fused->fused.skip[kc_node_named(p.fused, "p1")], stem);
-    assert_false(p.fused->fused.skip[kc_node_named(p.fused, "p2")]); /* swish */
-    assert_false(p.fused->fused.skip[kc_node_named(p.fused, "p3")]); /* overlapping */
-    assert_false(p.plain->fused.skip[kc_node_named(p.plain, "p1")]);
+    assert_int_equal(fused_away(p.fused, "p1"), stem);
+    assert_false(fused_away(p.fused, "p2")); /* swish */
+    assert_false(fused_away(p.fused, "p3")); /* overlapping */
+    assert_false(fused_away(p.plain, "p1"));
     static const char *const expected[3] = {"fusion/conv_maxpool_expected_0.npy",
                                             "fusion/conv_maxpool_expected_1.npy",
                                             "fusion/conv_maxpool_expected_2.npy"};
@@ -382,9 +388,9 @@ static void test_rescaling_folded(void **state)
     fused_pair p;
     fused_pair_run(&p, "fusion/rescale_conv.keras", "fusion/rescale_conv_input.npy", 2,
                    "KC_FUSE");
-    assert_true(p.fused->fused.skip[kc_node_named(p.fused, "r1")]);
-    assert_false(p.fused->fused.skip[kc_node_named(p.fused, "r2")]); /* an offset */
-    assert_false(p.fused->fused.skip[kc_node_named(p.fused, "r3")]); /* two readers */
+    assert_true(fused_away(p.fused, "r1"));
+    assert_false(fused_away(p.fused, "r2")); /* an offset */
+    assert_false(fused_away(p.fused, "r3")); /* two readers */
     fused_pair_expect(&p, 0, "fusion/rescale_conv_expected_0.npy", 1e-4f, 1e-5f);
     fused_pair_expect(&p, 1, "fusion/rescale_conv_expected_1.npy", 1e-4f, 1e-5f);
     fused_pair_free(&p);
@@ -403,9 +409,9 @@ static void test_dense_residual_fused(void **state)
     fused_pair p;
     fused_pair_run(&p, "fusion/dense_residual.keras", "fusion/dense_residual_input.npy", 2,
                    "KC_FUSE");
-    assert_true(p.fused->fused.skip[kc_node_named(p.fused, "add")]);
-    assert_true(p.fused->fused.skip[kc_node_named(p.fused, "av")]);
-    assert_true(p.fused->fused.skip[kc_node_named(p.fused, "rv")]); /* the Dense's activation */
+    assert_true(fused_away(p.fused, "add"));
+    assert_true(fused_away(p.fused, "av"));
+    assert_true(fused_away(p.fused, "rv")); /* the Dense's activation */
     fused_pair_expect(&p, 0, "fusion/dense_residual_expected_0.npy", 1e-4f, 0.0f);
     fused_pair_expect(&p, 1, "fusion/dense_residual_expected_1.npy", 1e-4f, 0.0f);
     kc_tensor *again = NULL;
