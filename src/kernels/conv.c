@@ -15,6 +15,7 @@
 #include "kernels/separable.h"
 #include "kernels/narrow.h"
 #include "kernels/stem.h"
+#include "kernels/upconv.h"
 #include "kernels/wino.h"
 #include "ops/conv.h"
 
@@ -240,6 +241,8 @@ static kc_status kc_conv(const kc_exec_ctx *ctx)
     int handled = 0, act_done = 0;
     if (a->post_pw) /* planned only where the block kernel takes it (fuse.c) */
         return kc_irb_conv(ctx);
+    if (a->pre_upsample) /* planned only where kc_upconv_fusable (fuse.c) */
+        return kc_upconv(ctx, kc_conv);
     if (a->post_pool) { /* planned only where the stem loop takes it (fuse.c) */
         KC_TRY(kc_stem_conv(ctx, &handled, &act_done));
         /* taken, it applied the activation too (kc_stem_pool_fusable) */

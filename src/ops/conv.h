@@ -62,6 +62,12 @@ typedef struct kc_conv_attrs {
      * and the output buffer receives the pooled output, the convolution's
      * own never written whole. */
     const struct kc_layer *post_pool;
+    /* Also session copies only, per plan (kc_fuse_upsample_plan): a
+     * nearest-neighbour UpSampling2D by 2 that alone feeds this 3x3
+     * stride-1 convolution, never run: the input value keeps the
+     * upsampled shape but its slot holds the upsampling's input, and the
+     * convolution runs as a 2x2 one on it (kernels/upconv.c). */
+    const struct kc_layer *pre_upsample;
 } kc_conv_attrs;
 
 /* The shape of the data a convolution really reads: `in` less a folded

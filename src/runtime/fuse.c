@@ -23,6 +23,10 @@
  *  - per plan (kc_fuse_pool_plan): a "same" stride-1 average pooling that
  *    only a 1x1 convolution reads runs after it, inside its kernel
  *    (InceptionV3's branch_pool). kc_fuse only finds the pairs (pool_of).
+ *  - per plan (kc_fuse_maxpool_plan, kc_fuse_upsample_plan): a max
+ *    pooling inside the stem loop's convolution before it; a 3x3
+ *    convolution over a nearest UpSampling2D by 2 run on the upsampling's
+ *    input (maxpool_of, upsample_of).
  * The absorbed node then produces nothing: its output is an alias of its
  * input (plan.c gives both one arena slot). KC_FUSE=0 turns this off. */
 #include "runtime/fuse.h"
@@ -38,6 +42,7 @@
 #include "kernels/dnnl_conv.h"
 #include "kernels/stem.h"
 #include "kernels/irb.h"
+#include "kernels/upconv.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
@@ -889,6 +894,56 @@ kc_status kc_fuse_maxpool_plan(kc_fused *f, const kc_graph *g, const kc_shape *s
     return KC_OK;
 }
 
+/* ------------------------------ nearest upsampling before a 3x3 conv */
+
+/* UpSampling2D node i (2-D, channels_last, called once) whose output a
+ * plain convolution node alone reads, in the same stage: remember it.
+ * Whether the pair suits (kc_upconv_fusable) is decided per plan. */
+static kc_status kc_fuse_upsample_pair(kc_fused *f, const kc_graph *g, int i)
+{
+    const kc_node *n = &g->nodes[i];
+    int r = -1;
+    if (strcmp(n->layer->class_name, "UpSampling2D") != 0 || n->n_inputs != 1 ||
+        n->n_outputs != 1 || n->layer->n_calls != 1 || n->layer->channels_first ||
+        f->alias[n->outputs[0]] >= 0 || kc_slot_readers(g, f, n->outputs[0], i + 1, &r) != 1 ||
+        !kc_is_conv_node(f, g, r, KC_CONV_PLAIN) || g->nodes[r].inputs[0] != n->outputs[0] ||
+        g->nodes[r].layer->channels_first || !kc_same_stage(f, i, r))
+        return KC_OK;
+    f->upsample_of[r] = i;
+    return KC_OK;
+}
+
+/* Fuse (on) or unfuse the upsampling that feeds convolution c. */
+static kc_status kc_fuse_upsample_set(kc_fused *f, const kc_graph *g, int c, int on)
+{
+    int u = f->upsample_of[c];
+    if (on == f->upsample_on[c])
+        return KC_OK;
+    if (on && !kc_fuse_own(f, c, g))
+        return KC_ERR_NOMEM;
+    ((kc_conv_attrs *)f->shadow[c]->attrs)->pre_upsample = on ? g->nodes[u].layer : NULL;
+    f->skip[u] = (unsigned char)on;
+    f->alias[g->nodes[u].outputs[0]] = on ? kc_resolve(f, g->nodes[u].inputs[0]) : -1;
+    f->n_upsample_on += on - f->upsample_on[c];
+    f->upsample_on[c] = (unsigned char)on;
+    return KC_OK;
+}
+
+kc_status kc_fuse_upsample_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape, int allow)
+{
+    for (int c = 0; f->upsample_of && c < g->n_nodes; c++) {
+        if (f->upsample_of[c] < 0)
+            continue;
+        const kc_node *u = &g->nodes[f->upsample_of[c]];
+        int want = allow && !f->dw_on[c] && !f->irb_on[c] && !f->pool_on[c] &&
+                   !f->maxpool_on[c] &&
+                   kc_upconv_fusable(kc_conv_attrs_of(f, g, c), u->layer->attrs,
+                                     &shape[u->inputs[0]]);
+        KC_TRY(kc_fuse_upsample_set(f, g, c, want));
+    }
+    return KC_OK;
+}
+
 /* A layer that is the identity at inference (Dropout, noise, the Random*
  * augmentations; kc_identity_kernel copies) or an Activation("linear")
  * (ConvNeXt's `identity` layers) produces nothing: its output shares its
@@ -929,12 +984,15 @@ kc_status kc_fuse(const kc_graph *g, kc_fuse_level level, const int *stage, int 
     f->irb_alias = kc_calloc(3 * ((size_t)g->n_nodes + 1), sizeof *f->irb_alias);
     f->maxpool_of = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->maxpool_of);
     f->maxpool_on = kc_calloc((size_t)g->n_nodes + 1, 1);
+    f->upsample_of = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->upsample_of);
+    f->upsample_on = kc_calloc((size_t)g->n_nodes + 1, 1);
     if (!f->alias || !f->skip || !f->shadow || !f->dw_of || !f->dw_on || !f->pool_of ||
         !f->pool_on || !f->pw_of || !f->dwp_of || !f->irb_on || !f->irb_alias ||
-        !f->maxpool_of || !f->maxpool_on)
+        !f->maxpool_of || !f->maxpool_on || !f->upsample_of || !f->upsample_on)
         return KC_ERR_NOMEM;
     for (int i = 0; i < g->n_nodes; i++)
-        f->dw_of[i] = f->pool_of[i] = f->pw_of[i] = f->dwp_of[i] = f->maxpool_of[i] = -1;
+        f->dw_of[i] = f->pool_of[i] = f->pw_of[i] = f->dwp_of[i] = f->maxpool_of[i] =
+            f->upsample_of[i] = -1;
     for (int v = 0; v < g->n_values; v++)
         f->alias[v] = -1;
     if (level == KC_FUSE_NONE || kc_env_off("KC_FUSE"))
@@ -1011,6 +1069,9 @@ kc_status kc_fuse(const kc_graph *g, kc_fuse_level level, const int *stage, int 
     for (int i = 0; i < g->n_nodes; i++)
         if (!f->skip[i])
             KC_TRY(kc_fuse_maxpool_pair(f, g, i));
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!f->skip[i])
+            KC_TRY(kc_fuse_upsample_pair(f, g, i));
     return KC_OK;
 }
 
@@ -1052,5 +1113,7 @@ void kc_fused_free(kc_fused *f, int n_nodes)
     free(f->pool_on);
     free(f->maxpool_of);
     free(f->maxpool_on);
+    free(f->upsample_of);
+    free(f->upsample_on);
     memset(f, 0, sizeof *f);
 }

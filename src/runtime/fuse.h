@@ -38,6 +38,11 @@ typedef struct kc_fused {
                             plan) */
     unsigned char *maxpool_on; /* per such node: fused for the current plan */
     int n_maxpool_on;
+    int *upsample_of;    /* per plain convolution node: the UpSampling2D node
+                            whose output it alone reads, or -1 (fusable per
+                            plan) */
+    unsigned char *upsample_on; /* per such node: fused for the current plan */
+    int n_upsample_on;
 } kc_fused;
 
 /* What kc_fuse may rewrite: nothing (disk-backed weights: a rewritten
@@ -111,6 +116,17 @@ kc_status kc_fuse_pool_plan(kc_fused *fused, const kc_graph *graph, const kc_sha
  * kc_fuse_dw_plan and kc_fuse_pool_plan. */
 kc_status kc_fuse_maxpool_plan(kc_fused *fused, const kc_graph *graph, const kc_shape *shape,
                                int allow);
+/* For a plan with value shapes `shape`: run each convolution found by
+ * kc_fuse reading a nearest UpSampling2D's output alone on the
+ * upsampling's input instead (kc_conv_attrs.pre_upsample: the upsampling
+ * node skipped, its output an alias of its input, so its slot is the
+ * input's size; kernels/upconv.c) where allow is set and
+ * kc_upconv_fusable; undo it elsewhere. The kernel's taps are summed
+ * first, which reorders the arithmetic: the caller keeps it off for
+ * `exact`. n_upsample_on says how many are fused. Call after
+ * kc_fuse_maxpool_plan. */
+kc_status kc_fuse_upsample_plan(kc_fused *fused, const kc_graph *graph, const kc_shape *shape,
+                                int allow);
 /* Free node's rewritten kernel (weight 0) once its kernel keeps a packed
  * copy of its own (kc_kernel_state.weights_cached): two copies of every
  * folded convolution would otherwise stay resident. Until kc_fuse runs

@@ -156,6 +156,7 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     s->branches_off = kc_env_off("KC_BRANCHES");
     s->branch_join_off = kc_env_off("KC_BRANCH_JOIN");
     s->fuse_pool = !kc_env_off("KC_FUSE_POOL"); /* 0: never move a pooling (fuse.c) */
+    s->fuse_up = !kc_env_off("KC_FUSE_UP"); /* 0: upsamplings run before their 3x3 conv */
     if (o->profile && !kc_session_scheduled(model, o) && !(s->profile = kc_profile_new(g->n_nodes))) {
         free(s);
         return KC_ERR_NOMEM;
@@ -480,17 +481,17 @@ kc_status kc_session_restage(kc_session *s)
     return kc_session_fuse_again(s);
 }
 
-/* Depthwise-after-1x1, pooling-before-1x1 and max-pooling-in-the-stem
- * fusions are decided per plan (fuse.c): only on the host loop (the
- * scheduler's devices and a cluster stage's boundaries know nothing of
- * them), and the plan is laid out again when they change which values
- * share a slot. The average pooling one reorders the arithmetic, so
- * `exact` keeps Keras's order. */
+/* Depthwise-after-1x1, pooling-before-1x1, max-pooling-in-the-stem and
+ * upsampling-before-3x3 fusions are decided per plan (fuse.c): only on
+ * the host loop (the scheduler's devices and a cluster stage's boundaries
+ * know nothing of them), and the plan is laid out again when they change
+ * which values share a slot. The average pooling and upsampling ones
+ * reorder the arithmetic, so `exact` keeps Keras's order. */
 static kc_status kc_session_fuse_per_plan(kc_session *s, const kc_shape *shapes, int n,
                                           int lanes)
 {
     int before = s->fused.n_dw_on + s->fused.n_pool_on + s->fused.n_irb_on +
-                 s->fused.n_maxpool_on;
+                 s->fused.n_maxpool_on + s->fused.n_upsample_on;
     int host = !s->sched && s->stage_first < 0;
     /* the pairs one image fuses depend on the threads it runs on (a pair
      * cut by rows needs two): the session's, as kc_session_run sets them */
@@ -500,8 +501,10 @@ static kc_status kc_session_fuse_per_plan(kc_session *s, const kc_shape *shapes,
                              s->fuse_pool && host && !s->exact));
     /* max is exact: `exact` keeps this one */
     KC_TRY(kc_fuse_maxpool_plan(&s->fused, s->graph, s->plan.shape, s->fuse_pool && host));
+    KC_TRY(kc_fuse_upsample_plan(&s->fused, s->graph, s->plan.shape,
+                                 s->fuse_up && host && !s->exact));
     if (!before && !s->fused.n_dw_on && !s->fused.n_pool_on && !s->fused.n_irb_on &&
-        !s->fused.n_maxpool_on)
+        !s->fused.n_maxpool_on && !s->fused.n_upsample_on)
         return KC_OK;
     kc_plan_free(&s->plan);
     return kc_plan_build(s->model, s->fused.alias, shapes, n, &s->plan);

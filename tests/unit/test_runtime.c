@@ -246,7 +246,7 @@ static int kc_node_named(const kc_session *s, const char *name)
 
 /* A model run fused and with one fusion switch off (KC_FUSE=0: all), one
  * run each on its input. */
-#define KC_PAIR_OUTPUTS 3
+#define KC_PAIR_OUTPUTS 5
 typedef struct fused_pair {
     kc_model *m;
     kc_session *fused, *plain;
@@ -430,6 +430,53 @@ static void test_dense_residual_fused(void **state)
     fused_pair_expect(&p, 0, "fusion/dense_residual_expected_0.npy", 1e-4f, 1e-5f);
     fused_pair_expect(&p, 1, "fusion/dense_residual_expected_1.npy", 1e-4f, 1e-5f);
     fused_pair_free(&p);
+}
+
+/* A nearest UpSampling2D(2) that a 3x3 convolution alone reads runs as
+ * that convolution's 2x2 one on its input (kernels/upconv.c): "same" with
+ * a relu (oneDNN), then "valid" with one filter (the narrow loop); a
+ * bilinear upsampling, one by 3 and one read by two convolutions stay
+ * layers. Within 1e-5 of the unfused run (KC_FUSE_UP=0: the taps' sums
+ * reassociate) and 1e-4 of the NumPy reference; a second run (the kernel
+ * state reused, the layer's own 3x3 kernel released after the first)
+ * gives the first's bits; the same on the plain path (KC_DNNL=0)
+ * (tools/apps/make_fusion_fixtures.py). */
+static void upsample_conv_check(void)
+{
+    static const char *const expected[5] = {
+        "fusion/upsample_conv_expected_0.npy", "fusion/upsample_conv_expected_1.npy",
+        "fusion/upsample_conv_expected_2.npy", "fusion/upsample_conv_expected_3.npy",
+        "fusion/upsample_conv_expected_4.npy"};
+    fused_pair p;
+    fused_pair_run(&p, "fusion/upsample_conv.keras", "fusion/upsample_conv_input.npy", 5,
+                   "KC_FUSE_UP");
+    assert_true(fused_away(p.fused, "u1"));
+    assert_true(fused_away(p.fused, "u2"));
+    assert_false(fused_away(p.fused, "u3")); /* bilinear */
+    assert_false(fused_away(p.fused, "u4")); /* two readers */
+    assert_false(fused_away(p.fused, "u5")); /* by 3 */
+    assert_false(fused_away(p.plain, "u1"));
+    for (int o = 0; o < 5; o++)
+        fused_pair_expect(&p, o, expected[o], 1e-4f, 1e-5f);
+    kc_tensor *again[5] = {NULL};
+    const kc_tensor *const *in = (const kc_tensor *const *)&p.in;
+    assert_int_equal(kc_session_run(p.fused, in, 1, again, 5), KC_OK);
+    for (int o = 0; o < 5; o++) {
+        if (memcmp(kc_tensor_cdata(again[o]), kc_tensor_cdata(p.got[o]),
+                   (size_t)kc_tensor_count(again[o]) * sizeof(float)))
+            fail_msg("output %d: the second run's bits differ from the first's", o);
+        kc_tensor_free(again[o]);
+    }
+    fused_pair_free(&p);
+}
+
+static void test_upsample_conv_fused(void **state)
+{
+    (void)state;
+    upsample_conv_check();
+    setenv("KC_DNNL", "0", 1);
+    upsample_conv_check();
+    unsetenv("KC_DNNL");
 }
 
 /* options.profile: per-layer mean times from the third run on (the first
@@ -1626,6 +1673,7 @@ int main(void)
         cmocka_unit_test(test_maxpool_fused_in_stem),
         cmocka_unit_test(test_rescaling_folded),
         cmocka_unit_test(test_dense_residual_fused),
+        cmocka_unit_test(test_upsample_conv_fused),
         cmocka_unit_test(test_batch_lanes),
         cmocka_unit_test(test_batch_lanes_refused),
         cmocka_unit_test(test_branch_lanes),

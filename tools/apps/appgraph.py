@@ -146,6 +146,7 @@ KEYS3 = {
     "MaxPooling2D": [("pool_size", [2, 2]), ("padding", "valid"), ("strides", None), ("data_format", CL)],
     "AveragePooling2D": [("pool_size", [2, 2]), ("padding", "valid"), ("strides", None), ("data_format", CL)],
     "GlobalAveragePooling2D": [("data_format", CL), ("keepdims", False)],
+    "UpSampling2D": [("size", [2, 2]), ("data_format", CL), ("interpolation", "nearest")],
     "Dense": [("units", None), ("activation", "linear"), ("use_bias", True), ("kernel_initializer", GLOROT),
               ("bias_initializer", ZEROS), ("kernel_regularizer", None), ("bias_regularizer", None),
               ("kernel_constraint", None), ("bias_constraint", None)],
@@ -190,7 +191,7 @@ ACT3 = {"swish": "silu", "hard_swish": "hard_silu", None: "linear"}
 
 MODULE3 = {"LayerScale": "keras.src.applications.convnext", "StochasticDepth": "keras.src.applications.convnext"}
 
-_PAIR_KEYS = ("kernel_size", "strides", "dilation_rate", "pool_size")
+_PAIR_KEYS = ("kernel_size", "strides", "dilation_rate", "pool_size", "size")
 
 
 def _pair(v):

@@ -31,6 +31,13 @@ then flattened, two Dense layers on kerasc's own loop (one row an image)
 and an Add layer and a ReLU (the loop adding the residual); both Adds
 fused into their Dense
 (test_runtime's test_dense_residual_fused).
+
+upsample_conv: nearest UpSampling2D(2) -> 3x3 convolution pairs run as a
+2x2 convolution on the upsampling's input (kernels/upconv.c): on a 6x5
+image of 8 channels, "same" with a relu (6 filters: oneDNN), then over
+its output upsampled again "valid" with one filter (kerasc's narrow
+loop); not fused: a bilinear upsampling, one by 3, and one read by two
+convolutions (test_runtime's test_upsample_conv_fused).
 """
 import os, sys
 import numpy as np
@@ -106,3 +113,20 @@ dv = g.layer("Dense", half, name="dv", units=16)
 av = g.layer("Add", [d0, dv], name="av")
 rv = g.layer("Activation", av, name="rv", activation="relu")
 save_fixture("dense_residual", g.model([o1, rv]), data, [o1, rv])
+
+rng = np.random.default_rng(13)
+data = rng.uniform(-1, 1, size=(2, 6, 5, 8)).astype(np.float32)
+g = appgraph.Graph("upsample_conv", 3, appgraph.Weights("tests/upsample_conv"))
+x = g.input((6, 5, 8), data)
+u1 = g.layer("UpSampling2D", x, name="u1", size=2)
+c1 = g.layer("Conv2D", u1, name="c1", filters=6, kernel_size=3, padding="same", activation="relu")
+u2 = g.layer("UpSampling2D", c1, name="u2", size=(2, 2))
+c2 = g.layer("Conv2D", u2, name="c2", filters=1, kernel_size=3)
+u3 = g.layer("UpSampling2D", x, name="u3", size=2, interpolation="bilinear")
+c3 = g.layer("Conv2D", u3, name="c3", filters=4, kernel_size=3, padding="same")
+u4 = g.layer("UpSampling2D", x, name="u4", size=2)
+c4 = g.layer("Conv2D", u4, name="c4", filters=4, kernel_size=3, padding="same")
+c5 = g.layer("Conv2D", u4, name="c5", filters=4, kernel_size=1)
+u5 = g.layer("UpSampling2D", x, name="u5", size=3)
+c6 = g.layer("Conv2D", u5, name="c6", filters=4, kernel_size=3, padding="same")
+save_fixture("upsample_conv", g.model([c2, c3, c4, c5, c6]), data, [c2, c3, c4, c5, c6])

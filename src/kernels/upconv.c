@@ -1,0 +1,254 @@
+/* A 3x3 convolution over a nearest-neighbour UpSampling2D by 2, run on
+ * the upsampling's input.
+ *
+ * The upsampled image U repeats each input pixel in a 2x2 block, so an
+ * output row y = 2i + a (a its parity) reads, through its three taps
+ * dy, input rows floor((2i + a + dy - p) / 2) = i + floor((a + dy - p) / 2)
+ * (p: the "same" padding's 1 or "valid"'s 0): two distinct rows, i + t(a)
+ * and the one after, the taps landing on the same row adding up. Each of
+ * the four parities (a, b) of an output pixel is then a 2x2 convolution
+ * of the input with the 3x3 kernel's taps summed per input pixel, and the
+ * four are one 2x2 convolution with 4x the filters (class 2a + b's at
+ * filters [(2a + b) f, (2a + b + 1) f)) over the input padded by
+ * -min t(a): 16 multiply-adds a filter and input channel per input pixel
+ * where the 3x3 convolution over U makes 36. Its zero padding is the
+ * upsampled image's (U's row -1 is the input's row -1). Output pixel
+ * (2i + a, 2j + b) is then that convolution's pixel (i + off(a),
+ * j + off(b)), class 2a + b: one copy pass, in place of the upsampling's
+ * pass over the 4x larger image.
+ *
+ * The taps' sums are made once, in double, and rounded once: outputs move
+ * by rounding only (the sums reassociate), so `exact` keeps the two
+ * layers apart (runtime/fuse.c). The 2x2 convolution (bias and activation
+ * with it) runs on the convolution kernel as any layer would (oneDNN, or
+ * kerasc's narrow loop for up to 8 filters), its state kept in this one's;
+ * its output in the arena's spare range where that has room.
+ *
+ * The real denoising autoencoder (denoise_ae_upsample_k380.keras,
+ * 540x540: two UpSampling2D + 3x3 pairs, 64 -> 32 and 32 -> 1) on the
+ * 2-core Zen 5, batch 1, alternating with KC_FUSE_UP=0: 15.3-16.2 ->
+ * 11.8-12.0 ms a run; the 64 -> 32 pair 4.9 -> 3.8 ms (0.9 of it the
+ * copy), the 32 -> 1 pair 3.9 -> 0.67. */
+#include "kernels/upconv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "base/threads.h"
+
+typedef struct kc_upconv_state {
+    kc_kernel_state base;
+    kc_shape in_shape;         /* the upsampled input shape it was built for */
+    kc_layer inner;            /* the 2x2 convolution: the layer's copy, with */
+    kc_conv_attrs attrs;       /* these attrs */
+    kc_weight weights[2];      /* and these: kernel (2, 2, c, 4f), bias (4f) */
+    kc_kernel_state *inner_state;
+    kc_shape q_in, q_out;      /* its input (padded, as a folded ZeroPadding's) and output */
+    int64_t off[2][2];         /* [axis][parity]: output index 2i + a reads q's i + off */
+    int64_t c, f;              /* input channels, filters */
+    int same;                  /* the 3x3 convolution's padding: 1 "same", 0 "valid" */
+    float *q;                  /* its output where the spare range has no room */
+} kc_upconv_state;
+
+int kc_upconv_fusable(const kc_conv_attrs *a, const kc_upsample_attrs *u, const kc_shape *in)
+{
+    if (!a || !u || a->kind != KC_CONV_PLAIN || a->spatial != 2 || a->groups != 1 ||
+        a->padding > 1 || a->accumulate || a->post_dw || a->post_pw || a->pre_pool ||
+        a->post_pool || u->spatial != 2 || !u->interpolation ||
+        strcmp(u->interpolation, "nearest") != 0 || in->rank != 4)
+        return 0;
+    for (int i = 0; i < 2; i++)
+        if (a->kernel[i] != 3 || a->strides[i] != 1 || a->dilation[i] != 1 || a->pad_before[i] ||
+            a->pad_after[i] || u->size[i] != 2 || in->dims[1 + i] < 4)
+            return 0;
+    return 1;
+}
+
+/* floor(v / 2) for v >= -2 */
+static int64_t kc_half_floor(int64_t v) { return v < 0 ? -1 : v / 2; }
+
+/* The 2x2 tap (0 or 1) tap d of the 3x3 kernel lands on for parity a. */
+static int64_t kc_upconv_tap(int64_t a, int64_t d, int p)
+{
+    return kc_half_floor(a + d - p) - kc_half_floor(a - p);
+}
+
+/* Axis `axis`: the input's len, the output's out_len: the 2x2
+ * convolution's padding before and after and output length, and off. */
+static int kc_upconv_axis(kc_upconv_state *st, int axis, int p, int64_t len, int64_t out_len,
+                          int64_t *pad_before, int64_t *pad_after, int64_t *q_len)
+{
+    int64_t t0 = kc_half_floor(-p), t1 = kc_half_floor(1 - p);
+    *pad_before = -(t0 < t1 ? t0 : t1);
+    st->off[axis][0] = t0 + *pad_before;
+    st->off[axis][1] = t1 + *pad_before;
+    *q_len = 0;
+    for (int64_t y = out_len - 2; y < out_len; y++) /* the last of each parity */
+        if (y >= 0 && (y >> 1) + st->off[axis][y & 1] + 1 > *q_len)
+            *q_len = (y >> 1) + st->off[axis][y & 1] + 1;
+    *pad_after = *q_len - len - *pad_before + 1;
+    return *q_len >= 1 && *pad_after >= 0 && out_len >= 1;
+}
+
+/* The 2x2 kernel and the bias repeated, from the 3x3 kernel k (Keras's
+ * (3, 3, c, f)) and bias. */
+static void kc_upconv_transform(const kc_upconv_state *st, const float *k, const float *bias)
+{
+    int64_t c = st->c, f = st->f, f4 = 4 * f;
+    int p = st->same;
+    float *k2 = st->weights[0].data;
+    for (int64_t cls = 0; cls < 4; cls++) {
+        int64_t a = cls >> 1, b = cls & 1;
+        for (int64_t ty = 0; ty < 2; ty++)
+            for (int64_t tx = 0; tx < 2; tx++)
+                for (int64_t ci = 0; ci < c; ci++)
+                    for (int64_t fo = 0; fo < f; fo++) {
+                        double sum = 0;
+                        for (int64_t dy = 0; dy < 3; dy++)
+                            for (int64_t dx = 0; dx < 3; dx++)
+                                if (kc_upconv_tap(a, dy, p) == ty && kc_upconv_tap(b, dx, p) == tx)
+                                    sum += k[((dy * 3 + dx) * c + ci) * f + fo];
+                        k2[((ty * 2 + tx) * c + ci) * f4 + cls * f + fo] = (float)sum;
+                    }
+    }
+    for (int64_t cls = 0; bias && cls < 4; cls++)
+        memcpy(st->weights[1].data + cls * f, bias, (size_t)f * sizeof *bias);
+}
+
+static void kc_upconv_free(kc_kernel_state *s)
+{
+    kc_upconv_state *st = (kc_upconv_state *)s;
+    if (st->inner_state)
+        st->inner_state->free(st->inner_state);
+    free(st->weights[0].data);
+    free(st->weights[1].data);
+    free(st->q);
+    free(st);
+}
+
+static kc_status kc_upconv_build(const kc_exec_ctx *ctx, kc_upconv_state **out)
+{
+    const kc_conv_attrs *a = ctx->layer->attrs;
+    const kc_shape *big = &ctx->in_shape[0], *os = &ctx->out_shape[0];
+    kc_upconv_state *st = kc_calloc(1, sizeof *st);
+    if (!st)
+        return KC_ERR_NOMEM;
+    st->base.free = kc_upconv_free;
+    st->in_shape = *big;
+    st->c = big->dims[3];
+    st->f = os->dims[3];
+    st->same = a->padding == 1;
+    st->attrs = *a;
+    st->attrs.pre_upsample = NULL;
+    st->attrs.filters = 4 * st->f;
+    st->attrs.padding = 0; /* padded as a folded ZeroPadding: pad_before/after */
+    st->q_in = (kc_shape){.rank = 4, .dims = {big->dims[0], 0, 0, st->c}};
+    st->q_out = (kc_shape){.rank = 4, .dims = {big->dims[0], 0, 0, 4 * st->f}};
+    int ok = big->rank == 4 && os->rank == 4 && big->dims[0] == os->dims[0];
+    for (int i = 0; ok && i < 2; i++) {
+        st->attrs.kernel[i] = 2;
+        int64_t len = big->dims[1 + i] / 2;
+        ok = big->dims[1 + i] == 2 * len &&
+             kc_upconv_axis(st, i, a->padding, len, os->dims[1 + i], &st->attrs.pad_before[i],
+                            &st->attrs.pad_after[i], &st->q_out.dims[1 + i]);
+        st->q_in.dims[1 + i] = len + st->attrs.pad_before[i] + st->attrs.pad_after[i];
+    }
+    st->inner = *ctx->layer;
+    st->inner.attrs = &st->attrs;
+    st->inner.weights = st->weights;
+    st->inner.n_weights = a->use_bias ? 2 : 1;
+    st->weights[0] = (kc_weight){.name = "kernel", .shape = {4, {2, 2, st->c, 4 * st->f}}};
+    st->weights[1] = (kc_weight){.name = "bias", .shape = {1, {4 * st->f}}};
+    st->weights[0].data = ok ? kc_calloc((size_t)(16 * st->c * st->f), sizeof(float)) : NULL;
+    st->weights[1].data = ok ? kc_calloc((size_t)(4 * st->f), sizeof(float)) : NULL;
+    if (!ok || !st->weights[0].data || !st->weights[1].data) {
+        kc_upconv_free(&st->base);
+        return ok ? KC_ERR_NOMEM
+                  : kc_fail(KC_ERR_UNSUPPORTED,
+                            "the upsampling fused into this convolution does not fit its shapes");
+    }
+    *out = st;
+    return KC_OK;
+}
+
+/* Output rows [lo, hi) over (image, row) from the 2x2 convolution's
+ * output. */
+typedef struct kc_upconv_copy {
+    const kc_upconv_state *st;
+    const float *q;
+    float *out;
+    int64_t out_h, out_w;
+} kc_upconv_copy;
+
+static void kc_upconv_rows(void *arg, int64_t lo, int64_t hi)
+{
+    const kc_upconv_copy *j = arg;
+    const kc_upconv_state *st = j->st;
+    int64_t f = st->f, q_h = st->q_out.dims[1], q_w = st->q_out.dims[2];
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t n = r / j->out_h, y = r % j->out_h, a = y & 1;
+        const float *q_row = j->q + (n * q_h + (y >> 1) + st->off[0][a]) * q_w * 4 * f + 2 * a * f;
+        float *o = j->out + r * j->out_w * f;
+        for (int64_t x = 0; x < j->out_w; x++, o += f) {
+            int64_t b = x & 1;
+            const float *s = q_row + ((x >> 1) + st->off[1][b]) * 4 * f + b * f;
+            for (int64_t i = 0; i < f; i++)
+                o[i] = s[i];
+        }
+    }
+}
+
+kc_status kc_upconv(const kc_exec_ctx *ctx, kc_kernel_fn conv)
+{
+    if (!ctx->state)
+        return kc_fail(KC_ERR_UNSUPPORTED, "the upsampling fused into this convolution needs its "
+                                           "kernel state");
+    kc_upconv_state *st = (kc_upconv_state *)*ctx->state;
+    if (st && (st->base.free != kc_upconv_free || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])))
+        st = kc_kernel_state_drop(ctx);
+    if (!st || ctx->w_ext) { /* a run's own weights are derived afresh */
+        const kc_conv_attrs *a = ctx->layer->attrs;
+        const float *k, *bias;
+        KC_TRY(kc_kernel_and_bias(ctx, a->use_bias, &k, &bias));
+        if (!st) {
+            KC_TRY(kc_upconv_build(ctx, &st));
+            *ctx->state = &st->base;
+        }
+        kc_upconv_transform(st, k, bias);
+    }
+    /* from here it reads only its own kernel: the layer's may go */
+    st->base.weights_cached = !ctx->w_ext;
+    /* the 2x2 convolution's output: in the spare range (64-aligned) where
+     * it fits, the rest of the range left to that convolution */
+    size_t q_bytes = (size_t)kc_count(&st->q_out) * sizeof(float);
+    uintptr_t spare = ((uintptr_t)ctx->spare + 63) & ~(uintptr_t)63;
+    size_t skip = ctx->spare ? (size_t)(spare - (uintptr_t)ctx->spare) : 0;
+    kc_exec_ctx inner = *ctx;
+    float *q;
+    if (ctx->spare && ctx->spare_bytes >= skip + q_bytes) {
+        q = (float *)spare;
+        inner.spare = (char *)q + q_bytes;
+        inner.spare_bytes = ctx->spare_bytes - skip - q_bytes;
+    } else {
+        if (!st->q && !(st->q = kc_calloc(q_bytes / sizeof(float), sizeof(float))))
+            return kc_fail(KC_ERR_NOMEM, "out of memory for an upsampled convolution's buffer");
+        q = st->q;
+    }
+    float *const outs[1] = {q};
+    inner.layer = &st->inner;
+    inner.in_shape = &st->q_in;
+    inner.out = outs;
+    inner.out_shape = &st->q_out;
+    inner.n_out = 1;
+    inner.in_mask = NULL;
+    inner.state = &st->inner_state;
+    inner.w_ext = NULL;
+    KC_TRY(conv(&inner));
+    const kc_shape *os = &ctx->out_shape[0];
+    kc_upconv_copy job = {st, q, ctx->out[0], os->dims[1], os->dims[2]};
+    kc_parallel_for(os->dims[0] * os->dims[1], kc_count(os) * (int64_t)sizeof(float), 1,
+                    kc_upconv_rows, &job);
+    return KC_OK;
+}
