@@ -37,19 +37,17 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "base/threads.h"
+#include "kernels/inner_conv.h"
 
 typedef struct kc_upconv_state {
     kc_kernel_state base;
     kc_shape in_shape;         /* the upsampled input shape it was built for */
-    kc_layer inner;            /* the 2x2 convolution: the layer's copy, with */
-    kc_conv_attrs attrs;       /* these attrs */
-    kc_weight weights[2];      /* and these: kernel (2, 2, c, 4f), bias (4f) */
-    kc_kernel_state *inner_state;
+    kc_inner_conv inner;       /* the 2x2 convolution: kernel (2, 2, c, 4f), bias (4f) */
     kc_shape q_in, q_out;      /* its input (padded, as a folded ZeroPadding's) and output */
     int64_t off[2][2];         /* [axis][parity]: output index 2i + a reads q's i + off */
     int64_t c, f;              /* input channels, filters */
     int same;                  /* the 3x3 convolution's padding: 1 "same", 0 "valid" */
-    float *q;                  /* its output where the spare range has no room */
+    float *q[KC_INNER_LANES];  /* its output where the spare range has no room, per lane */
 } kc_upconv_state;
 
 int kc_upconv_fusable(const kc_conv_attrs *a, const kc_upsample_attrs *u, const kc_shape *in)
@@ -98,7 +96,7 @@ static void kc_upconv_transform(const kc_upconv_state *st, const float *k, const
 {
     int64_t c = st->c, f = st->f, f4 = 4 * f;
     int p = st->same;
-    float *k2 = st->weights[0].data;
+    float *k2 = st->inner.weights[0].data;
     for (int64_t cls = 0; cls < 4; cls++) {
         int64_t a = cls >> 1, b = cls & 1;
         for (int64_t ty = 0; ty < 2; ty++)
@@ -114,17 +112,15 @@ static void kc_upconv_transform(const kc_upconv_state *st, const float *k, const
                     }
     }
     for (int64_t cls = 0; bias && cls < 4; cls++)
-        memcpy(st->weights[1].data + cls * f, bias, (size_t)f * sizeof *bias);
+        memcpy(st->inner.weights[1].data + cls * f, bias, (size_t)f * sizeof *bias);
 }
 
 static void kc_upconv_free(kc_kernel_state *s)
 {
     kc_upconv_state *st = (kc_upconv_state *)s;
-    if (st->inner_state)
-        st->inner_state->free(st->inner_state);
-    free(st->weights[0].data);
-    free(st->weights[1].data);
-    free(st->q);
+    kc_inner_conv_free(&st->inner);
+    for (int i = 0; i < KC_INNER_LANES; i++)
+        free(st->q[i]);
     free(st);
 }
 
@@ -140,34 +136,28 @@ static kc_status kc_upconv_build(const kc_exec_ctx *ctx, kc_upconv_state **out)
     st->c = big->dims[3];
     st->f = os->dims[3];
     st->same = a->padding == 1;
-    st->attrs = *a;
-    st->attrs.pre_upsample = NULL;
-    st->attrs.filters = 4 * st->f;
-    st->attrs.padding = 0; /* padded as a folded ZeroPadding: pad_before/after */
+    kc_conv_attrs attrs = *a;
+    attrs.pre_upsample = NULL;
+    attrs.filters = 4 * st->f;
+    attrs.padding = 0; /* padded as a folded ZeroPadding: pad_before/after */
     st->q_in = (kc_shape){.rank = 4, .dims = {big->dims[0], 0, 0, st->c}};
     st->q_out = (kc_shape){.rank = 4, .dims = {big->dims[0], 0, 0, 4 * st->f}};
     int ok = big->rank == 4 && os->rank == 4 && big->dims[0] == os->dims[0];
     for (int i = 0; ok && i < 2; i++) {
-        st->attrs.kernel[i] = 2;
+        attrs.kernel[i] = 2;
         int64_t len = big->dims[1 + i] / 2;
         ok = big->dims[1 + i] == 2 * len &&
-             kc_upconv_axis(st, i, a->padding, len, os->dims[1 + i], &st->attrs.pad_before[i],
-                            &st->attrs.pad_after[i], &st->q_out.dims[1 + i]);
-        st->q_in.dims[1 + i] = len + st->attrs.pad_before[i] + st->attrs.pad_after[i];
+             kc_upconv_axis(st, i, a->padding, len, os->dims[1 + i], &attrs.pad_before[i],
+                            &attrs.pad_after[i], &st->q_out.dims[1 + i]);
+        st->q_in.dims[1 + i] = len + attrs.pad_before[i] + attrs.pad_after[i];
     }
-    st->inner = *ctx->layer;
-    st->inner.attrs = &st->attrs;
-    st->inner.weights = st->weights;
-    st->inner.n_weights = a->use_bias ? 2 : 1;
-    st->weights[0] = (kc_weight){.name = "kernel", .shape = {4, {2, 2, st->c, 4 * st->f}}};
-    st->weights[1] = (kc_weight){.name = "bias", .shape = {1, {4 * st->f}}};
-    st->weights[0].data = ok ? kc_calloc((size_t)(16 * st->c * st->f), sizeof(float)) : NULL;
-    st->weights[1].data = ok ? kc_calloc((size_t)(4 * st->f), sizeof(float)) : NULL;
-    if (!ok || !st->weights[0].data || !st->weights[1].data) {
-        kc_upconv_free(&st->base);
-        return ok ? KC_ERR_NOMEM
-                  : kc_fail(KC_ERR_UNSUPPORTED,
-                            "the upsampling fused into this convolution does not fit its shapes");
+    const kc_shape kernel = {4, {2, 2, st->c, 4 * st->f}};
+    kc_status s = ok ? kc_inner_conv_init(&st->inner, ctx->layer, &attrs, &kernel)
+                     : kc_fail(KC_ERR_UNSUPPORTED,
+                               "the upsampling fused into this convolution does not fit its shapes");
+    if (s != KC_OK) {
+        free(st);
+        return s;
     }
     *out = st;
     return KC_OK;
@@ -214,38 +204,21 @@ kc_status kc_upconv(const kc_exec_ctx *ctx, kc_kernel_fn conv)
         KC_TRY(kc_kernel_and_bias(ctx, a->use_bias, &k, &bias));
         if (!st) {
             KC_TRY(kc_upconv_build(ctx, &st));
+            /* from here it reads only its own kernel: the layer's may go */
+            st->base.weights_cached = !ctx->w_ext;
             *ctx->state = &st->base;
         }
         kc_upconv_transform(st, k, bias);
     }
-    /* from here it reads only its own kernel: the layer's may go */
-    st->base.weights_cached = !ctx->w_ext;
-    /* the 2x2 convolution's output: in the spare range (64-aligned) where
-     * it fits, the rest of the range left to that convolution */
-    size_t q_bytes = (size_t)kc_count(&st->q_out) * sizeof(float);
-    uintptr_t spare = ((uintptr_t)ctx->spare + 63) & ~(uintptr_t)63;
-    size_t skip = ctx->spare ? (size_t)(spare - (uintptr_t)ctx->spare) : 0;
-    kc_exec_ctx inner = *ctx;
-    float *q;
-    if (ctx->spare && ctx->spare_bytes >= skip + q_bytes) {
-        q = (float *)spare;
-        inner.spare = (char *)q + q_bytes;
-        inner.spare_bytes = ctx->spare_bytes - skip - q_bytes;
-    } else {
-        if (!st->q && !(st->q = kc_calloc(q_bytes / sizeof(float), sizeof(float))))
-            return kc_fail(KC_ERR_NOMEM, "out of memory for an upsampled convolution's buffer");
-        q = st->q;
-    }
-    float *const outs[1] = {q};
-    inner.layer = &st->inner;
-    inner.in_shape = &st->q_in;
-    inner.out = outs;
-    inner.out_shape = &st->q_out;
-    inner.n_out = 1;
-    inner.in_mask = NULL;
-    inner.state = &st->inner_state;
-    inner.w_ext = NULL;
-    KC_TRY(conv(&inner));
+    /* the 2x2 convolution's output: in the spare range where it fits */
+    void *inner_spare;
+    size_t inner_spare_bytes;
+    float *q = kc_inner_conv_buffer(ctx, (size_t)kc_count(&st->q_out) * sizeof(float), st->q,
+                                    &inner_spare, &inner_spare_bytes);
+    if (!q)
+        return kc_fail(KC_ERR_NOMEM, "out of memory for an upsampled convolution's buffer");
+    KC_TRY(kc_inner_conv_run(&st->inner, ctx, conv, ctx->in[0], &st->q_in, q, &st->q_out,
+                             inner_spare, inner_spare_bytes));
     const kc_shape *os = &ctx->out_shape[0];
     kc_upconv_copy job = {st, q, ctx->out[0], os->dims[1], os->dims[2]};
     kc_parallel_for(os->dims[0] * os->dims[1], kc_count(os) * (int64_t)sizeof(float), 1,

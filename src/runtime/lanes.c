@@ -22,10 +22,12 @@
 
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
+#include "kernels/inner_conv.h"
 #include "model/model_internal.h"
 #include "runtime/head.h"
 
 _Static_assert(KC_LANES_MAX <= KC_DNNL_MAX_BATCH_LANES, "oneDNN primitives bind per lane");
+_Static_assert(KC_LANES_MAX <= KC_INNER_LANES, "kernels keep a buffer per lane");
 
 /* Layers that see the whole batch at once (a TensorFlow or keras.ops
  * function may reduce over it) or make Keras masks (which lanes do not
