@@ -1,12 +1,12 @@
 /* Convolutions on NHWC float32: plain and grouped (im2col + GEMM),
  * depthwise (direct), separable (depthwise then a 1x1 GEMM; separable.c
- * runs it on the kernels below), transposed
- * (GEMM then col2im). 1-D and 3-D convolutions use the same code with the
+ * runs it on the kernels below), transposed (transpose.c). 1-D and 3-D convolutions use the same code with the
  * missing spatial axes of size 1. Padding follows TensorFlow: for "same"
  * the extra pixel goes after (bottom/right); "causal" pads only before. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/conv_geom.h"
 #include "kernels/dnnl_conv.h"
 #include "kernels/kernel.h"
 #include "kernels/dw.h"
@@ -15,17 +15,12 @@
 #include "kernels/separable.h"
 #include "kernels/narrow.h"
 #include "kernels/stem.h"
+#include "kernels/transpose.h"
 #include "kernels/upconv.h"
 #include "kernels/wino.h"
 #include "ops/conv.h"
 
-/* Geometry over three spatial axes (D, H, W); unused axes have size 1. */
-typedef struct kc_geom {
-    int64_t n, in[3], out[3], c, f;
-    int64_t k[3], s[3], d[3], pad[3];
-} kc_geom;
-
-static void kc_geom_init(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_geom *g)
+void kc_geom_init(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_geom *g)
 {
     const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
     int sp = a->spatial;
@@ -186,55 +181,6 @@ static kc_status kc_conv_separable(const kc_exec_ctx *ctx, const kc_conv_attrs *
     return kc_activation_apply(a->activation, ctx->keras_major, ctx->out[0], rows * g.f, g.f);
 }
 
-/* Transposed: cols = x · W^T (W is (k..., f, c) = (K*f, c)), scattered to
- * out[o = i*s + k*d - pad]. pad is what the forward conv of `out` would
- * use (TensorFlow's conv2d_transpose). */
-static kc_status kc_conv_transpose(const kc_exec_ctx *ctx, const kc_conv_attrs *a)
-{
-    kc_geom g;
-    kc_geom_init(ctx, a, &g);
-    for (int i = 0; i < 3; i++) {
-        int64_t keff = (g.k[i] - 1) * g.d[i] + 1;
-        int64_t total = (g.in[i] - 1) * g.s[i] + keff - g.out[i];
-        g.pad[i] = a->padding == 1 && total > 0 ? total / 2 : 0;
-        if (a->padding == 0 && total > 0 && a->output_padding[0] >= 0)
-            g.pad[i] = 0;
-    }
-    int64_t kf = g.k[0] * g.k[1] * g.k[2] * g.f;
-    int64_t in_rows = g.in[0] * g.in[1] * g.in[2];
-    int64_t out_img = g.out[0] * g.out[1] * g.out[2] * g.f;
-    float *cols = kc_scratch(in_rows * kf);
-    if (!cols)
-        return KC_ERR_NOMEM;
-    const float *w = kc_w(ctx, 0);
-    const float *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
-    for (int64_t b = 0; b < g.n; b++) {
-        kc_gemm_ld(in_rows, kf, g.c, ctx->in[0] + b * in_rows * g.c, g.c, w, g.c, 1, cols, kf, 0);
-        float *y = ctx->out[0] + b * out_img;
-        memset(y, 0, (size_t)out_img * sizeof *y);
-        for (int64_t r = 0; r < in_rows; r++) {
-            int64_t ix = r % g.in[2], iy = (r / g.in[2]) % g.in[1], iz = r / (g.in[2] * g.in[1]);
-            const float *col = cols + r * kf;
-            for (int64_t kz = 0; kz < g.k[0]; kz++)
-                for (int64_t ky = 0; ky < g.k[1]; ky++)
-                    for (int64_t kx = 0; kx < g.k[2]; kx++, col += g.f) {
-                        int64_t oz = iz * g.s[0] + kz * g.d[0] - g.pad[0];
-                        int64_t oy = iy * g.s[1] + ky * g.d[1] - g.pad[1];
-                        int64_t ox = ix * g.s[2] + kx * g.d[2] - g.pad[2];
-                        if (oz < 0 || oz >= g.out[0] || oy < 0 || oy >= g.out[1] || ox < 0 ||
-                            ox >= g.out[2])
-                            continue;
-                        float *o = y + ((oz * g.out[1] + oy) * g.out[2] + ox) * g.f;
-                        for (int64_t j = 0; j < g.f; j++)
-                            o[j] += col[j];
-                    }
-        }
-        kc_add_bias(y, bias, g.out[0] * g.out[1] * g.out[2], g.f);
-    }
-    free(cols);
-    return kc_activation_apply(a->activation, ctx->keras_major, ctx->out[0], g.n * out_img, g.f);
-}
-
 static kc_status kc_conv(const kc_exec_ctx *ctx)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
@@ -290,7 +236,7 @@ static kc_status kc_conv(const kc_exec_ctx *ctx)
             break;
         return kc_conv_depthwise(ctx, a);
     case KC_CONV_SEPARABLE: return kc_conv_separable(ctx, a);
-    case KC_CONV_TRANSPOSE: return kc_conv_transpose(ctx, a);
+    case KC_CONV_TRANSPOSE: return kc_conv_transpose(ctx, kc_conv);
     }
     return kc_fail(KC_ERR_UNSUPPORTED, "3-D depthwise convolution");
 }

@@ -479,6 +479,51 @@ static void test_upsample_conv_fused(void **state)
     unsetenv("KC_DNNL");
 }
 
+/* Transposed convolutions (kernels/transpose.c: the taps' product as a
+ * 1x1 convolution through the dispatch, then the gather by output rows):
+ * 1-D "same" stride 2 with a relu, 2-D 3x3 stride 2 "valid" (overlapping
+ * taps), 2x2 stride 2 "same" relu (no overlap), 3x3 dilated by 2, 3-D
+ * (2, 3, 2) strides (2, 1, 2); within 1e-5 of the NumPy reference, a
+ * second run (the state kept, the layer's kernel released) with the first
+ * one's bits; on oneDNN's 1x1 and on the plain path (KC_DNNL=0)
+ * (tools/apps/make_fusion_fixtures.py). */
+static void conv_transpose_check(const char *name, int n_out)
+{
+    char model[256], input[256], expected[256];
+    snprintf(model, sizeof model, "fusion/%s.keras", name);
+    snprintf(input, sizeof input, "fusion/%s_input.npy", name);
+    fused_pair p;
+    fused_pair_run(&p, model, input, n_out, "KC_FUSE");
+    kc_tensor *again[KC_PAIR_OUTPUTS] = {NULL};
+    const kc_tensor *const *in = (const kc_tensor *const *)&p.in;
+    assert_int_equal(kc_session_run(p.fused, in, 1, again, n_out), KC_OK);
+    for (int o = 0; o < n_out; o++) {
+        if (n_out == 1)
+            snprintf(expected, sizeof expected, "fusion/%s_expected.npy", name);
+        else
+            snprintf(expected, sizeof expected, "fusion/%s_expected_%d.npy", name, o);
+        fused_pair_expect(&p, o, expected, 1e-5f, 1e-5f);
+        if (memcmp(kc_tensor_cdata(again[o]), kc_tensor_cdata(p.got[o]),
+                   (size_t)kc_tensor_count(again[o]) * sizeof(float)))
+            fail_msg("%s output %d: the second run's bits differ from the first's", name, o);
+        kc_tensor_free(again[o]);
+    }
+    fused_pair_free(&p);
+}
+
+static void test_conv_transpose(void **state)
+{
+    (void)state;
+    for (int plain = 0; plain < 2; plain++) {
+        if (plain)
+            setenv("KC_DNNL", "0", 1);
+        conv_transpose_check("transpose_1d", 1);
+        conv_transpose_check("transpose_2d", 3);
+        conv_transpose_check("transpose_3d", 1);
+        unsetenv("KC_DNNL");
+    }
+}
+
 /* options.profile: per-layer mean times from the third run on (the first
  * two on a plan are warm-ups, each reported until the next replaces it),
  * a new plan starts over, fused layers are not listed, and without the
@@ -1674,6 +1719,7 @@ int main(void)
         cmocka_unit_test(test_rescaling_folded),
         cmocka_unit_test(test_dense_residual_fused),
         cmocka_unit_test(test_upsample_conv_fused),
+        cmocka_unit_test(test_conv_transpose),
         cmocka_unit_test(test_batch_lanes),
         cmocka_unit_test(test_batch_lanes_refused),
         cmocka_unit_test(test_branch_lanes),

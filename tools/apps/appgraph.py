@@ -147,6 +147,11 @@ KEYS3 = {
     "AveragePooling2D": [("pool_size", [2, 2]), ("padding", "valid"), ("strides", None), ("data_format", CL)],
     "GlobalAveragePooling2D": [("data_format", CL), ("keepdims", False)],
     "UpSampling2D": [("size", [2, 2]), ("data_format", CL), ("interpolation", "nearest")],
+    **{c: [("filters", None), ("kernel_size", None), ("strides", [1] * n), ("padding", "valid"),
+           ("output_padding", None), ("data_format", CL), ("dilation_rate", [1] * n),
+           ("activation", "linear"), ("use_bias", True), ("kernel_initializer", GLOROT),
+           ("bias_initializer", ZEROS)] + _CONV_TAIL
+       for c, n in (("Conv1DTranspose", 1), ("Conv2DTranspose", 2), ("Conv3DTranspose", 3))},
     "Dense": [("units", None), ("activation", "linear"), ("use_bias", True), ("kernel_initializer", GLOROT),
               ("bias_initializer", ZEROS), ("kernel_regularizer", None), ("bias_regularizer", None),
               ("kernel_constraint", None), ("bias_constraint", None)],
@@ -333,6 +338,11 @@ def weight_shapes(cls, p, in_shape):
     if cls == "Conv2D":
         k = p["kernel_size"]
         out = [("kernel", (k[0], k[1], c_in // p.get("groups", 1), p["filters"]))]
+        return out + ([("bias", (p["filters"],))] if p.get("use_bias", True) else [])
+    if cls in ("Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose"):
+        k = p["kernel_size"]
+        k = [k] * int(cls[4]) if isinstance(k, int) else list(k)
+        out = [("kernel", tuple(k) + (p["filters"], c_in))]
         return out + ([("bias", (p["filters"],))] if p.get("use_bias", True) else [])
     if cls == "DepthwiseConv2D":
         k = p["kernel_size"]

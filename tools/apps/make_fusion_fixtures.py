@@ -38,6 +38,13 @@ image of 8 channels, "same" with a relu (6 filters: oneDNN), then over
 its output upsampled again "valid" with one filter (kerasc's narrow
 loop); not fused: a bilinear upsampling, one by 3, and one read by two
 convolutions (test_runtime's test_upsample_conv_fused).
+
+transpose_1d, transpose_2d, transpose_3d: transposed convolutions
+(kernels/transpose.c: the taps' product as a 1x1 convolution, then the
+gather by output rows): 1-D "same" stride 2 with a relu; 2-D 3x3 stride 2
+"valid" (overlapping taps), 2x2 stride 2 "same" with a relu (no
+overlap), 3x3 dilated by 2 "same"; 3-D (2, 3, 2) strides (2, 1, 2)
+"same" (test_runtime's test_conv_transpose).
 """
 import os, sys
 import numpy as np
@@ -130,3 +137,28 @@ c5 = g.layer("Conv2D", u4, name="c5", filters=4, kernel_size=1)
 u5 = g.layer("UpSampling2D", x, name="u5", size=3)
 c6 = g.layer("Conv2D", u5, name="c6", filters=4, kernel_size=3, padding="same")
 save_fixture("upsample_conv", g.model([c2, c3, c4, c5, c6]), data, [c2, c3, c4, c5, c6])
+
+rng = np.random.default_rng(17)
+data = rng.uniform(-1, 1, size=(2, 7, 5)).astype(np.float32)
+g = appgraph.Graph("transpose_1d", 3, appgraph.Weights("tests/transpose_1d"))
+x = g.input((7, 5), data)
+t = g.layer("Conv1DTranspose", x, name="t", filters=6, kernel_size=(3,), strides=(2,),
+            dilation_rate=(1,), padding="same", activation="relu")
+save_fixture("transpose_1d", g.model(t), data, [t])
+
+data = rng.uniform(-1, 1, size=(2, 5, 6, 4)).astype(np.float32)
+g = appgraph.Graph("transpose_2d", 3, appgraph.Weights("tests/transpose_2d"))
+x = g.input((5, 6, 4), data)
+t1 = g.layer("Conv2DTranspose", x, name="t1", filters=5, kernel_size=3, strides=2)
+t2 = g.layer("Conv2DTranspose", x, name="t2", filters=3, kernel_size=2, strides=2, padding="same",
+             activation="relu")
+t3 = g.layer("Conv2DTranspose", x, name="t3", filters=4, kernel_size=3, dilation_rate=2,
+             padding="same")
+save_fixture("transpose_2d", g.model([t1, t2, t3]), data, [t1, t2, t3])
+
+data = rng.uniform(-1, 1, size=(1, 3, 4, 3, 2)).astype(np.float32)
+g = appgraph.Graph("transpose_3d", 3, appgraph.Weights("tests/transpose_3d"))
+x = g.input((3, 4, 3, 2), data)
+t = g.layer("Conv3DTranspose", x, name="t", filters=3, kernel_size=(2, 3, 2), strides=(2, 1, 2),
+            dilation_rate=(1, 1, 1), padding="same")
+save_fixture("transpose_3d", g.model(t), data, [t])
