@@ -1,7 +1,8 @@
 /* Graph rewrites done once per session, on session-owned copies (the
  * model and its weights are never modified):
  *  - BatchNormalization after a convolution (a separable one's pointwise
- *    kernel) or Dense is folded into its weights: W'[.., c] = W[.., c] *
+ *    kernel, a transposed one's second to last axis) or Dense is folded
+ *    into its weights: W'[.., c] = W[.., c] *
  *    s[c], b'[c] = (b[c] - mean[c]) * s[c] + beta[c] with s = gamma /
  *    sqrt(var + eps) — the same inference arithmetic, reassociated;
  *  - an Activation / ReLU layer after a convolution or Dense with a linear
@@ -86,7 +87,9 @@ static kc_host_kind kc_host_of(const kc_layer *layer, const char **activation)
         !strcmp(c, "Convolution1D") || !strcmp(c, "Convolution2D") ||
         !strcmp(c, "DepthwiseConv2D") || !strcmp(c, "DepthwiseConv1D") ||
         !strcmp(c, "SeparableConv1D") || !strcmp(c, "SeparableConv2D") ||
-        !strcmp(c, "SeparableConvolution2D")) {
+        !strcmp(c, "SeparableConvolution2D") || !strcmp(c, "Conv1DTranspose") ||
+        !strcmp(c, "Conv2DTranspose") || !strcmp(c, "Conv3DTranspose") ||
+        !strcmp(c, "Deconvolution2D")) {
         *activation = ((const kc_conv_attrs *)layer->attrs)->activation;
         return KC_HOST_CONV;
     }
@@ -177,6 +180,23 @@ static void kc_fold_scale_kernel(kc_weight *kernel, int64_t c, const double *sca
             kernel->data[row + j] = (float)(kernel->data[row + j] * scale[j]);
 }
 
+/* The same for host l's kernel (weight ki): a transposed convolution's
+ * output channels are its kernel's second to last axis ((k..., c, in)):
+ * each row of `in` floats scaled by its channel's factor. */
+static void kc_fold_scale_host(kc_layer *l, int ki, int64_t c, const double *scale)
+{
+    kc_weight *kernel = &l->weights[ki];
+    if (!strcmp(l->class_name, "Dense") ||
+        ((const kc_conv_attrs *)l->attrs)->kind != KC_CONV_TRANSPOSE) {
+        kc_fold_scale_kernel(kernel, c, scale);
+        return;
+    }
+    int64_t kn = kc_shape_count(&kernel->shape), in = kernel->shape.dims[kernel->shape.rank - 1];
+    for (int64_t row = 0; in > 0 && row * in < kn; row++)
+        for (int64_t i = 0; i < in; i++)
+            kernel->data[row * in + i] = (float)(kernel->data[row * in + i] * scale[row % c]);
+}
+
 /* Node n folded into host node h: its output is the host's, it runs no
  * more, and its arrays are freed where they are the caller's to give. */
 static void kc_fold_absorbed(kc_fused *f, const kc_graph *g, int h, int n)
@@ -229,7 +249,7 @@ static kc_status kc_fold_bn(kc_fused *f, const kc_graph *g, int h, int bn)
         scale[j] = (gamma ? gamma[j] : 1.0) / sqrt((double)var[j] + na->epsilon);
         bias[j] = (float)((bias[j] - mean[j]) * scale[j] + (beta ? beta[j] : 0.0));
     }
-    kc_fold_scale_kernel(&l->weights[ki], c, scale);
+    kc_fold_scale_host(l, ki, c, scale);
     free(scale);
     kc_fold_absorbed(f, g, h, bn);
     return KC_OK;
@@ -260,7 +280,7 @@ static kc_status kc_fold_layer_scale(kc_fused *f, const kc_graph *g, int h, int 
     for (int64_t j = 0; j < c; j++)
         scale[j] = gamma[j];
     int ki = kc_fold_kernel_index(l);
-    kc_fold_scale_kernel(&l->weights[ki], c, scale);
+    kc_fold_scale_host(l, ki, c, scale);
     free(scale);
     if (*kc_host_use_bias(l))
         for (int64_t j = 0; j < c; j++)

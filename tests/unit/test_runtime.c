@@ -524,6 +524,23 @@ static void test_conv_transpose(void **state)
     }
 }
 
+/* A BatchNormalization and a ReLU after a transposed convolution without
+ * bias (a DCGAN generator's block) fold into it: its kernel scaled along
+ * its output channels (the second to last axis), a bias made; within
+ * 1e-5 of the unfused run (KC_FUSE=0) and of NumPy
+ * (tools/apps/make_fusion_fixtures.py). */
+static void test_conv_transpose_folds(void **state)
+{
+    (void)state;
+    fused_pair p;
+    fused_pair_run(&p, "fusion/transpose_bn.keras", "fusion/transpose_bn_input.npy", 1, "KC_FUSE");
+    assert_true(fused_away(p.fused, "bn"));
+    assert_true(fused_away(p.fused, "act"));
+    assert_false(fused_away(p.plain, "bn"));
+    fused_pair_expect(&p, 0, "fusion/transpose_bn_expected.npy", 1e-5f, 1e-5f);
+    fused_pair_free(&p);
+}
+
 /* options.profile: per-layer mean times from the third run on (the first
  * two on a plan are warm-ups, each reported until the next replaces it),
  * a new plan starts over, fused layers are not listed, and without the
@@ -1720,6 +1737,7 @@ int main(void)
         cmocka_unit_test(test_dense_residual_fused),
         cmocka_unit_test(test_upsample_conv_fused),
         cmocka_unit_test(test_conv_transpose),
+        cmocka_unit_test(test_conv_transpose_folds),
         cmocka_unit_test(test_batch_lanes),
         cmocka_unit_test(test_batch_lanes_refused),
         cmocka_unit_test(test_branch_lanes),

@@ -45,6 +45,11 @@ gather by output rows): 1-D "same" stride 2 with a relu; 2-D 3x3 stride 2
 "valid" (overlapping taps), 2x2 stride 2 "same" with a relu (no
 overlap), 3x3 dilated by 2 "same"; 3-D (2, 3, 2) strides (2, 1, 2)
 "same" (test_runtime's test_conv_transpose).
+
+transpose_bn: a DCGAN generator's block, Conv2DTranspose without bias ->
+BatchNormalization -> ReLU: both folded into the transposed convolution
+(its kernel's output channels are its second to last axis)
+(test_runtime's test_conv_transpose_folds).
 """
 import os, sys
 import numpy as np
@@ -162,3 +167,12 @@ x = g.input((3, 4, 3, 2), data)
 t = g.layer("Conv3DTranspose", x, name="t", filters=3, kernel_size=(2, 3, 2), strides=(2, 1, 2),
             dilation_rate=(1, 1, 1), padding="same")
 save_fixture("transpose_3d", g.model(t), data, [t])
+
+data = rng.uniform(-1, 1, size=(2, 5, 6, 4)).astype(np.float32)
+g = appgraph.Graph("transpose_bn", 3, appgraph.Weights("tests/transpose_bn"))
+x = g.input((5, 6, 4), data)
+t = g.layer("Conv2DTranspose", x, name="t", filters=6, kernel_size=3, strides=2, padding="same",
+            use_bias=False)
+b = g.layer("BatchNormalization", t, name="bn")
+r = g.layer("Activation", b, name="act", activation="relu")
+save_fixture("transpose_bn", g.model(r), data, [r])
