@@ -191,6 +191,13 @@ kc_status kc_conv_transpose(const kc_exec_ctx *ctx, kc_kernel_fn conv)
     int64_t kf = g.k[0] * g.k[1] * g.k[2] * g.f;
     int64_t in_rows = g.in[0] * g.in[1] * g.in[2];
     int64_t out_img = g.out[0] * g.out[1] * g.out[2] * g.f;
+    if (in_rows == 0 || out_img == 0) { /* no input pixel: each output is its bias */
+        const float *bias = a->use_bias ? kc_w(ctx, 1) : NULL;
+        for (int64_t i = 0; i < g.n * out_img; i++)
+            ctx->out[0][i] = bias ? bias[i % g.f] : 0.0f;
+        return kc_activation_apply(a->activation, ctx->keras_major, ctx->out[0], g.n * out_img,
+                                   g.f);
+    }
     kc_transpose_state *st = ctx->state ? (kc_transpose_state *)*ctx->state : NULL;
     if (st && (st->base.free != kc_transpose_free || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])))
         st = kc_kernel_state_drop(ctx);

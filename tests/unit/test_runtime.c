@@ -541,6 +541,42 @@ static void test_conv_transpose_folds(void **state)
     fused_pair_free(&p);
 }
 
+/* A transposed convolution on images of any size: the reference size,
+ * then 1x1, empty images of no rows and of no columns (no input pixel:
+ * each output its bias, then the relu) and the reference again, whose bits must be the first run's
+ * (the kernel state rebuilt for each shape). */
+static void test_conv_transpose_shapes(void **state)
+{
+    (void)state;
+    fused_pair p;
+    fused_pair_run(&p, "fusion/transpose_dyn.keras", "fusion/transpose_dyn_input.npy", 1, "KC_FUSE");
+    fused_pair_expect(&p, 0, "fusion/transpose_dyn_expected.npy", 1e-5f, 1e-5f);
+    static const int64_t sizes[3][2] = {{1, 1}, {0, 3}, {3, 0}};
+    for (int k = 0; k < 3; k++) {
+        int64_t dims[4] = {1, sizes[k][0], sizes[k][1], 4};
+        kc_tensor *x = NULL, *y = NULL;
+        assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &x), KC_OK);
+        for (int64_t i = 0; i < kc_tensor_count(x); i++)
+            ((float *)kc_tensor_data(x))[i] = 0.5f;
+        const kc_tensor *const xs[1] = {x};
+        assert_int_equal(kc_session_run(p.fused, xs, 1, &y, 1), KC_OK);
+        assert_int_equal(kc_tensor_dim(y, 1), 2 * sizes[k][0]);
+        assert_int_equal(kc_tensor_dim(y, 2), 2 * sizes[k][1]);
+        for (int64_t i = 0; i < kc_tensor_count(y); i++)
+            assert_true(((const float *)kc_tensor_cdata(y))[i] >= 0.0f); /* the relu ran */
+        kc_tensor_free(x);
+        kc_tensor_free(y);
+    }
+    kc_tensor *again = NULL;
+    const kc_tensor *const *in = (const kc_tensor *const *)&p.in;
+    assert_int_equal(kc_session_run(p.fused, in, 1, &again, 1), KC_OK);
+    if (memcmp(kc_tensor_cdata(again), kc_tensor_cdata(p.got[0]),
+               (size_t)kc_tensor_count(again) * sizeof(float)))
+        fail_msg("the reference size's bits changed after other sizes ran");
+    kc_tensor_free(again);
+    fused_pair_free(&p);
+}
+
 /* options.profile: per-layer mean times from the third run on (the first
  * two on a plan are warm-ups, each reported until the next replaces it),
  * a new plan starts over, fused layers are not listed, and without the
@@ -1738,6 +1774,7 @@ int main(void)
         cmocka_unit_test(test_upsample_conv_fused),
         cmocka_unit_test(test_conv_transpose),
         cmocka_unit_test(test_conv_transpose_folds),
+        cmocka_unit_test(test_conv_transpose_shapes),
         cmocka_unit_test(test_batch_lanes),
         cmocka_unit_test(test_batch_lanes_refused),
         cmocka_unit_test(test_branch_lanes),

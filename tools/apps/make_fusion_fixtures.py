@@ -50,6 +50,10 @@ transpose_bn: a DCGAN generator's block, Conv2DTranspose without bias ->
 BatchNormalization -> ReLU: both folded into the transposed convolution
 (its kernel's output channels are its second to last axis)
 (test_runtime's test_conv_transpose_folds).
+
+transpose_dyn: a Conv2DTranspose 3x3 stride 2 "same" relu on images of
+any size (test_runtime's test_conv_transpose_shapes: other sizes, an
+empty one, then the first again).
 """
 import os, sys
 import numpy as np
@@ -176,3 +180,10 @@ t = g.layer("Conv2DTranspose", x, name="t", filters=6, kernel_size=3, strides=2,
 b = g.layer("BatchNormalization", t, name="bn")
 r = g.layer("Activation", b, name="act", activation="relu")
 save_fixture("transpose_bn", g.model(r), data, [r])
+
+data = rng.uniform(-1, 1, size=(2, 5, 3, 4)).astype(np.float32)
+g = appgraph.Graph("transpose_dyn", 3, appgraph.Weights("tests/transpose_dyn"))
+x = g.input((None, None, 4), data)
+t = g.layer("Conv2DTranspose", x, name="t", filters=3, kernel_size=3, strides=2, padding="same",
+            activation="relu")
+save_fixture("transpose_dyn", g.model(t), data, [t])
