@@ -66,6 +66,24 @@ for model in zoo/dense_relu zoo/batchnorm_dense apps/resnet50 apps/mobilenet_v2 
       fail "$app batch $batch: large_allocs_per_inference '$got', lanes '$lanes' (want $want): $out"
   done
 done
+# Kernels that keep a buffer of their own for a run (kernels/inner_conv.c:
+# a transposed convolution's product, an upsampled 3x3 convolution's 2x2
+# one) make it once per lane, in the first run: a 32x32 64 -> 32 3x3
+# stride-2 transposed convolution (its 1.2 MB product was allocated on
+# every run before), and the real denoising autoencoder's two UpSampling2D
+# + 3x3 pairs, at batch 1 and in two lanes.
+for batch in 1 2; do
+  out=$(bench "$HERE/data/fusion/transpose_alloc.keras" --batch $batch)
+  got=$(sed -n 's/^large_allocs_per_inference: //p' <<<"$out")
+  [[ "$got" == "0.00" ]] && pass "transpose_alloc batch $batch: 0 allocations >= 64 KiB per inference" ||
+    fail "transpose_alloc batch $batch: large_allocs_per_inference '$got': $out"
+  den="${KC_SHARED_MODELS:-}/denoise_ae_upsample_k380.keras"
+  [[ -f "$den" ]] || continue
+  out=$(bench "$den" --batch $batch)
+  got=$(sed -n 's/^large_allocs_per_inference: //p' <<<"$out")
+  [[ "$got" == "0.00" ]] && pass "denoiser batch $batch: 0 allocations >= 64 KiB per inference" ||
+    fail "denoiser batch $batch: large_allocs_per_inference '$got': $out"
+done
 # With an image-major head (runtime/head.c: each lane runs the first 40
 # nodes one image at a time on its own small arena, then copies what
 # crosses into the lane's arena): nothing more, on every run after the

@@ -51,6 +51,10 @@ BatchNormalization -> ReLU: both folded into the transposed convolution
 (its kernel's output channels are its second to last axis)
 (test_runtime's test_conv_transpose_folds).
 
+transpose_alloc (the model alone): a Conv2DTranspose 64 -> 32 3x3 stride
+2 on 32x32 images, whose product (1.2 MB) the old path allocated on
+every run (tests/alloc/steady_state.sh).
+
 transpose_dyn: a Conv2DTranspose 3x3 stride 2 "same" relu on images of
 any size (test_runtime's test_conv_transpose_shapes: other sizes, an
 empty one, then the first again).
@@ -187,3 +191,11 @@ x = g.input((None, None, 4), data)
 t = g.layer("Conv2DTranspose", x, name="t", filters=3, kernel_size=3, strides=2, padding="same",
             activation="relu")
 save_fixture("transpose_dyn", g.model(t), data, [t])
+
+data = rng.uniform(-1, 1, size=(1, 32, 32, 64)).astype(np.float32)
+g = appgraph.Graph("transpose_alloc", 3, appgraph.Weights("tests/transpose_alloc"))
+x = g.input((32, 32, 64), data)
+t = g.layer("Conv2DTranspose", x, name="t", filters=32, kernel_size=3, strides=2, padding="same")
+appgraph.write_keras_zip(os.path.join(out, "transpose_alloc.keras"), g.model(t), "3.6.0",
+                         libver=make_apps.LIBVER)
+print("transpose_alloc", t.value.shape)
