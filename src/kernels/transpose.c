@@ -51,11 +51,19 @@ static int kc_transpose_taps(int64_t o, int64_t in, int64_t k, int64_t s, int64_
     return n;
 }
 
-/* o = 0 + the first value, then + each next one: the sums the former
- * scatter made into a zeroed output. */
-static void kc_transpose_add(float *restrict o, const float *restrict col, int64_t f, int first)
+/* One tap's values into output pixel o: o = 0 + col for the first, o +=
+ * col after; the last one adds the bias (or NULL) in the same pass: the
+ * sums the former scatter made into a zeroed output, the bias after. */
+static void kc_transpose_add(float *restrict o, const float *restrict col,
+                             const float *restrict bias, int64_t f, int first, int last)
 {
-    if (first)
+    if (first && last && bias)
+        for (int64_t c = 0; c < f; c++)
+            o[c] = (0.0f + col[c]) + bias[c];
+    else if (last && bias)
+        for (int64_t c = 0; c < f; c++)
+            o[c] = (o[c] + col[c]) + bias[c];
+    else if (first)
         for (int64_t c = 0; c < f; c++)
             o[c] = 0.0f + col[c];
     else
@@ -81,19 +89,20 @@ static void kc_transpose_rows(void *arg, int64_t lo, int64_t hi)
         float *o = j->y + r * g->out[2] * f;
         for (int64_t ox = 0; ox < g->out[2]; ox++, o += f) {
             const int64_t *tx = j->x_tap + ox * kx, *fx = j->x_from + ox * kx;
-            int first = 1;
+            int taps = nz * ny * j->x_n[ox], t = 0;
             for (int a = 0; a < nz; a++)
                 for (int b = 0; b < ny; b++) {
                     int64_t row = (fz[a] * g->in[1] + fy[b]) * g->in[2];
                     int64_t tap = (tz[a] * g->k[1] + ty[b]) * kx;
-                    for (int e = 0; e < j->x_n[ox]; e++, first = 0)
-                        kc_transpose_add(o, j->cols + (row + fx[e]) * j->kf + (tap + tx[e]) * f, f,
-                                         first);
+                    for (int e = 0; e < j->x_n[ox]; e++, t++)
+                        kc_transpose_add(o, j->cols + (row + fx[e]) * j->kf + (tap + tx[e]) * f,
+                                         j->bias, f, t == 0, t == taps - 1);
                 }
-            if (first)
+            if (!taps) { /* no tap reaches it: 0, then the bias */
                 memset(o, 0, (size_t)f * sizeof *o);
-            if (j->bias)
-                kc_transpose_add(o, j->bias, f, 0);
+                if (j->bias)
+                    kc_transpose_add(o, j->bias, NULL, f, 0, 0);
+            }
         }
     }
 }
