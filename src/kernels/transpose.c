@@ -134,6 +134,21 @@ static void kc_transpose_free(kc_kernel_state *s)
     free(st);
 }
 
+/* Each output column's taps along the last axis (t->x_tap, x_from, x_n);
+ * the caller frees x_tap and x_n. */
+static kc_status kc_transpose_columns(const kc_geom *g, kc_transpose_state *t)
+{
+    t->x_tap = kc_calloc((size_t)(2 * g->out[2] * g->k[2]), sizeof *t->x_tap);
+    t->x_n = kc_calloc((size_t)g->out[2], sizeof *t->x_n);
+    if (!t->x_tap || !t->x_n)
+        return KC_ERR_NOMEM;
+    t->x_from = t->x_tap + g->out[2] * g->k[2];
+    for (int64_t ox = 0; ox < g->out[2]; ox++)
+        t->x_n[ox] = kc_transpose_taps(ox, g->in[2], g->k[2], g->s[2], g->d[2], g->pad[2],
+                                       t->x_tap + ox * g->k[2], t->x_from + ox * g->k[2]);
+    return KC_OK;
+}
+
 static kc_status kc_transpose_build(const kc_exec_ctx *ctx, const kc_geom *g, const float *w,
                                     kc_transpose_state **out)
 {
@@ -149,20 +164,15 @@ static kc_status kc_transpose_build(const kc_exec_ctx *ctx, const kc_geom *g, co
     const kc_shape kernel = {4, {1, 1, g->c, kf}};
     st->gemm_in = (kc_shape){4, {1, pixels / g->in[2], g->in[2], g->c}};
     st->gemm_out = (kc_shape){4, {1, pixels / g->in[2], g->in[2], kf}};
-    st->x_tap = kc_calloc((size_t)(2 * g->out[2] * g->k[2]), sizeof *st->x_tap);
-    st->x_n = kc_calloc((size_t)g->out[2], sizeof *st->x_n);
-    kc_status s = st->x_tap && st->x_n ? kc_inner_conv_init(&st->gemm, ctx->layer, &attrs, &kernel)
-                                       : KC_ERR_NOMEM;
+    kc_status s = kc_transpose_columns(g, st);
+    if (s == KC_OK)
+        s = kc_inner_conv_init(&st->gemm, ctx->layer, &attrs, &kernel);
     if (s != KC_OK) {
         free(st->x_tap);
         free(st->x_n);
         free(st);
         return s;
     }
-    st->x_from = st->x_tap + g->out[2] * g->k[2];
-    for (int64_t ox = 0; ox < g->out[2]; ox++)
-        st->x_n[ox] = kc_transpose_taps(ox, g->in[2], g->k[2], g->s[2], g->d[2], g->pad[2],
-                                        st->x_tap + ox * g->k[2], st->x_from + ox * g->k[2]);
     float *wt = st->gemm.weights[0].data;
     for (int64_t j = 0; j < kf; j++)
         for (int64_t c = 0; c < g->c; c++)
@@ -225,24 +235,14 @@ kc_status kc_conv_transpose(const kc_exec_ctx *ctx, kc_kernel_fn conv)
     if (st) {
         job.cols = kc_inner_conv_buffer(ctx, (size_t)(in_rows * kf) * sizeof(float), st->cols, &rest,
                                         &rest_bytes);
-    } else { /* no state to keep: this call's own tables */
-        kc_status s = KC_ERR_NOMEM;
-        plain.x_tap = (int64_t *)kc_scratch(4 * g.out[2] * g.k[2]); /* tap and from: 2 floats each */
-        plain.x_n = (int *)kc_scratch(g.out[2]);
-        job.cols = cols_owned = kc_scratch(in_rows * kf);
-        if (plain.x_tap && plain.x_n && cols_owned) {
-            plain.x_from = plain.x_tap + g.out[2] * g.k[2];
-            for (int64_t ox = 0; ox < g.out[2]; ox++)
-                plain.x_n[ox] = kc_transpose_taps(ox, g.in[2], g.k[2], g.s[2], g.d[2], g.pad[2],
-                                                  plain.x_tap + ox * g.k[2],
-                                                  plain.x_from + ox * g.k[2]);
-            s = KC_OK;
-        }
-        if (s != KC_OK || !w) {
+    } else { /* no state to keep: this call's own tables and product */
+        kc_status s = w ? kc_transpose_columns(&g, &plain)
+                        : kc_fail(KC_ERR_UNSUPPORTED, "the transposed convolution's kernel is gone");
+        job.cols = cols_owned = s == KC_OK ? kc_scratch(in_rows * kf) : NULL;
+        if (s != KC_OK) {
             free(plain.x_tap);
             free(plain.x_n);
-            free(cols_owned);
-            return s != KC_OK ? s : kc_fail(KC_ERR_UNSUPPORTED, "the kernel is gone");
+            return s;
         }
     }
     const kc_transpose_state *tables = st ? st : &plain;
