@@ -25,6 +25,20 @@ expect_totals "$M/intent_lstm_embed_k321.h5" 94320 94320
 expect_totals "$M/mnist_cnn_k231.h5" 93322 93322
 expect_totals "$M/quora_bilstm_tf2110.h5" 133377 133377
 
+# A Bidirectional layer's two directions run side by side on two threads
+# (kernels/rnn.c; at batch 1: a larger batch runs in lanes, one thread
+# each): the real BiLSTM's output has the one-thread run's bits.
+X="$(dirname "$0")/../data/npy/quora_bilstm_batch1.npy" # its reference input's first row
+T=${KC_TEST_TMP:-/tmp}
+mkdir -p "$T"
+if "$KERASC" run "$M/quora_bilstm_tf2110.h5" --input "$X" --output "$T/bilstm_t1.npy" \
+     --threads 1 && "$KERASC" run "$M/quora_bilstm_tf2110.h5" --input "$X" \
+     --output "$T/bilstm_t2.npy" --threads 2 && cmp -s "$T/bilstm_t1.npy" "$T/bilstm_t2.npy"; then
+  pass "quora_bilstm_tf2110.h5: directions side by side give the one-thread bits"
+else
+  fail "quora_bilstm_tf2110.h5: --threads 2 output differs from --threads 1 (or a run failed)"
+fi
+
 expect_error "$M/siamese_embed_lambda_k3100.keras" "layer 'lambda_2' \(Lambda\).*never executes"
 expect_error "$M/bc_nvidia_lambda_k111.h5" "layer 'lambda_1' \(Lambda\).*never executes"
 finish
