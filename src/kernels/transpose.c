@@ -19,6 +19,7 @@
 #include "base/threads.h"
 #include "kernels/conv_geom.h"
 #include "kernels/inner_conv.h"
+#include "kernels/subpixel.h"
 #include "ops/conv.h"
 
 /* One image of a transposed convolution: its GEMM's rows (kernel taps x
@@ -217,6 +218,10 @@ kc_status kc_conv_transpose(const kc_exec_ctx *ctx, kc_kernel_fn conv)
         return kc_activation_apply(a->activation, ctx->keras_major, ctx->out[0], g.n * out_img,
                                    g.f);
     }
+    int phased = 0; /* a kernel a multiple of its stride: one convolution (subpixel.c) */
+    KC_TRY(kc_subpixel_transpose(ctx, &g, conv, &phased));
+    if (phased)
+        return KC_OK;
     kc_transpose_state *st = ctx->state ? (kc_transpose_state *)*ctx->state : NULL;
     if (st && (st->base.free != kc_transpose_free || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])))
         st = kc_kernel_state_drop(ctx);

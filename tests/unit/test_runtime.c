@@ -480,12 +480,15 @@ static void test_upsample_conv_fused(void **state)
 }
 
 /* Transposed convolutions (kernels/transpose.c: the taps' product as a
- * 1x1 convolution through the dispatch, then the gather by output rows):
- * 1-D "same" stride 2 with a relu, 2-D 3x3 stride 2 "valid" (overlapping
- * taps), 2x2 stride 2 "same" relu (no overlap), 3x3 dilated by 2, 3-D
- * (2, 3, 2) strides (2, 1, 2); within 1e-5 of the NumPy reference, a
- * second run (the state kept, the layer's kernel released) with the first
- * one's bits; on oneDNN's 1x1 and on the plain path (KC_DNNL=0)
+ * 1x1 convolution through the dispatch, then the gather by output rows;
+ * kernels/subpixel.c: a kernel a multiple of its stride as one
+ * convolution over the input): 1-D "same" stride 2 with a relu, 2-D 3x3
+ * stride 2 "valid" (overlapping taps), 2x2 stride 2 "same" relu (no
+ * overlap), 3x3 dilated by 2, 4x4 stride 2 "same" relu, (3, 2) strides
+ * (1, 2) "valid", 3-D (2, 3, 2) strides (2, 1, 2); within 1e-5 of the
+ * NumPy reference, a second run (the state kept, the layer's kernel
+ * released) with the first one's bits; on oneDNN, on the plain path
+ * (KC_DNNL=0) and with the 2-D ones all on the gather (KC_SUBPIXEL=0)
  * (tools/apps/make_fusion_fixtures.py). */
 static void conv_transpose_check(const char *name, int n_out)
 {
@@ -514,13 +517,15 @@ static void conv_transpose_check(const char *name, int n_out)
 static void test_conv_transpose(void **state)
 {
     (void)state;
-    for (int plain = 0; plain < 2; plain++) {
-        if (plain)
-            setenv("KC_DNNL", "0", 1);
+    static const char *const off[3] = {NULL, "KC_DNNL", "KC_SUBPIXEL"};
+    for (int k = 0; k < 3; k++) {
+        if (off[k])
+            setenv(off[k], "0", 1);
         conv_transpose_check("transpose_1d", 1);
-        conv_transpose_check("transpose_2d", 3);
+        conv_transpose_check("transpose_2d", 5);
         conv_transpose_check("transpose_3d", 1);
-        unsetenv("KC_DNNL");
+        if (off[k])
+            unsetenv(off[k]);
     }
 }
 

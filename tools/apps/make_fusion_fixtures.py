@@ -41,10 +41,13 @@ convolutions (test_runtime's test_upsample_conv_fused).
 
 transpose_1d, transpose_2d, transpose_3d: transposed convolutions
 (kernels/transpose.c: the taps' product as a 1x1 convolution, then the
-gather by output rows): 1-D "same" stride 2 with a relu; 2-D 3x3 stride 2
-"valid" (overlapping taps), 2x2 stride 2 "same" with a relu (no
-overlap), 3x3 dilated by 2 "same"; 3-D (2, 3, 2) strides (2, 1, 2)
-"same" (test_runtime's test_conv_transpose).
+gather by output rows; kernels/subpixel.c where the kernel is a multiple
+of the stride): 1-D "same" stride 2 with a relu; 2-D 3x3 stride 2 "valid"
+(overlapping taps), 2x2 stride 2 "same" with a relu (no overlap), 3x3
+dilated by 2 "same", 4x4 stride 2 "same" relu (DCGAN's), (3, 2) strides
+(1, 2) "valid" (the last two and the 2x2 on subpixel.c: 72 input
+pixels); 3-D (2, 3, 2) strides (2, 1, 2) "same" (test_runtime's
+test_conv_transpose).
 
 transpose_bn: a DCGAN generator's block, Conv2DTranspose without bias ->
 BatchNormalization -> ReLU: both folded into the transposed convolution
@@ -159,15 +162,18 @@ t = g.layer("Conv1DTranspose", x, name="t", filters=6, kernel_size=(3,), strides
             dilation_rate=(1,), padding="same", activation="relu")
 save_fixture("transpose_1d", g.model(t), data, [t])
 
-data = rng.uniform(-1, 1, size=(2, 5, 6, 4)).astype(np.float32)
+data = rng.uniform(-1, 1, size=(2, 9, 8, 4)).astype(np.float32)
 g = appgraph.Graph("transpose_2d", 3, appgraph.Weights("tests/transpose_2d"))
-x = g.input((5, 6, 4), data)
+x = g.input((9, 8, 4), data)
 t1 = g.layer("Conv2DTranspose", x, name="t1", filters=5, kernel_size=3, strides=2)
 t2 = g.layer("Conv2DTranspose", x, name="t2", filters=3, kernel_size=2, strides=2, padding="same",
              activation="relu")
 t3 = g.layer("Conv2DTranspose", x, name="t3", filters=4, kernel_size=3, dilation_rate=2,
              padding="same")
-save_fixture("transpose_2d", g.model([t1, t2, t3]), data, [t1, t2, t3])
+t4 = g.layer("Conv2DTranspose", x, name="t4", filters=6, kernel_size=4, strides=2, padding="same",
+             activation="relu")
+t5 = g.layer("Conv2DTranspose", x, name="t5", filters=3, kernel_size=(3, 2), strides=(1, 2))
+save_fixture("transpose_2d", g.model([t1, t2, t3, t4, t5]), data, [t1, t2, t3, t4, t5])
 
 data = rng.uniform(-1, 1, size=(1, 3, 4, 3, 2)).astype(np.float32)
 g = appgraph.Graph("transpose_3d", 3, appgraph.Weights("tests/transpose_3d"))
