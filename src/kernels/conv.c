@@ -1,8 +1,9 @@
 /* Convolutions on NHWC float32: plain and grouped (im2col + GEMM),
  * depthwise (direct), separable (depthwise then a 1x1 GEMM; separable.c
- * runs it on the kernels below), transposed (transpose.c). 1-D and 3-D convolutions use the same code with the
- * missing spatial axes of size 1. Padding follows TensorFlow: for "same"
- * the extra pixel goes after (bottom/right); "causal" pads only before. */
+ * runs it on the kernels below), transposed (transpose.c). 1-D and 3-D
+ * convolutions use the same code with the missing spatial axes of size 1.
+ * Padding follows TensorFlow: for "same" the extra pixel goes after
+ * (bottom/right); "causal" pads only before. */
 #include <stdlib.h>
 #include <string.h>
 

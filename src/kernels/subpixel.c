@@ -29,8 +29,8 @@
 #include "base/env.h"
 #include "base/error.h"
 #include "base/mem.h"
-#include "base/threads.h"
 #include "kernels/inner_conv.h"
+#include "kernels/phase_grid.h"
 #include "ops/conv.h"
 
 /* Input pixels an image, at least (below: transpose.c's path). */
@@ -41,8 +41,7 @@ typedef struct kc_subpixel_state {
     kc_shape in_shape;
     kc_inner_conv phases;        /* (T_h, T_w, c, s_h s_w f) */
     kc_shape q_in, q_out;
-    int64_t s[2], off[2][64];    /* per axis: stride, each phase's offset */
-    int64_t f;
+    kc_phase_grid grid;          /* its phases on the output grid */
     float *q[KC_INNER_LANES];    /* its output where the spare range has no room */
 } kc_subpixel_state;
 
@@ -63,7 +62,7 @@ static int kc_subpixel_axis(const kc_geom *g, int i, kc_subpixel_state *st, int 
                             int64_t *q_len)
 {
     int64_t s = g->s[i], k = g->k[i], len = g->in[i], out = g->out[i], pad = g->pad[i];
-    if (g->d[i] != 1 || k % s || s > 64 || len < 1 || out < 1)
+    if (g->d[i] != 1 || k % s || s > KC_PHASE_MAX || len < 1 || out < 1)
         return 0;
     int64_t t = k / s, qmin = -1;
     for (int64_t a = 0; a < s; a++) {
@@ -76,15 +75,15 @@ static int kc_subpixel_axis(const kc_geom *g, int i, kc_subpixel_state *st, int 
         return 0;
     *q_len = 0;
     for (int64_t a = 0; a < s; a++) {
-        st->off[axis][a] = (a + pad) / s - (t - 1) + *pad_before;
+        st->grid.off[axis][a] = (a + pad) / s - (t - 1) + *pad_before;
         if (a < out) { /* its last output: m = (out - 1 - a) / s */
-            int64_t need = (out - 1 - a) / s + st->off[axis][a] + 1;
+            int64_t need = (out - 1 - a) / s + st->grid.off[axis][a] + 1;
             *q_len = need > *q_len ? need : *q_len;
         }
     }
     *pad_after = *q_len - len - *pad_before + t - 1;
     *taps = t;
-    st->s[axis] = s;
+    st->grid.s[axis] = s;
     return *pad_after >= 0;
 }
 
@@ -92,7 +91,7 @@ static int kc_subpixel_axis(const kc_geom *g, int i, kc_subpixel_state *st, int 
 static void kc_subpixel_kernel(kc_subpixel_state *st, const kc_geom *g, const int64_t *r_h,
                                const int64_t *r_w, const float *w, const float *bias)
 {
-    int64_t f = g->f, c = g->c, sh = st->s[0], sw = st->s[1], fs = sh * sw * f;
+    int64_t f = g->f, c = g->c, sh = st->grid.s[0], sw = st->grid.s[1], fs = sh * sw * f;
     int64_t th_n = st->phases.attrs.kernel[0], tw_n = st->phases.attrs.kernel[1];
     float *kin = st->phases.weights[0].data;
     for (int64_t a = 0; a < sh; a++)
@@ -121,8 +120,8 @@ static kc_status kc_subpixel_build(const kc_exec_ctx *ctx, const kc_geom *g,
         return KC_ERR_NOMEM;
     st->base.free = kc_subpixel_free;
     st->in_shape = ctx->in_shape[0];
-    st->f = g->f;
-    int64_t r[2][64], taps[2], pb[2], pa[2], q_len[2];
+    st->grid.f = g->f;
+    int64_t r[2][KC_PHASE_MAX], taps[2], pb[2], pa[2], q_len[2];
     kc_conv_attrs attrs = {.kind = KC_CONV_PLAIN, .spatial = 2, .strides = {1, 1, 1},
                            .dilation = {1, 1, 1}, .output_padding = {-1, -1, -1}, .groups = 1,
                            .use_bias = a->use_bias, .activation = a->activation};
@@ -132,7 +131,7 @@ static kc_status kc_subpixel_build(const kc_exec_ctx *ctx, const kc_geom *g,
         attrs.pad_before[i] = pb[i];
         attrs.pad_after[i] = pa[i];
     }
-    attrs.filters = st->s[0] * st->s[1] * g->f;
+    attrs.filters = st->grid.s[0] * st->grid.s[1] * g->f;
     st->q_in = (kc_shape){4, {g->n, g->in[1] + pb[0] + pa[0], g->in[2] + pb[1] + pa[1], g->c}};
     st->q_out = (kc_shape){4, {g->n, q_len[0], q_len[1], attrs.filters}};
     const kc_shape kernel = {4, {taps[0], taps[1], g->c, attrs.filters}};
@@ -147,38 +146,13 @@ static kc_status kc_subpixel_build(const kc_exec_ctx *ctx, const kc_geom *g,
     return KC_OK;
 }
 
-/* Output rows [lo, hi) over (image, row) from the phases' output. */
-typedef struct kc_subpixel_copy {
-    const kc_subpixel_state *st;
-    const float *q;
-    float *out;
-    int64_t out_h, out_w;
-} kc_subpixel_copy;
-
-static void kc_subpixel_rows(void *arg, int64_t lo, int64_t hi)
-{
-    const kc_subpixel_copy *j = arg;
-    const kc_subpixel_state *st = j->st;
-    int64_t f = st->f, sh = st->s[0], sw = st->s[1], fs = sh * sw * f;
-    int64_t q_h = st->q_out.dims[1], q_w = st->q_out.dims[2];
-    for (int64_t r = lo; r < hi; r++) {
-        int64_t n = r / j->out_h, y = r % j->out_h, a = y % sh;
-        const float *q_row = j->q + (n * q_h + y / sh + st->off[0][a]) * q_w * fs + a * sw * f;
-        float *o = j->out + r * j->out_w * f;
-        for (int64_t x = 0; x < j->out_w; x++, o += f) {
-            int64_t b = x % sw;
-            memcpy(o, q_row + (x / sw + st->off[1][b]) * fs + b * f, (size_t)f * sizeof *o);
-        }
-    }
-}
-
 kc_status kc_subpixel_transpose(const kc_exec_ctx *ctx, const kc_geom *g, kc_kernel_fn conv,
                                 int *handled)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
     *handled = 0;
     kc_subpixel_state probe;
-    int64_t r[64], t, pb, pa, q_len;
+    int64_t r[KC_PHASE_MAX], t, pb, pa, q_len;
     /* on a few pixels (a generator's first 4x4 layer) the weights
      * dominate, and oneDNN's 1x1 kernel read them faster than its T x T
      * one (0.22 against 0.28 ms for 4x4x512 -> 8x8x256) */
@@ -202,10 +176,7 @@ kc_status kc_subpixel_transpose(const kc_exec_ctx *ctx, const kc_geom *g, kc_ker
         return kc_fail(KC_ERR_NOMEM, "out of memory for a transposed convolution's buffer");
     KC_TRY(kc_inner_conv_run(&st->phases, ctx, conv, ctx->in[0], &st->q_in, q, &st->q_out, rest,
                              rest_bytes));
-    const kc_shape *os = &ctx->out_shape[0];
-    kc_subpixel_copy job = {st, q, ctx->out[0], os->dims[1], os->dims[2]};
-    kc_parallel_for(os->dims[0] * os->dims[1], kc_count(os) * (int64_t)sizeof(float), 1,
-                    kc_subpixel_rows, &job);
+    kc_phase_grid_copy(&st->grid, q, &st->q_out, ctx->out[0], &ctx->out_shape[0]);
     *handled = 1;
     return KC_OK;
 }

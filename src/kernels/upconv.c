@@ -36,16 +36,16 @@
 
 #include "base/error.h"
 #include "base/mem.h"
-#include "base/threads.h"
 #include "kernels/inner_conv.h"
+#include "kernels/phase_grid.h"
 
 typedef struct kc_upconv_state {
     kc_kernel_state base;
     kc_shape in_shape;         /* the upsampled input shape it was built for */
     kc_inner_conv inner;       /* the 2x2 convolution: kernel (2, 2, c, 4f), bias (4f) */
     kc_shape q_in, q_out;      /* its input (padded, as a folded ZeroPadding's) and output */
-    int64_t off[2][2];         /* [axis][parity]: output index 2i + a reads q's i + off */
-    int64_t c, f;              /* input channels, filters */
+    kc_phase_grid grid;        /* the four parities on the output grid (stride 2) */
+    int64_t c;                 /* input channels (filters: grid.f) */
     int same;                  /* the 3x3 convolution's padding: 1 "same", 0 "valid" */
     float *q[KC_INNER_LANES];  /* its output where the spare range has no room, per lane */
 } kc_upconv_state;
@@ -80,12 +80,12 @@ static int kc_upconv_axis(kc_upconv_state *st, int axis, int p, int64_t len, int
 {
     int64_t t0 = kc_half_floor(-p), t1 = kc_half_floor(1 - p);
     *pad_before = -(t0 < t1 ? t0 : t1);
-    st->off[axis][0] = t0 + *pad_before;
-    st->off[axis][1] = t1 + *pad_before;
+    st->grid.off[axis][0] = t0 + *pad_before;
+    st->grid.off[axis][1] = t1 + *pad_before;
     *q_len = 0;
     for (int64_t y = out_len - 2; y < out_len; y++) /* the last of each parity */
-        if (y >= 0 && (y >> 1) + st->off[axis][y & 1] + 1 > *q_len)
-            *q_len = (y >> 1) + st->off[axis][y & 1] + 1;
+        if (y >= 0 && (y >> 1) + st->grid.off[axis][y & 1] + 1 > *q_len)
+            *q_len = (y >> 1) + st->grid.off[axis][y & 1] + 1;
     *pad_after = *q_len - len - *pad_before + 1;
     return *q_len >= 1 && *pad_after >= 0 && out_len >= 1;
 }
@@ -94,7 +94,7 @@ static int kc_upconv_axis(kc_upconv_state *st, int axis, int p, int64_t len, int
  * (3, 3, c, f)) and bias. */
 static void kc_upconv_transform(const kc_upconv_state *st, const float *k, const float *bias)
 {
-    int64_t c = st->c, f = st->f, f4 = 4 * f;
+    int64_t c = st->c, f = st->grid.f, f4 = 4 * f;
     int p = st->same;
     float *k2 = st->inner.weights[0].data;
     for (int64_t cls = 0; cls < 4; cls++) {
@@ -134,14 +134,15 @@ static kc_status kc_upconv_build(const kc_exec_ctx *ctx, kc_upconv_state **out)
     st->base.free = kc_upconv_free;
     st->in_shape = *big;
     st->c = big->dims[3];
-    st->f = os->dims[3];
+    st->grid.f = os->dims[3];
+    st->grid.s[0] = st->grid.s[1] = 2;
     st->same = a->padding == 1;
     kc_conv_attrs attrs = *a;
     attrs.pre_upsample = NULL;
-    attrs.filters = 4 * st->f;
+    attrs.filters = 4 * st->grid.f;
     attrs.padding = 0; /* padded as a folded ZeroPadding: pad_before/after */
     st->q_in = (kc_shape){.rank = 4, .dims = {big->dims[0], 0, 0, st->c}};
-    st->q_out = (kc_shape){.rank = 4, .dims = {big->dims[0], 0, 0, 4 * st->f}};
+    st->q_out = (kc_shape){.rank = 4, .dims = {big->dims[0], 0, 0, 4 * st->grid.f}};
     int ok = big->rank == 4 && os->rank == 4 && big->dims[0] == os->dims[0];
     for (int i = 0; ok && i < 2; i++) {
         attrs.kernel[i] = 2;
@@ -151,7 +152,7 @@ static kc_status kc_upconv_build(const kc_exec_ctx *ctx, kc_upconv_state **out)
                             &attrs.pad_after[i], &st->q_out.dims[1 + i]);
         st->q_in.dims[1 + i] = len + attrs.pad_before[i] + attrs.pad_after[i];
     }
-    const kc_shape kernel = {4, {2, 2, st->c, 4 * st->f}};
+    const kc_shape kernel = {4, {2, 2, st->c, 4 * st->grid.f}};
     kc_status s = ok ? kc_inner_conv_init(&st->inner, ctx->layer, &attrs, &kernel)
                      : kc_fail(KC_ERR_UNSUPPORTED,
                                "the upsampling fused into this convolution does not fit its shapes");
@@ -161,36 +162,6 @@ static kc_status kc_upconv_build(const kc_exec_ctx *ctx, kc_upconv_state **out)
     }
     *out = st;
     return KC_OK;
-}
-
-/* Output rows [lo, hi) over (image, row) from the 2x2 convolution's
- * output. */
-typedef struct kc_upconv_copy {
-    const kc_upconv_state *st;
-    const float *q;
-    float *out;
-    int64_t out_h, out_w;
-} kc_upconv_copy;
-
-static void kc_upconv_rows(void *arg, int64_t lo, int64_t hi)
-{
-    const kc_upconv_copy *j = arg;
-    const kc_upconv_state *st = j->st;
-    int64_t f = st->f, q_h = st->q_out.dims[1], q_w = st->q_out.dims[2];
-    for (int64_t r = lo; r < hi; r++) {
-        int64_t n = r / j->out_h, y = r % j->out_h, a = y & 1;
-        const float *q_row = j->q + (n * q_h + (y >> 1) + st->off[0][a]) * q_w * 4 * f + 2 * a * f;
-        float *o = j->out + r * j->out_w * f;
-        if (f == 1) /* a head's one filter: no call per pixel */
-            for (int64_t x = 0; x < j->out_w; x++)
-                o[x] = q_row[((x >> 1) + st->off[1][x & 1]) * 4 + (x & 1)];
-        else
-            for (int64_t x = 0; x < j->out_w; x++, o += f) {
-                int64_t b = x & 1;
-                memcpy(o, q_row + ((x >> 1) + st->off[1][b]) * 4 * f + b * f,
-                       (size_t)f * sizeof *o);
-            }
-    }
 }
 
 kc_status kc_upconv(const kc_exec_ctx *ctx, kc_kernel_fn conv)
@@ -222,9 +193,6 @@ kc_status kc_upconv(const kc_exec_ctx *ctx, kc_kernel_fn conv)
         return kc_fail(KC_ERR_NOMEM, "out of memory for an upsampled convolution's buffer");
     KC_TRY(kc_inner_conv_run(&st->inner, ctx, conv, ctx->in[0], &st->q_in, q, &st->q_out,
                              inner_spare, inner_spare_bytes));
-    const kc_shape *os = &ctx->out_shape[0];
-    kc_upconv_copy job = {st, q, ctx->out[0], os->dims[1], os->dims[2]};
-    kc_parallel_for(os->dims[0] * os->dims[1], kc_count(os) * (int64_t)sizeof(float), 1,
-                    kc_upconv_rows, &job);
+    kc_phase_grid_copy(&st->grid, q, &st->q_out, ctx->out[0], &ctx->out_shape[0]);
     return KC_OK;
 }
