@@ -45,20 +45,26 @@ static void kc_balance_recut(kc_balance *b)
     }
 }
 
-void kc_balance_update(kc_balance *b, const double *seconds)
+void kc_balance_update_units(kc_balance *b, const double *seconds, const int64_t *units)
 {
     if (!b->adaptive || b->parts < 2)
         return;
-    for (int k = 0; k < b->parts; k++) {
-        int64_t mine = b->lo[k + 1] - b->lo[k];
-        if (mine < 1 || !(seconds[k] > 0.0))
+    for (int k = 0; k < b->parts; k++)
+        if (units[k] < 1 || !(seconds[k] > 0.0))
             return; /* a part that did not run, or a clock that did not move */
-    }
     for (int k = 0; k < b->parts; k++) {
-        double unit = seconds[k] / (double)(b->lo[k + 1] - b->lo[k]);
+        double unit = seconds[k] / (double)units[k];
         b->per_unit[k] = b->per_unit[k] > 0.0
                              ? (1.0 - KC_BALANCE_NEW) * b->per_unit[k] + KC_BALANCE_NEW * unit
                              : unit;
     }
     kc_balance_recut(b);
+}
+
+void kc_balance_update(kc_balance *b, const double *seconds)
+{
+    int64_t units[KC_BALANCE_MAX_PARTS];
+    for (int k = 0; k < b->parts; k++)
+        units[k] = b->lo[k + 1] - b->lo[k];
+    kc_balance_update_units(b, seconds, units);
 }

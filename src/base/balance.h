@@ -32,4 +32,8 @@ void kc_balance_init(kc_balance *b, int64_t units, int parts, int64_t min_units)
  * moves the cuts for the next run. */
 void kc_balance_update(kc_balance *b, const double *seconds);
 
+/* The same where part k ran units[k] units rather than its cut's (work
+ * taken from other parts' runs: base/claims.h). */
+void kc_balance_update_units(kc_balance *b, const double *seconds, const int64_t *units);
+
 #endif

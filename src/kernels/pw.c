@@ -13,7 +13,12 @@
  * up to 3 vectors over all the pixels, register blocks of 8 pixels x 48
  * channels; while a panel runs, the part's next one is fetched into L2, a
  * share of its lines in each block's loop. The parts' cut follows the
- * threads' measured speeds (kc_balance). A strided layer first gathers
+ * threads' measured speeds (kc_balance), and a part done early takes
+ * panels from the back of the other's run (base/claims.h): the parts'
+ * busy times in ResNet50's nine such layers at batch 1 then differed by
+ * 102 us a run in all, from 234 (means over 93 runs), but the layers'
+ * times stayed level (ten alternating pairs; a chain of 7x7 2048 <-> 512
+ * layers too: much of the difference was the second thread's later start). A strided layer first gathers
  * the pixels it reads into a buffer of its own, its threads a share each.
  * On the 2-core Zen 5 of bench/results, ResNet50 batch 1, `--stats`,
  * alternating: its 7x7 1024 -> 2048 shortcut 0.75-0.77 -> 0.62-0.69 ms
@@ -34,6 +39,7 @@
 #include <string.h>
 
 #include "base/balance.h"
+#include "base/claims.h"
 #include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
@@ -97,6 +103,7 @@ typedef struct kc_pw_io {
     const kc_pw_state *st;
     const float *in, *bias;
     float *out;
+    kc_claims *panels; /* the parts' runs of vectors, claimed a panel at a time */
 } kc_pw_io;
 
 /* ------------------------------------------------------------ geometry */
@@ -142,18 +149,6 @@ static void kc_pw_free(kc_kernel_state *s)
     free(st->w);
     free(st->gathered);
     free(st);
-}
-
-/* Panel j of the run of `count` vectors from `lo`: its first vector and
- * its vectors (at most 3, the run's vectors evened over its panels); 0
- * past its last. */
-static int kc_pw_panel_at(int64_t lo, int64_t count, int64_t j, int64_t *v0)
-{
-    int64_t panels = (count + KC_PW_NR / 16 - 1) / (KC_PW_NR / 16);
-    if (j >= panels)
-        return 0;
-    *v0 = lo + count * j / panels;
-    return (int)(lo + count * (j + 1) / panels - *v0);
 }
 
 /* Keras's (1, 1, k, n) kernel into vectors: vector v's k rows of 16
@@ -296,24 +291,22 @@ __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, i
     }
 }
 
-/* Part `part`'s panels over all the pixels, each fetching the next into
- * L2 as it runs. */
+/* Part `part`'s panels over all the pixels: its run of vectors, then
+ * what is left of the others' (base/claims.h), each panel fetching the
+ * next into L2 as it runs. */
 static void kc_pw_vectors_job(void *arg, int part)
 {
     const kc_pw_io *io = arg;
     const kc_pw_state *st = io->st;
-    int64_t v0, next_v0, lo = st->cut.lo[part], count = st->cut.lo[part + 1] - lo;
-    int nv = kc_pw_panel_at(lo, count, 0, &v0);
-    for (int64_t j = 0; nv > 0; j++) {
-        int next_nv = kc_pw_panel_at(lo, count, j + 1, &next_v0);
+    kc_claim next;
+    for (kc_claim now = kc_claims_next(io->panels, part, &next); now.count > 0;
+         now = kc_claims_next(io->panels, part, &next)) {
         kc_wino2d_lines fetch = {NULL, 0};
-        if (st->prefetch && next_nv > 0) {
-            fetch.at = (const char *)(st->w + st->k * 16 * next_v0);
-            fetch.n = st->k * 16 * next_nv * (int64_t)sizeof(float) / 64;
+        if (st->prefetch && next.count > 0) {
+            fetch.at = (const char *)(st->w + st->k * 16 * next.first);
+            fetch.n = st->k * 16 * next.count * (int64_t)sizeof(float) / 64;
         }
-        kc_pw_panel(io, v0, nv, fetch);
-        nv = next_nv;
-        v0 = next_v0;
+        kc_pw_panel(io, now.first, (int)now.count, fetch);
     }
 }
 
@@ -395,14 +388,18 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         KC_TRY(kc_pw_build(ctx, &probe, &st));
         *ctx->state = &st->base;
     }
-    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0]};
+    kc_claims panels;
+    kc_claims_init(&panels, &st->cut, KC_PW_NR / 16);
+    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], &panels};
     if (st->gathered) {
         kc_parallel(st->cut.parts, kc_pw_gather_job, &io);
         io.in = st->gathered;
     }
     double seconds[KC_BALANCE_MAX_PARTS] = {0};
+    int64_t units[KC_BALANCE_MAX_PARTS];
     kc_parallel_timed(st->cut.parts, kc_pw_vectors_job, &io, seconds);
-    kc_balance_update(&st->cut, seconds);
+    kc_claims_units(&panels, units);
+    kc_balance_update_units(&st->cut, seconds, units);
     *handled = 1;
     *act_done = st->act != 3;
     return KC_OK;

@@ -2,16 +2,23 @@
  * cuts moved toward the faster part in proportion to the measured
  * speeds, averaged over runs, bounded by the parts' least units, and
  * left alone with KC_BALANCE=0, with one part, or when a part reports no
- * time. */
+ * time; and of the claims on a cut's runs (src/base/claims.c): each part
+ * its own run front to back in evened pieces, then the back of the
+ * fullest other run, every unit once under threads, and the cut then
+ * following the units each part ran. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "base/balance.h"
+#include "base/claims.h"
+#include "base/threads.h"
 
 static void expect_cuts(const kc_balance *b, const int64_t *want, int n)
 {
@@ -104,6 +111,126 @@ static void test_left_alone(void **state)
     expect_cuts(&b, (const int64_t[]){0, 50, 100}, 2);
 }
 
+static void expect_claim(kc_claim got, int64_t first, int64_t count, const char *what)
+{
+    if (got.count != count || (count > 0 && got.first != first))
+        fail_msg("%s: units [%lld, +%lld), expected [%lld, +%lld)", what, (long long)got.first,
+                 (long long)got.count, (long long)first, (long long)count);
+}
+
+/* Two parts of 8 units, pieces of at most 3: part 0 runs its 4 as 2 + 2
+ * (evened), then takes part 1's from the back while part 1 has not
+ * started; part 1 then finds nothing. */
+static void test_claims_order(void **state)
+{
+    (void)state;
+    kc_balance b;
+    kc_balance_init(&b, 8, 2, 1);
+    kc_claims c;
+    kc_claims_init(&c, &b, 3);
+    kc_claim guess;
+    expect_claim(kc_claims_next(&c, 0, &guess), 0, 2, "part 0's first");
+    expect_claim(guess, 2, 2, "part 0's first guess");
+    expect_claim(kc_claims_next(&c, 0, &guess), 2, 2, "part 0's second");
+    expect_claim(guess, 0, 0, "part 0's run done");
+    expect_claim(kc_claims_next(&c, 0, &guess), 6, 2, "part 0 takes part 1's last");
+    expect_claim(kc_claims_next(&c, 0, &guess), 4, 2, "part 0 takes part 1's first");
+    expect_claim(kc_claims_next(&c, 1, &guess), 0, 0, "part 1: nothing left");
+    expect_claim(kc_claims_next(&c, 0, &guess), 0, 0, "part 0: nothing left");
+    int64_t units[2];
+    kc_claims_units(&c, units);
+    assert_int_equal(units[0], 8);
+    assert_int_equal(units[1], 0);
+    /* 7 units by 3: 3, 2, 2, the guesses following */
+    kc_balance_init(&b, 7, 1, 1);
+    kc_claims_init(&c, &b, 3);
+    expect_claim(kc_claims_next(&c, 0, &guess), 0, 3, "7 by 3, first");
+    expect_claim(guess, 3, 2, "7 by 3, first guess");
+    expect_claim(kc_claims_next(&c, 0, &guess), 3, 2, "7 by 3, second");
+    expect_claim(kc_claims_next(&c, 0, &guess), 5, 2, "7 by 3, third");
+    expect_claim(kc_claims_next(&c, 0, &guess), 0, 0, "7 by 3, done");
+}
+
+/* A thief takes from the run with the most left, and guesses its next
+ * piece from there only where the owner will not reach it first. */
+static void test_claims_victim(void **state)
+{
+    (void)state;
+    kc_balance b;
+    kc_balance_init(&b, 30, 3, 1); /* runs 0-9, 10-19, 20-29 */
+    kc_claims c;
+    kc_claims_init(&c, &b, 2);
+    kc_claim guess;
+    for (int i = 0; i < 3; i++)
+        kc_claims_next(&c, 1, &guess); /* part 1: 6 of its 10 */
+    for (int i = 0; i < 5; i++)
+        kc_claims_next(&c, 0, &guess); /* part 0: all 10 */
+    expect_claim(kc_claims_next(&c, 0, &guess), 28, 2, "part 0 takes part 2's back");
+    expect_claim(guess, 26, 2, "part 0's guess in part 2's run");
+    for (int i = 0; i < 3; i++)
+        kc_claims_next(&c, 2, &guess); /* part 2: 20-25, 26-27 left */
+    /* part 1 has 4 left, part 2 2 */
+    expect_claim(kc_claims_next(&c, 0, &guess), 18, 2, "part 0: the fuller run's back");
+    expect_claim(guess, 0, 0, "no guess at a run's last piece");
+    expect_claim(kc_claims_next(&c, 1, &guess), 16, 2, "part 1's own");
+    expect_claim(kc_claims_next(&c, 0, &guess), 26, 2, "part 0: part 2's last");
+    expect_claim(kc_claims_next(&c, 1, &guess), 0, 0, "all taken");
+}
+
+typedef struct claims_run {
+    kc_claims claims;
+    _Atomic int seen[300];
+} claims_run;
+
+/* Part 0 slow (1 ms a piece): the others take most of its run. */
+static void claims_job(void *arg, int part)
+{
+    claims_run *r = arg;
+    kc_claim guess;
+    for (kc_claim got = kc_claims_next(&r->claims, part, &guess); got.count > 0;
+         got = kc_claims_next(&r->claims, part, &guess)) {
+        for (int64_t u = got.first; u < got.first + got.count; u++)
+            atomic_fetch_add(&r->seen[u], 1);
+        if (part == 0)
+            usleep(1000);
+    }
+}
+
+static void test_claims_threads(void **state)
+{
+    (void)state;
+    kc_balance b;
+    kc_balance_init(&b, 300, 3, 1);
+    claims_run *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    kc_claims_init(&r->claims, &b, 4);
+    kc_threads_enter(3);
+    kc_parallel(3, claims_job, r);
+    for (int u = 0; u < 300; u++)
+        if (atomic_load(&r->seen[u]) != 1)
+            fail_msg("unit %d ran %d times", u, atomic_load(&r->seen[u]));
+    int64_t units[3];
+    kc_claims_units(&r->claims, units);
+    assert_int_equal(units[0] + units[1] + units[2], 300);
+    if (units[0] >= 100)
+        fail_msg("the slow part ran %lld units: nothing taken from its run", (long long)units[0]);
+    free(r);
+}
+
+/* Cuts from the units each part ran: 60 and 40 units in the same time
+ * are speeds 60 and 40, whatever the cut was. */
+static void test_update_units(void **state)
+{
+    (void)state;
+    kc_balance b;
+    kc_balance_init(&b, 100, 2, 1);
+    kc_balance_update_units(&b, (const double[]){1.0, 1.0}, (const int64_t[]){60, 40});
+    expect_cuts(&b, (const int64_t[]){0, 60, 100}, 2);
+    /* a part that ran nothing: left alone */
+    kc_balance_update_units(&b, (const double[]){1.0, 1.0}, (const int64_t[]){100, 0});
+    expect_cuts(&b, (const int64_t[]){0, 60, 100}, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -112,6 +239,10 @@ int main(void)
         cmocka_unit_test(test_runs_averaged),
         cmocka_unit_test(test_least_units_kept),
         cmocka_unit_test(test_left_alone),
+        cmocka_unit_test(test_claims_order),
+        cmocka_unit_test(test_claims_victim),
+        cmocka_unit_test(test_claims_threads),
+        cmocka_unit_test(test_update_units),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
