@@ -20,6 +20,7 @@ void kc_balance_init(kc_balance *b, int64_t units, int parts, int64_t min_units)
     b->units = units;
     b->min_units = min_units;
     b->adaptive = !kc_env_off("KC_BALANCE");
+    b->steal = !kc_env_off("KC_STEAL");
     for (int k = 0; k <= parts; k++)
         b->lo[k] = units * k / parts;
     for (int k = 0; k < parts; k++)

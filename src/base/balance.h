@@ -22,6 +22,7 @@ typedef struct kc_balance {
     int64_t lo[KC_BALANCE_MAX_PARTS + 1]; /* part k: units [lo[k], lo[k + 1]) */
     double per_unit[KC_BALANCE_MAX_PARTS]; /* seconds a unit, averaged; 0: none yet */
     int adaptive;                    /* 0: the even cut stays (KC_BALANCE=0) */
+    int steal;                       /* 0: no part takes from another's run (KC_STEAL=0; base/claims.h) */
 } kc_balance;
 
 /* An even cut of `units` into `parts` (at most KC_BALANCE_MAX_PARTS, and

@@ -9,6 +9,7 @@ void kc_claims_init(kc_claims *c, const kc_balance *b, int64_t most)
 {
     c->parts = b->parts;
     c->most = most < 1 ? 1 : most;
+    c->steal = b->steal;
     for (int k = 0; k < b->parts; k++) {
         atomic_init(&c->part[k].run,
                     kc_claims_pack((uint32_t)b->lo[k], (uint32_t)b->lo[k + 1]));
@@ -79,7 +80,7 @@ kc_claim kc_claims_next(kc_claims *c, int part, kc_claim *guess)
         *guess = (kc_claim){got.first + got.count, kc_claims_piece(c, after)};
         return got;
     }
-    for (int victim; (victim = kc_claims_victim(c, part)) >= 0;) {
+    for (int victim; c->steal && (victim = kc_claims_victim(c, part)) >= 0;) {
         got = kc_claims_take(c, victim, 1, &after);
         if (got.count > 0) {
             c->part[part].done += got.count;

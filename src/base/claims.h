@@ -28,6 +28,7 @@
 typedef struct kc_claims {
     int parts;
     int64_t most;       /* units a piece at most */
+    int steal;          /* 0: each part its own run only (kc_balance.steal) */
     struct {
         /* the run's first unclaimed unit (low 32 bits) and its end (high
          * 32 bits): the owner moves the front, thieves the end */
@@ -42,7 +43,8 @@ typedef struct kc_claim {
 } kc_claim;
 
 /* Runs from b's cuts (units below 2^31), pieces of at most `most` units
- * evened over what is left of a run (7 units by 3: 3, 2, 2). */
+ * evened over what is left of a run (7 units by 3: 3, 2, 2); parts take
+ * from each other's runs unless b was made with KC_STEAL=0. */
 void kc_claims_init(kc_claims *c, const kc_balance *b, int64_t most);
 
 /* The next piece for `part`: from the front of its own run, else from the

@@ -14,6 +14,7 @@
 
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "base/balance.h"
@@ -214,6 +215,16 @@ static void test_claims_threads(void **state)
     assert_int_equal(units[0] + units[1] + units[2], 300);
     if (units[0] >= 100)
         fail_msg("the slow part ran %lld units: nothing taken from its run", (long long)units[0]);
+    /* KC_STEAL=0: each part its own run */
+    setenv("KC_STEAL", "0", 1);
+    kc_balance_init(&b, 300, 3, 1);
+    unsetenv("KC_STEAL");
+    memset(r, 0, sizeof *r);
+    kc_claims_init(&r->claims, &b, 4);
+    kc_parallel(3, claims_job, r);
+    kc_claims_units(&r->claims, units);
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(units[k], 100);
     free(r);
 }
 
