@@ -246,7 +246,7 @@ static int kc_node_named(const kc_session *s, const char *name)
 
 /* A model run fused and with one fusion switch off (KC_FUSE=0: all), one
  * run each on its input. */
-#define KC_PAIR_OUTPUTS 5
+#define KC_PAIR_OUTPUTS 8
 typedef struct fused_pair {
     kc_model *m;
     kc_session *fused, *plain;
@@ -393,6 +393,38 @@ static void test_rescaling_folded(void **state)
     assert_false(fused_away(p.fused, "r3")); /* two readers */
     fused_pair_expect(&p, 0, "fusion/rescale_conv_expected_0.npy", 1e-4f, 1e-5f);
     fused_pair_expect(&p, 1, "fusion/rescale_conv_expected_1.npy", 1e-4f, 1e-5f);
+    fused_pair_free(&p);
+}
+
+/* A BatchNormalization after a relu folds into the layer after it
+ * (runtime/fuse.c's kc_fold_bn_forward): through a max pooling and a
+ * Dropout into a "valid" convolution, through global average poolings
+ * (negative scales too) and a Flatten into Dense layers; negative scales
+ * before a max pooling, a "same" convolution after and a pooling that is
+ * also an output keep theirs. Within rounding of the unfused run
+ * (KC_BN_FORWARD=0) and 1e-4 of the NumPy reference
+ * (tools/apps/make_fusion_fixtures.py). */
+static void test_bn_folded_forward(void **state)
+{
+    (void)state;
+    fused_pair p;
+    fused_pair_run(&p, "fusion/bn_forward.keras", "fusion/bn_forward_input.npy", 8,
+                   "KC_BN_FORWARD");
+    static const char *const folded[] = {"b1", "b2", "neg4", "b7"};
+    static const char *const kept[] = {"neg3", "b5", "b9"};
+    for (size_t i = 0; i < sizeof folded / sizeof folded[0]; i++) {
+        if (!fused_away(p.fused, folded[i]))
+            fail_msg("%s not folded", folded[i]);
+        assert_false(fused_away(p.plain, folded[i]));
+    }
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+        if (fused_away(p.fused, kept[i]))
+            fail_msg("%s folded", kept[i]);
+    for (int o = 0; o < 8; o++) {
+        char expected[64];
+        snprintf(expected, sizeof expected, "fusion/bn_forward_expected_%d.npy", o);
+        fused_pair_expect(&p, o, expected, 1e-4f, 1e-5f);
+    }
     fused_pair_free(&p);
 }
 
@@ -1775,6 +1807,7 @@ int main(void)
         cmocka_unit_test(test_layer_scale_folded),
         cmocka_unit_test(test_maxpool_fused_in_stem),
         cmocka_unit_test(test_rescaling_folded),
+        cmocka_unit_test(test_bn_folded_forward),
         cmocka_unit_test(test_dense_residual_fused),
         cmocka_unit_test(test_upsample_conv_fused),
         cmocka_unit_test(test_conv_transpose),

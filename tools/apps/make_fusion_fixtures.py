@@ -54,6 +54,15 @@ BatchNormalization -> ReLU: both folded into the transposed convolution
 (its kernel's output channels are its second to last axis)
 (test_runtime's test_conv_transpose_folds).
 
+bn_forward: BatchNormalization after a convolution's relu (which cannot
+take it) folded into the layer after it: through a max pooling and a
+Dropout into a "valid" 3x3 convolution; through a global average pooling
+into a Dense; through a Flatten into a Dense; with negative scales
+through a global average pooling into a Dense. Not folded: negative
+scales before a max pooling, a "same" convolution after (its padding
+reads zeros), a max pooling also read as an output
+(test_runtime's test_bn_folded_forward).
+
 transpose_alloc (the model alone): a Conv2DTranspose 64 -> 32 3x3 stride
 2 on 32x32 images, whose product (1.2 MB) the old path allocated on
 every run (tests/alloc/steady_state.sh).
@@ -205,3 +214,48 @@ t = g.layer("Conv2DTranspose", x, name="t", filters=32, kernel_size=3, strides=2
 appgraph.write_keras_zip(os.path.join(out, "transpose_alloc.keras"), g.model(t), "3.6.0",
                          libver=make_apps.LIBVER)
 print("transpose_alloc", t.value.shape)
+
+
+class NegGamma(appgraph.Weights):
+    """Some negative BatchNormalization scales for layers whose key starts
+    with "neg" (the usual generator's are all in (0.8, 1.2))."""
+
+    def uniform(self, key, var, shape, lo, hi):
+        v = super().uniform(key, var, shape, lo, hi)
+        if key.startswith("neg") and var == "gamma":
+            v = v * np.where(np.arange(v.size).reshape(v.shape) % 3 == 1, -1.0, 1.0)
+        return v
+
+
+rng = np.random.default_rng(19)
+data = rng.uniform(-1, 1, size=(2, 14, 13, 3)).astype(np.float32)
+g = appgraph.Graph("bn_forward", 3, NegGamma("tests/bn_forward"))
+x = g.input((14, 13, 3), data)
+c1 = g.layer("Conv2D", x, name="c1", filters=8, kernel_size=3, padding="same", activation="relu")
+b1 = g.layer("BatchNormalization", c1, name="b1")
+p1 = g.layer("MaxPooling2D", b1, name="p1", pool_size=2)
+dr = g.layer("Dropout", p1, name="dr", rate=0.3)
+c2 = g.layer("Conv2D", dr, name="c2", filters=6, kernel_size=3, activation="relu")
+b2 = g.layer("BatchNormalization", c2, name="b2")
+g2 = g.layer("GlobalAveragePooling2D", b2, name="g2")
+d2 = g.layer("Dense", g2, name="d2", units=5)
+c3 = g.layer("Conv2D", x, name="c3", filters=6, kernel_size=3, padding="same", activation="relu")
+b3 = g.layer("BatchNormalization", c3, name="neg3")
+p3 = g.layer("MaxPooling2D", b3, name="p3", pool_size=2)
+c4 = g.layer("Conv2D", p3, name="c4", filters=3, kernel_size=1)
+b4 = g.layer("BatchNormalization", c3, name="neg4")
+g4 = g.layer("GlobalAveragePooling2D", b4, name="g4")
+d4 = g.layer("Dense", g4, name="d4", units=2)
+c5 = g.layer("Conv2D", x, name="c5", filters=4, kernel_size=3, activation="relu")
+b5 = g.layer("BatchNormalization", c5, name="b5")
+c6 = g.layer("Conv2D", b5, name="c6", filters=3, kernel_size=3, padding="same")
+c7 = g.layer("Conv2D", x, name="c7", filters=4, kernel_size=3, strides=2, activation="relu")
+b7 = g.layer("BatchNormalization", c7, name="b7")
+f7 = g.layer("Flatten", b7, name="f7")
+d7 = g.layer("Dense", f7, name="d7", units=3, use_bias=False)
+c9 = g.layer("Conv2D", x, name="c9", filters=4, kernel_size=1, activation="relu")
+b9 = g.layer("BatchNormalization", c9, name="b9")
+p9 = g.layer("MaxPooling2D", b9, name="p9", pool_size=2)
+c10 = g.layer("Conv2D", p9, name="c10", filters=2, kernel_size=1)
+outs = [c2, d2, c4, d4, c6, d7, c10, p9]
+save_fixture("bn_forward", g.model(outs), data, outs)
