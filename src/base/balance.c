@@ -25,6 +25,8 @@ void kc_balance_init(kc_balance *b, int64_t units, int parts, int64_t min_units)
         b->lo[k] = units * k / parts;
     for (int k = 0; k < parts; k++)
         b->per_unit[k] = 0.0;
+    for (int k = 0; k < KC_BALANCE_MAX_PARTS; k++)
+        b->ran[k] = 0;
 }
 
 /* Cuts giving part k a share of the units proportional to its speed
@@ -48,6 +50,8 @@ static void kc_balance_recut(kc_balance *b)
 
 void kc_balance_update_units(kc_balance *b, const double *seconds, const int64_t *units)
 {
+    for (int k = 0; k < b->parts; k++)
+        b->ran[k] = units[k];
     if (!b->adaptive || b->parts < 2)
         return;
     for (int k = 0; k < b->parts; k++)

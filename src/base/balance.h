@@ -23,6 +23,7 @@ typedef struct kc_balance {
     double per_unit[KC_BALANCE_MAX_PARTS]; /* seconds a unit, averaged; 0: none yet */
     int adaptive;                    /* 0: the even cut stays (KC_BALANCE=0) */
     int steal;                       /* 0: no part takes from another's run (KC_STEAL=0; base/claims.h) */
+    int64_t ran[KC_BALANCE_MAX_PARTS]; /* units each part ran in the last update's run */
 } kc_balance;
 
 /* An even cut of `units` into `parts` (at most KC_BALANCE_MAX_PARTS, and

@@ -413,8 +413,10 @@ static kc_status kc_wf_part_alone(const kc_wf_state *st, kc_wf_io *shared, int k
          * others leave; several: the parts go through them unmet, each
          * on its own run */
         kc_claims own;
-        if (io.n < st->grid.tiles)
+        if (io.n < st->grid.tiles) {
             kc_claims_init(&own, &st->cut, KC_WF_NV);
+            own.steal = 0; /* no other part claims from this copy of the runs */
+        }
         KC_TRY(kc_wf_part(st, &io, k, io.n < st->grid.tiles ? &own : shared->vectors));
     }
     shared->units[k] = io.units[k];

@@ -1961,6 +1961,53 @@ static void wino_fly_layers_isa(void)
     }
 }
 
+/* Forty 14x14 images of 64 channels make two blocks of tiles (640 tiles,
+ * 455 at most a block): each part claims its output vectors anew in each
+ * block, never taking vectors twice, whether the parts share the
+ * transformed inputs or make their own (KC_WINOFLY_ALONE=1, where each
+ * part claims from a copy of the runs no other part sees: with stealing
+ * there it ran every vector, twice the work). The parts' runs together
+ * (kc_balance.ran) are the 4 vectors once per block. */
+static void wino_fly_blocks_claimed_isa(void)
+{
+    static const conv_case c = {"3x3 64 -> 64 same on forty 14x14", "Conv2D", KC_CONV_PLAIN, 2,
+                                40, 14, 14, 64, 64, 3, 1, 1, 1, 0, 0, "relu", 1};
+    if (!kc_dnnl_ready())
+        skip();
+    conv_run r;
+    setup(&c, &r);
+    const float *ins[1] = {r.x};
+    float *want = plain_output(&r);
+    float *got = malloc((size_t)r.out_count * sizeof *got);
+    float peak = peak_of(want, r.out_count);
+    static const char *const alone[2] = {"0", "1"};
+    kc_threads_enter(2);
+    for (int w = 0; w < 2; w++) {
+        setenv("KC_WINOFLY_ALONE", alone[w], 1);
+        kc_kernel_state *slot = NULL;
+        exec_in_slot(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0, &slot);
+        unsetenv("KC_WINOFLY_ALONE");
+        expect_close(got, want, r.out_count, 1e-4f * peak, "%s, alone %s", c.what, alone[w]);
+        kc_balance *b = kc_wino_fly_balance(slot);
+        if (!b || b->parts != 2)
+            fail_msg("%s, alone %s: not cut in two", c.what, alone[w]);
+        if (b->ran[0] + b->ran[1] != 2 * 4)
+            fail_msg("%s, alone %s: the parts ran %lld + %lld vectors, expected 8 in all", c.what,
+                     alone[w], (long long)b->ran[0], (long long)b->ran[1]);
+        slot->free(slot);
+    }
+    kc_threads_enter(0);
+    free(want);
+    free(got);
+    teardown(&r);
+}
+
+static void test_wino_fly_blocks_claimed(void **state)
+{
+    (void)state;
+    each_isa(wino_fly_blocks_claimed_isa);
+}
+
 static void test_wino_fly_layers(void **state)
 {
     (void)state;
@@ -3476,6 +3523,7 @@ int main(void)
         cmocka_unit_test(test_wino2d_layers),
         cmocka_unit_test(test_pw_layers),
         cmocka_unit_test(test_wino_fly_layers),
+        cmocka_unit_test(test_wino_fly_blocks_claimed),
         cmocka_unit_test(test_wino2d_blocks),
         cmocka_unit_test(test_wino_state_handover),
         cmocka_unit_test(test_pool_cuts),
