@@ -1,5 +1,6 @@
 #include "mem.h"
 
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,25 @@ void *kc_calloc(size_t count, size_t size)
 {
     size_t bytes = kc_array_bytes(count, size);
     return bytes ? kc_alloc_checked(calloc(bytes, 1), bytes) : NULL;
+}
+
+void *kc_calloc_weights(size_t count, size_t size)
+{
+    size_t bytes = kc_array_bytes(count, size);
+    if (!bytes)
+        return NULL;
+    if (bytes < KC_HUGE_PAGE || !kc_huge_pages_on())
+        return kc_alloc_checked(calloc(bytes, 1), bytes);
+    void *p = kc_alloc_aligned(bytes);
+    if (p)
+        memset(p, 0, bytes); /* memory glibc reuses is not zero */
+    return kc_alloc_checked(p, bytes);
+}
+
+void kc_free_weights(void *p)
+{
+    if (p)
+        kc_mem_free_pages(p, malloc_usable_size(p));
 }
 
 void *kc_alloc_array(size_t count, size_t size)

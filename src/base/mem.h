@@ -10,9 +10,28 @@
 #include "kerasc.h"
 
 /* calloc(count, size) with overflow check; NULL on failure (sets error).
- * Small pages: what kernels read at run time (bound weights, packed
- * kernels, arenas) stays on them; see kc_alloc_array. */
+ * Small pages (arenas, buffers, states); packed weights take
+ * kc_calloc_weights. */
 void *kc_calloc(size_t count, size_t size);
+/* kc_calloc for a kernel's packed weights (written whole at build, read
+ * on every run for the session's life): from 2 MiB on, 2 MiB aligned and
+ * advised onto transparent huge pages as kc_alloc_array's. A model larger
+ * than the caches streams them from memory on every run, a TLB miss per
+ * 4 KiB page. Measured 12-05 on the 2-vCPU Zen 5, alternating pairs
+ * against small pages: ResNet50 batch 1 0.983 and 0.993 of the time (two
+ * sets of ten), batch 8 0.987, InceptionV3 batch 1 0.990, batch 8 0.997,
+ * four images on one thread 0.878 (three), MobileNetV2 0.993; peak RSS
+ * unchanged. (Earlier sessions had measured InceptionV3 batch 8 10-30%
+ * slower with packed kernels on huge pages; not reproduced.) Arenas and
+ * buffers a run may leave partly untouched stay on kc_calloc's small
+ * pages: all of kc_calloc's from 2 MiB on huge, zeroed whole, grew
+ * InceptionV3's peak RSS at batch 8 by 3 MB. KC_HUGEPAGES=0: small pages. */
+void *kc_calloc_weights(size_t count, size_t size);
+/* Frees a kc_calloc_weights array, its huge-page advice taken back
+ * (kc_mem_free_pages): one carved from the heap would leave its range
+ * advised for whatever small blocks come there next. free() frees it too,
+ * advice left. */
+void kc_free_weights(void *p);
 /* count*size bytes, NOT zeroed, for a transient buffer the caller writes
  * whole before reading it (a zip member, a dataset on its way to the
  * snapshot). From 2 MiB on page-aligned (whole pages, which an owner may

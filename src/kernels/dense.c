@@ -49,7 +49,7 @@ typedef struct kc_dense_state {
 static void kc_dense_free(kc_kernel_state *s)
 {
     kc_dense_state *st = (kc_dense_state *)s;
-    free(st->packed);
+    kc_free_weights(st->packed);
     free(st);
 }
 
@@ -62,7 +62,7 @@ static int64_t kc_dense_cols(const kc_dense_state *st, int64_t v)
 /* Keras's kernel (k, n) into the vectors' panels. */
 static kc_status kc_dense_pack(kc_dense_state *st, const float *w)
 {
-    st->packed = kc_calloc((size_t)(st->k * st->vecs * 16), sizeof *st->packed);
+    st->packed = kc_calloc_weights((size_t)(st->k * st->vecs * 16), sizeof *st->packed);
     if (!st->packed)
         return KC_ERR_NOMEM;
     for (int64_t v = 0; v < st->vecs; v++) {

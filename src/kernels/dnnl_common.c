@@ -357,11 +357,11 @@ kc_status kc_dnnl_pack(const dnnl_memory_desc_t *w_md, const dnnl_memory_desc_t 
                        const float *w, void *spare, size_t spare_bytes, float **packed)
 {
     size_t bytes = dnnl_memory_desc_get_size(to_md);
-    /* Small pages, not kc_alloc_array's huge ones: InceptionV3 at batch 8
-     * ran 20-30% slower with its packed kernels on 2 MiB pages (24.7-25.3
-     * against 28.0-34.7 ms an image, alternating runs), its first run
-     * 0.2 s faster. */
-    float *buf = kc_calloc(bytes / sizeof(float) + 1, sizeof(float));
+    /* On 2 MiB pages from 2 MiB on (kc_calloc_weights, whose comment has
+     * the measurements). An earlier one had InceptionV3 at batch 8 20-30%
+     * slower so (24.7-25.3 against 28.0-34.7 ms an image); on 12-05 it was
+     * level (0.997-0.999 in two sets of alternating pairs). */
+    float *buf = kc_calloc_weights(bytes / sizeof(float) + 1, sizeof(float));
     if (!buf)
         return KC_ERR_NOMEM;
     *packed = buf;

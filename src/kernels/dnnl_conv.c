@@ -143,9 +143,9 @@ static void kc_dnnl_conv_part_free(kc_dnnl_conv_part *p)
     kc_dnnl_prim_destroy(&p->from_dst);
     kc_dnnl_prim_destroy(&p->pool);
     if (p->w.owner)
-        free(p->w.packed);
+        kc_free_weights(p->w.packed);
     if (p->dw.owner)
-        free(p->dw.packed);
+        kc_free_weights(p->dw.packed);
     if (p->own) {
         for (int i = 0; i < p->own->n_sizes; i++)
             kc_dnnl_prim_destroy(&p->own->rows_prim[i]);

@@ -75,7 +75,7 @@ static void kc_dnnl_matmul_free(kc_kernel_state *s)
     kc_dnnl_prim_destroy(&m->prim);
     for (int k = 1; k < m->parts; k++)
         kc_dnnl_prim_destroy(&m->part[k]);
-    free(m->packed);
+    kc_free_weights(m->packed);
     free(m);
 }
 
@@ -191,7 +191,7 @@ static kc_status kc_dnnl_matmul_plan(const kc_exec_ctx *ctx, kc_dnnl_matmul_stat
         for (int p = 1; p < st->parts; p++)
             kc_dnnl_prim_destroy(&st->part[p]);
         kc_dnnl_prim_destroy(&st->prim);
-        free(st->packed);
+        kc_free_weights(st->packed);
         st->packed = NULL;
         st->parts = 0;
     }

@@ -146,7 +146,7 @@ static int kc_pw_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_pw_
 static void kc_pw_free(kc_kernel_state *s)
 {
     kc_pw_state *st = (kc_pw_state *)s;
-    free(st->w);
+    kc_free_weights(st->w);
     free(st->gathered);
     free(st);
 }
@@ -160,7 +160,7 @@ static kc_status kc_pw_pack(const kc_exec_ctx *ctx, kc_pw_state *st)
     const float *w = kc_w(ctx, 0);
     if (!w)
         return kc_fail(KC_ERR_UNSUPPORTED, "the 1x1 convolution's kernel is gone");
-    st->w = kc_calloc((size_t)(st->k * st->vectors * 16), sizeof *st->w);
+    st->w = kc_calloc_weights((size_t)(st->k * st->vectors * 16), sizeof *st->w);
     if (!st->w)
         return KC_ERR_NOMEM;
     for (int64_t v = 0; v < st->vectors; v++) {

@@ -340,7 +340,7 @@ static void kc_w1_free(kc_kernel_state *s)
         st->budget->left += st->paid;
     for (int k = 0; k < st->n_parts; k++)
         kc_dnnl_prim_destroy(&st->part[k].prim);
-    free(st->packed);
+    kc_free_weights(st->packed);
     free(st);
 }
 
@@ -432,7 +432,7 @@ static void kc_w2_group(const kc_w1_state *st, int64_t g, int64_t *lo, int64_t *
 static kc_status kc_w2_own_pack(kc_w1_state *st, const float *u)
 {
     int64_t cf = st->c * st->f, width_all = st->vecs * 16;
-    st->packed = kc_calloc((size_t)(st->prods * st->c * width_all), sizeof *st->packed);
+    st->packed = kc_calloc_weights((size_t)(st->prods * st->c * width_all), sizeof *st->packed);
     if (!st->packed)
         return KC_ERR_NOMEM;
     float *dst = st->packed;

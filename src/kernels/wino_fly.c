@@ -40,9 +40,10 @@
  * rows one cache line more than their length apart (16 tiles x 256
  * channels is 16 KB, and the 36 rows written at once fell in one cache
  * set: 7x7 layers at four images 5.2 -> 3.0 ms), 8 tiles a block rather
- * than 6 (16 tiles: two blocks, not 6 + 6 + 4), and the repacked kernel
- * on small pages (on kc_alloc_array's 2 MiB ones other layers of
- * InceptionV3 ran up to 6x slower).
+ * than 6 (16 tiles: two blocks, not 6 + 6 + 4). (The repacked kernel was
+ * then kept on small pages, other layers of InceptionV3 having run up to
+ * 6x slower on 2 MiB ones; on 12-05 that did not reproduce, and it is on
+ * huge pages with the other packed weights: kc_calloc_weights.)
  *
  * Rounding: the same transforms as wino.c's F(4x4, 3x3), the kernel's
  * made in float rather than double: against wino.c's outputs differ by
@@ -159,7 +160,7 @@ static int kc_wf_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_wf_
 static void kc_wf_free(kc_kernel_state *s)
 {
     kc_wf_state *st = (kc_wf_state *)s;
-    free(st->w);
+    kc_free_weights(st->w);
     free(st);
 }
 
@@ -170,10 +171,10 @@ static kc_status kc_wf_repack(const kc_exec_ctx *ctx, kc_wf_state *st)
 {
     const float *w = kc_w(ctx, 0);
     int64_t cf = st->c * st->f;
-    /* small pages, as kc_dnnl_pack's: on 2 MiB ones (kc_alloc_array's)
-     * InceptionV3 at 4 images on one thread ran 10% slower in all, its
-     * stem and last layer 1.6-6x (alternating runs) */
-    st->w = kc_calloc((size_t)(st->vecs * st->c * 9 * 16), sizeof *st->w);
+    /* on 2 MiB pages, as kc_dnnl_pack's (kc_calloc_weights); an earlier
+     * measurement had InceptionV3 at 4 images on one thread 10% slower
+     * so, level on 12-05 (batch 8 in two lanes, eight alternating pairs) */
+    st->w = kc_calloc_weights((size_t)(st->vecs * st->c * 9 * 16), sizeof *st->w);
     if (!st->w)
         return KC_ERR_NOMEM;
     for (int64_t v = 0; v < st->vecs; v++)

@@ -1,7 +1,8 @@
 /* Tests of the memory helpers (src/base/mem.c): arrays written whole
- * (kc_alloc_array) come 2 MiB-aligned and advised onto transparent huge
- * pages, small ones and kc_calloc's do not, KC_HUGEPAGES=0 turns the
- * advice off, and kc_mem_free_pages takes it back. The advice is read
+ * (kc_alloc_array) and packed weights (kc_calloc_weights, zeroed) come
+ * 2 MiB-aligned and advised onto transparent huge pages, small ones and
+ * kc_calloc's do not, KC_HUGEPAGES=0 turns the advice off, and
+ * kc_mem_free_pages and kc_free_weights take it back. The advice is read
  * from the kernel's own record of the mapping (/proc/self/smaps VmFlags:
  * "hg" for MADV_HUGEPAGE, "nh" for MADV_NOHUGEPAGE). */
 #include <stdarg.h>
@@ -87,6 +88,47 @@ static void test_small_and_zeroed_stay_small(void **state)
     free(zeroed);
 }
 
+/* Packed weights: 2 MiB aligned, advised, zeroed even where the heap
+ * held something before; small ones plain; kc_free_weights takes the
+ * advice back as kc_mem_free_pages does. */
+static void test_weights_on_huge_pages(void **state)
+{
+    (void)state;
+    if (!thp_available())
+        skip();
+    size_t floats = 3 * MIB + 100; /* 12 MiB and a bit */
+    /* a freed mapped block raises glibc's mmap threshold to its size, so
+     * the next blocks come from the heap, and this dirty one is handed
+     * out again */
+    char *mapped = malloc(24 * MIB);
+    assert_non_null(mapped);
+    __asm__ volatile("" : : "r"(mapped) : "memory"); /* kept: not elided with its free */
+    free(mapped);
+    char *dirty = malloc(floats * sizeof(float) + 4 * MIB);
+    assert_non_null(dirty);
+    memset(dirty, 0x5a, floats * sizeof(float) + 4 * MIB);
+    __asm__ volatile("" : : "r"(dirty) : "memory");
+    free(dirty);
+    float *w = kc_calloc_weights(floats, sizeof(float));
+    assert_non_null(w);
+    assert_int_equal((uintptr_t)w % (2 * MIB), 0);
+    assert_true(has_flag(w + MIB, "hg"));
+    for (size_t i = 0; i < floats; i += 1021)
+        if (w[i] != 0.0f)
+            fail_msg("element %zu is %g, not zero", i, w[i]);
+    assert_true(w[floats - 1] == 0.0f);
+    float *small = kc_calloc_weights(1000, sizeof(float));
+    assert_non_null(small);
+    assert_false(has_flag(small, "hg"));
+    kc_free_weights(small);
+    char *inner = (char *)w + 2 * MIB;
+    kc_free_weights(w);
+    char flags[256];
+    if (vm_flags_of(inner, flags, sizeof flags))
+        assert_null(strstr(flags, " hg"));
+    kc_free_weights(NULL);
+}
+
 static void test_free_pages_takes_the_advice_back(void **state)
 {
     (void)state;
@@ -118,11 +160,14 @@ static void test_overflow_refused(void **state)
 static int env_off_child(void)
 {
     char *a = kc_alloc_array(8 * MIB, 1);
-    char flags[256];
+    float *w = kc_calloc_weights(2 * MIB, sizeof(float));
+    char flags[256], wflags[256];
     /* still whole pages: an owned HDF5 image drops them once read */
     int ok = a && (uintptr_t)a % 4096 == 0 && vm_flags_of(a, flags, sizeof flags) &&
-             !strstr(flags, " hg");
+             !strstr(flags, " hg") && w && vm_flags_of(w + MIB, wflags, sizeof wflags) &&
+             !strstr(wflags, " hg") && w[MIB] == 0.0f;
     free(a); /* LeakSanitizer checks this process's exit too */
+    kc_free_weights(w);
     return ok ? 0 : 1;
 }
 
@@ -150,6 +195,7 @@ int main(int argc, char **argv)
         return env_off_child();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_large_array_on_huge_pages),
+        cmocka_unit_test(test_weights_on_huge_pages),
         cmocka_unit_test(test_small_and_zeroed_stay_small),
         cmocka_unit_test(test_free_pages_takes_the_advice_back),
         cmocka_unit_test(test_overflow_refused),
