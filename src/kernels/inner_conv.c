@@ -56,11 +56,13 @@ void kc_inner_conv_free(kc_inner_conv *ic)
         ic->state->free(ic->state);
     free(ic->weights[0].data);
     free(ic->weights[1].data);
+    for (int i = 0; i < KC_INNER_LANES; i++)
+        free(ic->out[i]);
     memset(ic, 0, sizeof *ic);
 }
 
-float *kc_inner_conv_buffer(const kc_exec_ctx *ctx, size_t bytes, float *owned[KC_INNER_LANES],
-                            void **rest, size_t *rest_bytes)
+float *kc_inner_conv_buffer(kc_inner_conv *ic, const kc_exec_ctx *ctx, size_t bytes, void **rest,
+                            size_t *rest_bytes)
 {
     uintptr_t at = ((uintptr_t)ctx->spare + 63) & ~(uintptr_t)63;
     size_t skip = ctx->spare ? (size_t)(at - (uintptr_t)ctx->spare) : 0;
@@ -74,7 +76,7 @@ float *kc_inner_conv_buffer(const kc_exec_ctx *ctx, size_t bytes, float *owned[K
     int lane = kc_batch_lane() > 0 ? kc_batch_lane() : 0;
     if (lane >= KC_INNER_LANES)
         return NULL;
-    if (!owned[lane])
-        owned[lane] = kc_calloc(bytes / sizeof(float) + 1, sizeof(float));
-    return owned[lane];
+    if (!ic->out[lane])
+        ic->out[lane] = kc_calloc(bytes / sizeof(float) + 1, sizeof(float));
+    return ic->out[lane];
 }

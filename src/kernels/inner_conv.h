@@ -8,11 +8,18 @@
 #include "kernels/kernel.h"
 #include "ops/conv.h"
 
+/* Batch lanes run one kernel state side by side (runtime/lanes.c):
+ * what a state owns for a run's use is owned per lane. */
+#define KC_INNER_LANES 8
+
 typedef struct kc_inner_conv {
     kc_layer layer;            /* the outer layer's copy, with these: */
     kc_conv_attrs attrs;
     kc_weight weights[2];      /* kernel, and bias where attrs.use_bias */
     kc_kernel_state *state;    /* the dispatch's kernel state for it */
+    /* its output where the arena's spare range has no room, per lane
+     * (kc_inner_conv_buffer) */
+    float *out[KC_INNER_LANES];
 } kc_inner_conv;
 
 /* Set ic up from the outer layer with `attrs` and a zeroed kernel of
@@ -30,16 +37,12 @@ kc_status kc_inner_conv_run(kc_inner_conv *ic, const kc_exec_ctx *ctx, kc_kernel
 
 void kc_inner_conv_free(kc_inner_conv *ic);
 
-/* Batch lanes run one kernel state side by side (runtime/lanes.c):
- * what a state owns for a run's use is owned per lane. */
-#define KC_INNER_LANES 8
-
-/* A buffer of `bytes` for a kernel's own use during one call: from the
- * arena's spare range of ctx (64-aligned; each batch lane has its own
- * arena) where it fits, else owned[the lane], allocated on first use and
- * kept (NULL: out of memory). *rest and *rest_bytes: the spare range left
- * for an inner convolution. */
-float *kc_inner_conv_buffer(const kc_exec_ctx *ctx, size_t bytes, float *owned[KC_INNER_LANES],
-                            void **rest, size_t *rest_bytes);
+/* A buffer of `bytes` for ic's output during one call: from the arena's
+ * spare range of ctx (64-aligned; each batch lane has its own arena)
+ * where it fits, else ic->out[the lane], allocated on first use and kept
+ * (NULL: out of memory). *rest and *rest_bytes: the spare range left for
+ * the inner convolution's own scratch. */
+float *kc_inner_conv_buffer(kc_inner_conv *ic, const kc_exec_ctx *ctx, size_t bytes, void **rest,
+                            size_t *rest_bytes);
 
 #endif

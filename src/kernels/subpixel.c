@@ -42,15 +42,12 @@ typedef struct kc_subpixel_state {
     kc_inner_conv phases;        /* (T_h, T_w, c, s_h s_w f) */
     kc_shape q_in, q_out;
     kc_phase_grid grid;          /* its phases on the output grid */
-    float *q[KC_INNER_LANES];    /* its output where the spare range has no room */
 } kc_subpixel_state;
 
 static void kc_subpixel_free(kc_kernel_state *s)
 {
     kc_subpixel_state *st = (kc_subpixel_state *)s;
     kc_inner_conv_free(&st->phases);
-    for (int i = 0; i < KC_INNER_LANES; i++)
-        free(st->q[i]);
     free(st);
 }
 
@@ -170,7 +167,7 @@ kc_status kc_subpixel_transpose(const kc_exec_ctx *ctx, const kc_geom *g, kc_ker
     }
     void *rest;
     size_t rest_bytes;
-    float *q = kc_inner_conv_buffer(ctx, (size_t)kc_count(&st->q_out) * sizeof(float), st->q,
+    float *q = kc_inner_conv_buffer(&st->phases, ctx, (size_t)kc_count(&st->q_out) * sizeof(float),
                                     &rest, &rest_bytes);
     if (!q)
         return kc_fail(KC_ERR_NOMEM, "out of memory for a transposed convolution's buffer");

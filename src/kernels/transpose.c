@@ -121,7 +121,6 @@ typedef struct kc_transpose_state {
     kc_shape gemm_in, gemm_out;  /* one image as (1, depth x rows, columns, c) -> taps x filters */
     int64_t *x_tap, *x_from;     /* output column ox's taps at [ox * k] */
     int *x_n;
-    float *cols[KC_INNER_LANES]; /* the product, where the spare range has no room, per lane */
 } kc_transpose_state;
 
 static void kc_transpose_free(kc_kernel_state *s)
@@ -130,8 +129,6 @@ static void kc_transpose_free(kc_kernel_state *s)
     kc_inner_conv_free(&st->gemm);
     free(st->x_tap);
     free(st->x_n);
-    for (int i = 0; i < KC_INNER_LANES; i++)
-        free(st->cols[i]);
     free(st);
 }
 
@@ -238,8 +235,8 @@ kc_status kc_conv_transpose(const kc_exec_ctx *ctx, kc_kernel_fn conv)
     void *rest = NULL;
     size_t rest_bytes = 0;
     if (st) {
-        job.cols = kc_inner_conv_buffer(ctx, (size_t)(in_rows * kf) * sizeof(float), st->cols, &rest,
-                                        &rest_bytes);
+        job.cols = kc_inner_conv_buffer(&st->gemm, ctx, (size_t)(in_rows * kf) * sizeof(float),
+                                        &rest, &rest_bytes);
     } else { /* no state to keep: this call's own tables and product */
         kc_status s = w ? kc_transpose_columns(&g, &plain)
                         : kc_fail(KC_ERR_UNSUPPORTED, "the transposed convolution's kernel is gone");

@@ -47,7 +47,6 @@ typedef struct kc_upconv_state {
     kc_phase_grid grid;        /* the four parities on the output grid (stride 2) */
     int64_t c;                 /* input channels (filters: grid.f) */
     int same;                  /* the 3x3 convolution's padding: 1 "same", 0 "valid" */
-    float *q[KC_INNER_LANES];  /* its output where the spare range has no room, per lane */
 } kc_upconv_state;
 
 int kc_upconv_fusable(const kc_conv_attrs *a, const kc_upsample_attrs *u, const kc_shape *in)
@@ -119,8 +118,6 @@ static void kc_upconv_free(kc_kernel_state *s)
 {
     kc_upconv_state *st = (kc_upconv_state *)s;
     kc_inner_conv_free(&st->inner);
-    for (int i = 0; i < KC_INNER_LANES; i++)
-        free(st->q[i]);
     free(st);
 }
 
@@ -187,7 +184,7 @@ kc_status kc_upconv(const kc_exec_ctx *ctx, kc_kernel_fn conv)
     /* the 2x2 convolution's output: in the spare range where it fits */
     void *inner_spare;
     size_t inner_spare_bytes;
-    float *q = kc_inner_conv_buffer(ctx, (size_t)kc_count(&st->q_out) * sizeof(float), st->q,
+    float *q = kc_inner_conv_buffer(&st->inner, ctx, (size_t)kc_count(&st->q_out) * sizeof(float),
                                     &inner_spare, &inner_spare_bytes);
     if (!q)
         return kc_fail(KC_ERR_NOMEM, "out of memory for an upsampled convolution's buffer");
