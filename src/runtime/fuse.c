@@ -201,12 +201,13 @@ static void kc_fold_scale_host(kc_layer *l, int ki, int64_t c, const double *sca
             kernel->data[row * in + i] = (float)(kernel->data[row * in + i] * scale[row % c]);
 }
 
-/* Node n folded into host node h: its output is the host's, it runs no
+/* Node n folded into a neighbour: its output is value `becomes` (the
+ * host's output, or its own input where it folded forward), it runs no
  * more, and its arrays are freed where they are the caller's to give. */
-static void kc_fold_absorbed(kc_fused *f, const kc_graph *g, int h, int n)
+static void kc_fold_absorbed(kc_fused *f, const kc_graph *g, int becomes, int n)
 {
     kc_layer *b = g->nodes[n].layer;
-    f->alias[g->nodes[n].outputs[0]] = g->nodes[h].outputs[0];
+    f->alias[g->nodes[n].outputs[0]] = becomes;
     f->skip[n] = 1;
     for (int i = 0; f->taken && b->n_calls == 1 && i < b->n_weights; i++) { /* folded */
         kc_wfree(b->weights[i].data);
@@ -214,6 +215,47 @@ static void kc_fold_absorbed(kc_fused *f, const kc_graph *g, int h, int n)
         ++*f->taken;
     }
     f->n_fused++;
+}
+
+/* Host l's bias (weight bi, n floats): a zero one added where it has
+ * none, since a fold gives it one. */
+static kc_status kc_fold_bias(kc_layer *l, int bi, int64_t n)
+{
+    int *use_bias = kc_host_use_bias(l);
+    if (*use_bias)
+        return KC_OK;
+    l->weights[bi].data = kc_calloc((size_t)n, sizeof(float));
+    if (!l->weights[bi].data)
+        return KC_ERR_NOMEM;
+    l->weights[bi].shape = (kc_shape){.rank = 1, .dims = {n}};
+    l->n_weights = bi + 1;
+    *use_bias = 1;
+    return KC_OK;
+}
+
+/* A BatchNormalization's arrays (gamma and beta NULL where the layer has
+ * none) and its epsilon. */
+typedef struct kc_bn_arrays {
+    const float *gamma, *beta, *mean, *var;
+    double epsilon;
+} kc_bn_arrays;
+
+static kc_bn_arrays kc_bn_arrays_of(const kc_layer *b)
+{
+    const kc_norm_attrs *na = b->attrs;
+    kc_bn_arrays r = {NULL, NULL, NULL, NULL, na->epsilon};
+    int w = 0;
+    r.gamma = na->scale ? b->weights[w++].data : NULL;
+    r.beta = na->center ? b->weights[w++].data : NULL;
+    r.mean = b->weights[w++].data;
+    r.var = b->weights[w++].data;
+    return r;
+}
+
+/* Channel j's scale gamma / sqrt(var + eps), in double. */
+static double kc_bn_scale(const kc_bn_arrays *bn, int64_t j)
+{
+    return (bn->gamma ? bn->gamma[j] : 1.0) / sqrt((double)bn->var[j] + bn->epsilon);
 }
 
 /* Fold BN (node bn) into host node h. */
@@ -227,35 +269,23 @@ static kc_status kc_fold_bn(kc_fused *f, const kc_graph *g, int h, int bn)
     kc_layer *l = kc_fuse_own(f, h, g);
     if (!l)
         return KC_ERR_NOMEM;
-    int w = 0;
-    const float *gamma = na->scale ? b->weights[w++].data : NULL;
-    const float *beta = na->center ? b->weights[w++].data : NULL;
-    const float *mean = b->weights[w++].data, *var = b->weights[w++].data;
+    kc_bn_arrays w = kc_bn_arrays_of(b);
     int64_t c = out->dims[out->rank - 1];
     /* a separable layer's output channels are its pointwise kernel's:
      * weights (depthwise, pointwise, bias) */
     int ki = kc_fold_kernel_index(l), bi = ki + 1;
-    int *use_bias = kc_host_use_bias(l);
-    if (!*use_bias) {
-        /* The folded layer needs a bias: add a zero one. */
-        l->weights[bi].data = kc_calloc((size_t)c, sizeof(float));
-        if (!l->weights[bi].data)
-            return KC_ERR_NOMEM;
-        l->weights[bi].shape = (kc_shape){.rank = 1, .dims = {c}};
-        l->n_weights = bi + 1;
-        *use_bias = 1;
-    }
+    KC_TRY(kc_fold_bias(l, bi, c));
     float *bias = l->weights[bi].data;
     double *scale = kc_calloc((size_t)c, sizeof *scale);
     if (!scale)
         return KC_ERR_NOMEM;
     for (int64_t j = 0; j < c; j++) {
-        scale[j] = (gamma ? gamma[j] : 1.0) / sqrt((double)var[j] + na->epsilon);
-        bias[j] = (float)((bias[j] - mean[j]) * scale[j] + (beta ? beta[j] : 0.0));
+        scale[j] = kc_bn_scale(&w, j);
+        bias[j] = (float)((bias[j] - w.mean[j]) * scale[j] + (w.beta ? w.beta[j] : 0.0));
     }
     kc_fold_scale_host(l, ki, c, scale);
     free(scale);
-    kc_fold_absorbed(f, g, h, bn);
+    kc_fold_absorbed(f, g, g->nodes[h].outputs[0], bn);
     return KC_OK;
 }
 
@@ -289,7 +319,7 @@ static kc_status kc_fold_layer_scale(kc_fused *f, const kc_graph *g, int h, int 
     if (*kc_host_use_bias(l))
         for (int64_t j = 0; j < c; j++)
             l->weights[ki + 1].data[j] *= gamma[j];
-    kc_fold_absorbed(f, g, h, ls);
+    kc_fold_absorbed(f, g, g->nodes[h].outputs[0], ls);
     return KC_OK;
 }
 
@@ -521,8 +551,7 @@ static int kc_affine_host(const kc_layer *l)
 static int kc_sole_reader(const kc_fused *f, const kc_graph *g, int v, int after, int with)
 {
     int only = -1, root = kc_resolve(f, v);
-    if (kc_slot_readers(g, f, root, after + 1, &only) != 1 || only < 0 ||
-        kc_slot_readers(g, f, root, 0, &only) != 1)
+    if (kc_slot_readers(g, f, root, 0, &only) != 1 || only <= after)
         return -1;
     const kc_node *n = &g->nodes[only];
     if (n->n_inputs != 1 || n->n_outputs != 1 || n->layer->n_calls != 1 ||
@@ -540,15 +569,7 @@ static kc_status kc_fold_affine_in(kc_layer *l, int64_t cin, const double *a, co
 {
     kc_weight *kernel = &l->weights[0];
     int64_t out = kernel->shape.dims[kernel->shape.rank - 1], kn = kc_shape_count(&kernel->shape);
-    int *use_bias = kc_host_use_bias(l);
-    if (!*use_bias) {
-        l->weights[1].data = kc_calloc((size_t)out, sizeof(float));
-        if (!l->weights[1].data)
-            return KC_ERR_NOMEM;
-        l->weights[1].shape = (kc_shape){.rank = 1, .dims = {out}};
-        l->n_weights = 2;
-        *use_bias = 1;
-    }
+    KC_TRY(kc_fold_bias(l, 1, out));
     double *shift = kc_calloc((size_t)out, sizeof *shift);
     if (!shift)
         return KC_ERR_NOMEM;
@@ -585,11 +606,8 @@ static kc_status kc_fold_bn_forward(kc_fused *f, const kc_graph *g, int bn)
         shape->dims[shape->rank - 1] < 1)
         return KC_OK;
     int64_t c = shape->dims[shape->rank - 1];
-    int w = 0;
-    const float *gamma = na->scale ? b->weights[w++].data : NULL;
-    const float *beta = na->center ? b->weights[w++].data : NULL;
-    const float *mean = b->weights[w++].data, *var = b->weights[w++].data;
-    if (!mean || !var || (na->scale && !gamma) || (na->center && !beta))
+    kc_bn_arrays w = kc_bn_arrays_of(b);
+    if (!w.mean || !w.var || (na->scale && !w.gamma) || (na->center && !w.beta))
         return KC_OK;
     double *a = kc_calloc(2 * (size_t)c, sizeof *a);
     if (!a)
@@ -597,8 +615,8 @@ static kc_status kc_fold_bn_forward(kc_fused *f, const kc_graph *g, int bn)
     double *shift = a + c;
     int nonneg = 1;
     for (int64_t j = 0; j < c; j++) {
-        a[j] = (gamma ? gamma[j] : 1.0) / sqrt((double)var[j] + na->epsilon);
-        shift[j] = (beta ? beta[j] : 0.0) - mean[j] * a[j];
+        a[j] = kc_bn_scale(&w, j);
+        shift[j] = (w.beta ? w.beta[j] : 0.0) - w.mean[j] * a[j];
         nonneg &= a[j] >= 0.0;
     }
     kc_status st = KC_OK;
@@ -622,16 +640,8 @@ static kc_status kc_fold_bn_forward(kc_fused *f, const kc_graph *g, int bn)
             break;
         }
         st = kc_fold_affine_in(host, c, a, shift);
-        if (st == KC_OK) {
-            f->alias[n->outputs[0]] = kc_resolve(f, n->inputs[0]);
-            f->skip[bn] = 1;
-            for (int i = 0; f->taken && i < b->n_weights; i++) {
-                kc_wfree(b->weights[i].data);
-                b->weights[i].data = NULL;
-                ++*f->taken;
-            }
-            f->n_fused++;
-        }
+        if (st == KC_OK)
+            kc_fold_absorbed(f, g, kc_resolve(f, n->inputs[0]), bn);
         break;
     }
     free(a);
