@@ -80,14 +80,12 @@ void *kc_calloc(size_t count, size_t size)
 void *kc_calloc_weights(size_t count, size_t size)
 {
     size_t bytes = kc_array_bytes(count, size);
-    if (!bytes)
-        return NULL;
-    if (bytes < KC_HUGE_PAGE || !kc_huge_pages_on())
-        return kc_alloc_checked(calloc(bytes, 1), bytes);
-    void *p = kc_alloc_aligned(bytes);
+    if (!bytes || bytes < KC_HUGE_PAGE || !kc_huge_pages_on())
+        return bytes ? kc_calloc(count, size) : NULL;
+    void *p = kc_alloc_array(count, size); /* huge pages, as it gives from 2 MiB on */
     if (p)
         memset(p, 0, bytes); /* memory glibc reuses is not zero */
-    return kc_alloc_checked(p, bytes);
+    return p;
 }
 
 void kc_free_weights(void *p)

@@ -1253,7 +1253,8 @@ kc_status kc_fuse(const kc_graph *g, kc_fuse_level level, const int *stage, int 
     for (int i = 0; i < g->n_nodes; i++)
         if (!f->skip[i] && !strcmp(g->nodes[i].layer->class_name, "Rescaling"))
             KC_TRY(kc_fold_rescaling(f, g, i));
-    for (int i = g->n_nodes - 1; i >= 0 && !kc_env_off("KC_BN_FORWARD"); i--)
+    int bn_forward = !kc_env_off("KC_BN_FORWARD");
+    for (int i = g->n_nodes - 1; bn_forward && i >= 0; i--)
         if (!f->skip[i] && !strcmp(g->nodes[i].layer->class_name, "BatchNormalization"))
             KC_TRY(kc_fold_bn_forward(f, g, i));
     if (level < KC_FUSE_HOST)
