@@ -605,19 +605,26 @@ static void kc_irb_sum_job(void *arg, int k)
 }
 
 /* Cut by channels (one image, 2+ threads) where the block's 1x1 weights
- * outweigh its expanded image KC_IRB_CHANNEL_RATIO times. Cut by rows,
- * each thread reads all of the weights and expands the rows beside its
- * own again: MobileNetV2's 7x7 blocks (1.2 MB of weights, 6.5 times the
- * expanded image) took 0.156-0.215 ms by channels against 0.178-0.235 by
- * rows; its 14x14 ones (about 1 time) 0.20-0.21 against 0.20. */
-#define KC_IRB_CHANNEL_RATIO 4
-
+ * weigh 9/10 of its expanded image or more. Cut by rows, each thread
+ * reads all of the weights and expands the rows beside its own again (a
+ * 14x14 image on two threads: one row in seven more), and in place pays
+ * a first pass for those border rows; by channels, it adds its partial
+ * sums in a second. On the 2-vCPU Zen 5 MobileNetV2's 7x7 blocks (1.2 MB
+ * of weights, 6.5 times the expanded image) took 0.156-0.215 ms by
+ * channels against 0.178-0.235 by rows, its 14x14 ones (0.65-1.3 times)
+ * 0.20-0.21 against 0.20: the cut was at 4 times. On the 2-vCPU Zen 4
+ * (AVX-512 on 256-bit halves: the 1x1 products set the pace), `kerasc
+ * bench --stats`, alternating pairs in a quiet and in a slow phase: the
+ * 14x14 blocks at 0.98 and 1.3 times (11-13) took 2-9% less by
+ * channels in both, the model 0.991 of the time (ten pairs); those at
+ * 0.65 and 0.82 (7-10) 3-5% less in the quiet phase, 1-5% more in the
+ * slow one; the 28x28 ones (0.08) 20-26% more, block 6 (0.12) 9% more. */
 static int kc_irb_by_channel(const kc_irb_geom *g, int parts)
 {
     int64_t blocks = (g->cm + KC_IRB_NR - 1) / KC_IRB_NR;
     int64_t weights = g->cm * (g->cin + g->cout);
     return g->n == 1 && parts > 1 && blocks >= parts && !g->identity &&
-           weights >= KC_IRB_CHANNEL_RATIO * g->h * g->w * g->cm;
+           10 * weights >= 9 * g->h * g->w * g->cm;
 }
 
 static void kc_irb_cut_channels(kc_irb_run *run, int parts)

@@ -2651,6 +2651,12 @@ static void check_irb_case(const irb_case *c)
             expect_close(got, want, out_n, 1e-4f * peak, "%s, %d threads%s", c->what, t,
                          round ? ", skewed cut" : "");
             irb_skew_after(st, c->what, round); /* no parts: nothing moves */
+            /* one image cut by channels where the weights weigh 9/10 of the
+             * expanded image or more (the cases named "wide"), else by rows */
+            int by_channel = kc_irb_balance(st)->parts == 0;
+            if (by_channel != (strstr(c->what, "wide") != NULL))
+                fail_msg("%s, %d threads: cut by %s", c->what, t,
+                         by_channel ? "channels" : "rows");
         }
         st->free(st);
     }
@@ -2689,6 +2695,10 @@ static void irb_fused_isa(void)
          0, "relu6", "relu6", "relu", 1, 1, 1},
         {"wide, s2 same on 6x6 into 3x3, no biases", 1, 6, 6, 128, 400, 72, 3,
          2, 1, 1, 1, 0, 0, "relu", "linear", "linear", 0, 0, 1},
+        /* MobileNetV2's 14x14 blocks 11 and 12: weights 0.98 times the
+         * image (the "s1 valid" 10x10 one above: 0.64, by rows) */
+        {"wide enough: 96 -> 576 -> 96 on 14x14, residual in place", 1, 14, 14, 96, 576, 96, 3,
+         1, 1, 1, 1, 0, 0, "relu6", "relu6", "linear", 1, 1, 1},
         {"one big image in bands, in place", 1, 112, 112, 16, 96, 16, 3, 1, 1, 1, 1, 0, 0,
          "relu6", "relu6", "linear", 1, 1, 1},
         {"one row", 1, 1, 9, 8, 32, 8, 3, 1, 1, 1, 1, 0, 0, "relu6", "relu6", "linear", 1, 1, 1},
