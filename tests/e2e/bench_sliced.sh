@@ -48,4 +48,33 @@ grep -qx 'b err=timed out after 3s slices=None iters=None' <<<"$out" &&
 out=$(run never 60)
 grep -qx 'b err=peer: error: no model slices=None iters=None' <<<"$out" &&
   pass "a runner that never starts: its own last stderr line" || fail "never ready: $out"
+# The <= 0.8 verdict (bench.py's summarize + target_met), on made-up
+# rounds: ORT in its slow mode in two rounds of three must not make a win.
+verdicts() {
+  /usr/bin/python3 - "$HERE/../../tools/bench" <<'PY' 2>&1
+import sys
+sys.path.insert(0, sys.argv[1])
+sys.dont_write_bytecode = True
+import bench as B
+row = {"key": "m", "title": "M"}
+def outs(ms):
+    return [{"median_ms_per_image": x, "round": k} for k, x in enumerate(ms)]
+for name, k, o in (("steady", [3.0, 3.0, 3.0], [4.0, 4.1, 3.9]),
+                   ("ort slow in two rounds", [3.0, 3.4, 3.4], [3.8, 6.4, 6.5]),
+                   ("one noisy round", [3.0, 3.5, 3.0], [4.0, 4.0, 4.0]),
+                   ("behind", [3.6, 3.6, 3.6], [4.0, 4.0, 4.0])):
+    t = B.summarize([row], [1], ["kerasc", "ort"], {("m", 1): {"kerasc": outs(k), "ort": outs(o)}}, {}, {})
+    e = t[0]
+    print(name + ": " + B.target_met(e["kerasc_over_ort"], e["kerasc_over_ort_rounds"],
+                                     e.get("kerasc_over_ort_best")))
+PY
+}
+out=$(verdicts)
+if grep -qx 'steady: yes' <<<"$out" &&
+   grep -qx "ort slow in two rounds: no (ORT's fastest round: 0.89)" <<<"$out" &&
+   grep -qx 'one noisy round: median only' <<<"$out" && grep -qx 'behind: no' <<<"$out"; then
+  pass "the 0.8 verdict: every round, and kerasc against ORT's fastest round"
+else
+  fail "verdicts: $out"
+fi
 finish

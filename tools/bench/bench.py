@@ -501,6 +501,15 @@ def summarize(rows, batches, runners, results, errors, macs):
                 entry["kerasc_over_ort"] = med(pairs)
                 entry["kerasc_over_ort_rounds"] = pairs
                 entry["kerasc_over_ort_slices"] = slice_ratios(src.get("kerasc") or [], src.get("ort") or [])
+                # ORT at 2 threads runs in two modes on the 2-vCPU VMs, a
+                # whole process at a time (MobileNetV2 batch 1: 3.7-3.9 or
+                # 6.4-7.2 ms, both threads busy in each; 5 runs in 8 the
+                # slow way one hour, none another): kerasc's median is also
+                # set against ORT's fastest round, and judged on both
+                ort_rounds = o_.get("per_round_ms_per_image") or []
+                if ort_rounds and k_.get("median_ms_per_image"):
+                    entry["kerasc_over_ort_best"] = k_["median_ms_per_image"] / min(ort_rounds)
+                    entry["ort_round_spread"] = max(ort_rounds) / min(ort_rounds)
             elif k_ and o_ and k_.get("median_ms_per_image") and o_.get("median_ms_per_image"):
                 # ORT measured on another row (†): no round to pair with
                 entry["kerasc_over_ort"] = k_["median_ms_per_image"] / o_["median_ms_per_image"]
@@ -508,14 +517,18 @@ def summarize(rows, batches, runners, results, errors, macs):
     return table
 
 
-def target_met(ratio, rounds):
-    """The ≤ 0.8 column: "yes" only when every round's kerasc/ORT is ≤ 0.8.
-    A median under 0.8 with a round above it is "median only": on this
+def target_met(ratio, rounds, best=None):
+    """The ≤ 0.8 column: "yes" only when every round's kerasc/ORT is ≤ 0.8
+    and so is kerasc's median against ORT's fastest round (`best`). A
+    median under 0.8 with a round above it is "median only": on this
     shared machine one noisy round moves a row by 10-20%, and a target met
-    at some moments and not at others is not met."""
+    at some moments and not at others is not met. Met only against ORT's
+    slow rounds: "no (ORT's fastest round: R)"."""
     worst = max(rounds) if rounds else ratio
-    if worst <= 0.8:
+    if worst <= 0.8 and (best is None or best <= 0.8):
         return "yes"
+    if worst <= 0.8:
+        return f"no (ORT's fastest round: {best:.2f})"
     return "median only" if ratio <= 0.8 else "no"
 
 
@@ -556,14 +569,19 @@ def markdown(table, runners, meta, sgemm):
         rt = e.get("kerasc_over_ort")
         pr = e.get("kerasc_over_ort_rounds")
         if rt is not None and pr and len(pr) > 1:
-            cells.append(f"{rt:.2f} ({min(pr):.2f}–{max(pr):.2f})")
+            best = e.get("kerasc_over_ort_best")
+            spread = e.get("ort_round_spread") or 1.0
+            # ORT's rounds far apart (its slow mode): the ratio against its
+            # fastest round beside the median of the rounds'
+            cells.append(f"{rt:.2f} ({min(pr):.2f}–{max(pr):.2f})"
+                         + (f"; {best:.2f} against ORT's fastest round" if best and spread > 1.3 else ""))
         else:
             cells.append(f"{rt:.2f}{' †' if e.get('peer_from') else ''}" if rt is not None else "—")
         # a † row's ratio sets kerasc on its model against ORT on another
         # (a 1000-class head, 5 MB read per batch: ~5% of MobileNetV2 at
         # batch 1): indicative, not judged against the target
         judged = rt is not None and not e.get("peer_from")
-        cells.append(target_met(rt, pr) if judged else "—")
+        cells.append(target_met(rt, pr, e.get("kerasc_over_ort_best")) if judged else "—")
         L.append("| " + " | ".join(cells) + " |")
     L.append("")
     L.append("Load to first inference (load_ms + first_run_ms, ms) and peak RSS (MB, whole process: "
@@ -600,7 +618,9 @@ def markdown(table, runners, meta, sgemm):
              "tools/bench/macs.py) / time. kerasc/ORT: median over rounds of each round's ratio (kerasc and "
              "ORT run side by side within a round, taking turns slice by slice; a round's ratio is the median "
              "of its slices'), with its range over the rounds; the target is ≤ 0.8, met (yes) when every round's ratio is; "
-             "median only: the median is, some round is not. "
+             "median only: the median is, some round is not; and kerasc's median against ORT's fastest round "
+             "must be too (ORT at 2 threads runs some processes in a slow mode, 1.6-1.8x its time on "
+             "MobileNetV2, both threads busy: a ratio met only against those is no). "
              "† nsfwjs rows: ORT and torch figures are those of the Keras-definition row of the same "
              "architecture (torchvision export, 1000-class head; nsfwjs's head is 5 classes, < 0.5% of the "
              "work; but its 1000-class Dense reads 5 MB of weights per batch, ~5% of MobileNetV2's time "
