@@ -63,6 +63,7 @@ for name, k, o, probes in (("steady", [3.0, 3.0, 3.0], [4.0, 4.1, 3.9], [4.0]),
                            ("ort slow in two rounds", [3.0, 3.4, 3.4], [3.8, 6.4, 6.5], []),
                            ("ort slow in every round", [3.1, 3.1, 3.1], [4.9, 4.8, 4.9], [4.8, 3.72]),
                            ("one noisy round", [3.0, 3.5, 3.0], [4.0, 4.0, 4.0], []),
+                           ("median against slow rounds", [3.5, 3.5, 3.5], [3.9, 6.4, 6.4], []),
                            ("behind", [3.6, 3.6, 3.6], [4.0, 4.0, 4.0], [])):
     got = {"kerasc": outs(k), "ort": outs(o), "ort_probe": outs(probes)}
     t = B.summarize([row], [1], ["kerasc", "ort"], {("m", 1): got}, {}, {})
@@ -75,7 +76,8 @@ out=$(verdicts)
 if grep -qx 'steady: yes' <<<"$out" &&
    grep -qx "ort slow in two rounds: no (ORT's fastest run: 0.89)" <<<"$out" &&
    grep -qx "ort slow in every round: no (ORT's fastest run: 0.83)" <<<"$out" &&
-   grep -qx 'one noisy round: median only' <<<"$out" && grep -qx 'behind: no' <<<"$out"; then
+   grep -qx 'one noisy round: median only' <<<"$out" && grep -qx 'behind: no' <<<"$out" &&
+   grep -qx "median against slow rounds: no (ORT's fastest run: 0.90)" <<<"$out"; then
   pass "the 0.8 verdict: every round, and kerasc against ORT's fastest run (rounds and probes)"
 else
   fail "verdicts: $out"
