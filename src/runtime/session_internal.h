@@ -10,6 +10,8 @@
 
 struct kc_sched;
 
+#define KC_SESSION_MAX_DIRECT 8
+
 struct kc_session {
     const kc_model *model;
     const kc_graph *graph;
@@ -63,6 +65,15 @@ struct kc_session {
      * the session is created. */
     struct kc_branches *branches;
     int branches_off, branch_join_off;
+    /* Model inputs the nodes read where the caller's float32 tensor holds
+     * them, not copied into the arena (session.c, kc_session_direct):
+     * during a run of the plain loop only; off with KC_INPUT_DIRECT=0,
+     * read when the session is created. n_direct_last: how many the
+     * last run read so (tests). */
+    int input_direct;
+    int n_direct, n_direct_last;
+    int direct_value[KC_SESSION_MAX_DIRECT];
+    const float *direct_data[KC_SESSION_MAX_DIRECT];
 };
 
 /* After node `index` ran with input 0 at `in0`: derive its output mask. */

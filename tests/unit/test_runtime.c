@@ -396,6 +396,103 @@ static void test_rescaling_folded(void **state)
     fused_pair_free(&p);
 }
 
+/* x -> relu -> a; outputs a and x itself (gathered from x's slot) */
+static const char *kc_input_output_json =
+    "{\"class_name\":\"Model\",\"config\":{\"name\":\"io\",\"layers\":["
+    "{\"class_name\":\"InputLayer\",\"name\":\"x\",\"config\":{\"name\":\"x\",\"batch_input_shape\":[null,3]},\"inbound_nodes\":[]},"
+    "{\"class_name\":\"Activation\",\"name\":\"a\",\"config\":{\"name\":\"a\",\"activation\":\"relu\"},\"inbound_nodes\":[[[\"x\",0,0,{}]]]}],"
+    "\"input_layers\":[[\"x\",0,0]],\"output_layers\":[[\"a\",0,0],[\"x\",0,0]]}}";
+
+/* Model m run twice on input `in` in a session reading float32 inputs in
+ * place where it may and once in one that copies them (KC_INPUT_DIRECT=0):
+ * the same bits on each of its n_out outputs, the caller's tensor
+ * unchanged; returns how many inputs the first session read in place. */
+static int direct_against_copied(kc_model *m, const kc_tensor *in, int n_out, const char *what)
+{
+    kc_session *on = NULL, *off = NULL;
+    assert_int_equal(kc_session_new(m, NULL, &on), KC_OK);
+    setenv("KC_INPUT_DIRECT", "0", 1);
+    assert_int_equal(kc_session_new(m, NULL, &off), KC_OK);
+    unsetenv("KC_INPUT_DIRECT");
+    int64_t n = kc_tensor_count(in);
+    float *before = malloc((size_t)n * sizeof *before);
+    memcpy(before, kc_tensor_cdata(in), (size_t)n * sizeof *before);
+    kc_tensor *a[KC_PAIR_OUTPUTS] = {0}, *b[KC_PAIR_OUTPUTS] = {0};
+    assert_int_equal(kc_session_run(off, &in, 1, b, n_out), KC_OK);
+    for (int round = 0; round < 2; round++) { /* the second on the same plan */
+        assert_int_equal(kc_session_run(on, &in, 1, a, n_out), KC_OK);
+        assert_memory_equal(before, kc_tensor_cdata(in), (size_t)n * sizeof *before);
+        for (int o = 0; o < n_out; o++) {
+            int64_t k = kc_tensor_count(a[o]);
+            assert_int_equal(kc_tensor_count(b[o]), k);
+            if (memcmp(kc_tensor_cdata(a[o]), kc_tensor_cdata(b[o]), (size_t)k * sizeof(float)))
+                fail_msg("%s: output %d differs read in place and copied", what, o);
+            kc_tensor_free(a[o]);
+            a[o] = NULL;
+        }
+    }
+    int direct = on->n_direct_last;
+    assert_int_equal(off->n_direct_last, 0);
+    for (int o = 0; o < n_out; o++)
+        kc_tensor_free(b[o]);
+    free(before);
+    kc_session_free(on);
+    kc_session_free(off);
+    return direct;
+}
+
+/* A float32 model input is read where the caller's tensor holds it (no
+ * copy into the arena: session.c's kc_session_direct_ok) where only
+ * kernels read it, through views of it (an absorbed Rescaling or
+ * Dropout) too; copied where it is a model output. The same bits either
+ * way. One image (a batch runs in lanes, which copy their share). */
+static void test_inputs_read_in_place(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *model, *input;
+        int n_out, direct;
+    } cases[] = {
+        {"fusion/rescale_conv.keras", "fusion/rescale_conv_input.npy", 2, 1}, /* a view */
+        {"fusion/identity_branch.keras", "fusion/identity_branch_input.npy", 1, 1},
+        {"fusion/bn_forward.keras", "fusion/bn_forward_input.npy", 8, 1},
+    };
+    char path[1024];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        kc_model *m = NULL;
+        kc_tensor *batch = NULL, *one = NULL;
+        snprintf(path, sizeof path, "%s/%s", KC_TEST_DATA, cases[c].model);
+        assert_int_equal(kc_model_load(path, NULL, &m), KC_OK);
+        snprintf(path, sizeof path, "%s/%s", KC_TEST_DATA, cases[c].input);
+        assert_int_equal(kc_tensor_load_npy(path, &batch), KC_OK);
+        int64_t dims[KC_MAX_RANK];
+        int rank = kc_tensor_rank(batch);
+        for (int d = 0; d < rank; d++)
+            dims[d] = kc_tensor_dim(batch, d);
+        dims[0] = 1;
+        assert_int_equal(kc_tensor_new(KC_F32, rank, dims, &one), KC_OK);
+        memcpy(kc_tensor_data(one), kc_tensor_cdata(batch),
+               (size_t)kc_tensor_count(one) * sizeof(float));
+        int direct = direct_against_copied(m, one, cases[c].n_out, cases[c].model);
+        if (direct != cases[c].direct)
+            fail_msg("%s: %d inputs read in place, expected %d", cases[c].model, direct,
+                     cases[c].direct);
+        kc_tensor_free(one);
+        kc_tensor_free(batch);
+        kc_model_free(m);
+    }
+    /* the input is itself a model output: copied; x -> relu, relu + x
+     * (the Add may write over x's slot): right either way */
+    kc_model *m = load_json(kc_input_output_json);
+    kc_tensor *in = make_input(1);
+    assert_int_equal(direct_against_copied(m, in, 2, "input as output"), 0);
+    kc_model_free(m);
+    m = load_json(kc_model_json);
+    direct_against_copied(m, in, 2, "relu + x");
+    kc_model_free(m);
+    kc_tensor_free(in);
+}
+
 /* A BatchNormalization after a relu folds into the layer after it
  * (runtime/fuse.c's kc_fold_bn_forward): through a max pooling and a
  * Dropout into a "valid" convolution, through global average poolings
@@ -1807,6 +1904,7 @@ int main(void)
         cmocka_unit_test(test_layer_scale_folded),
         cmocka_unit_test(test_maxpool_fused_in_stem),
         cmocka_unit_test(test_rescaling_folded),
+        cmocka_unit_test(test_inputs_read_in_place),
         cmocka_unit_test(test_bn_folded_forward),
         cmocka_unit_test(test_dense_residual_fused),
         cmocka_unit_test(test_upsample_conv_fused),
