@@ -201,8 +201,11 @@ void kc_session_free(kc_session *session);
 /* Run the model. inputs are in the model's input order (any batch size;
  * the other dimensions must match the model; float or integer dtypes are
  * converted to float32, integer inputs of Embedding layers are indices).
- * outputs receives n_outputs new float32 tensors in the model's output
- * order, which the caller frees with kc_tensor_free. */
+ * They are only read, but a float32 input may be read while the run goes
+ * on rather than copied at its start (KC_INPUT_DIRECT=0: always copied):
+ * leave it unchanged until the call returns. outputs receives n_outputs
+ * new float32 tensors in the model's output order, which the caller
+ * frees with kc_tensor_free. */
 kc_status kc_session_run(kc_session *session, const kc_tensor *const *inputs, int n_inputs,
                          kc_tensor **outputs, int n_outputs);
 /* The same, writing into caller-owned float32 tensors of the outputs'
