@@ -351,14 +351,17 @@ static int kc_session_direct_ok(const kc_session *s, int i, const kc_tensor *t)
     return 1;
 }
 
-/* The model inputs into the plain loop's arena: each read where it is
- * (kc_session_direct_ok) or copied into its slot (kc_to_f32). */
-static void kc_session_inputs_in(kc_session *s, const kc_tensor *const *inputs, int n_inputs)
+/* The model inputs into the session's arena: each copied into its slot
+ * (kc_to_f32) or, where `direct` (the plain loop runs the nodes), read
+ * where it is if it may (kc_session_direct_ok). */
+static void kc_session_inputs_in(kc_session *s, const kc_tensor *const *inputs, int n_inputs,
+                                 int direct)
 {
     const kc_graph *g = s->graph;
     s->n_direct = 0;
     for (int i = 0; i < n_inputs; i++) {
-        if (s->n_direct < KC_SESSION_MAX_DIRECT && kc_session_direct_ok(s, i, inputs[i])) {
+        if (direct && s->n_direct < KC_SESSION_MAX_DIRECT &&
+            kc_session_direct_ok(s, i, inputs[i])) {
             s->direct_value[s->n_direct] = g->inputs[i];
             s->direct_data[s->n_direct++] = kc_tensor_cdata(inputs[i]);
             continue;
@@ -693,12 +696,7 @@ static kc_status kc_session_exec(kc_session *s, const kc_tensor *const *inputs, 
     if (s->lanes > 1)
         return kc_lanes_run(s, inputs, n_inputs);
     kc_status st = KC_OK;
-    if (s->sched || s->branches) {
-        s->n_direct_last = 0;
-        for (int i = 0; i < n_inputs; i++)
-            kc_to_f32(inputs[i], s->arena + s->plan.offset[g->inputs[i]]);
-    } else
-        kc_session_inputs_in(s, inputs, n_inputs);
+    kc_session_inputs_in(s, inputs, n_inputs, !s->sched && !s->branches);
     if (s->sched)
         st = kc_sched_run(s->sched);
     if (s->branches)
