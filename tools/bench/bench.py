@@ -524,7 +524,7 @@ def summarize(rows, batches, runners, results, errors, macs):
                     entry["ort_best_ms_per_image"] = min(ort_runs)
                     entry["ort_runs_ms_per_image"] = ort_runs
                     entry["kerasc_over_ort_best"] = k_["median_ms_per_image"] / min(ort_runs)
-                    entry["ort_round_spread"] = max(ort_runs) / min(ort_runs)
+                    entry["ort_run_spread"] = max(ort_runs) / min(ort_runs)
             elif k_ and o_ and k_.get("median_ms_per_image") and o_.get("median_ms_per_image"):
                 # ORT measured on another row (†): no round to pair with
                 entry["kerasc_over_ort"] = k_["median_ms_per_image"] / o_["median_ms_per_image"]
@@ -585,9 +585,9 @@ def markdown(table, runners, meta, sgemm):
         pr = e.get("kerasc_over_ort_rounds")
         if rt is not None and pr and len(pr) > 1:
             best = e.get("kerasc_over_ort_best")
-            spread = e.get("ort_round_spread") or 1.0
-            # ORT's rounds far apart (its slow mode): the ratio against its
-            # fastest round beside the median of the rounds'
+            spread = e.get("ort_run_spread") or 1.0
+            # ORT's runs far apart (its slow mode): the ratio against its
+            # fastest run beside the median of the rounds'
             cells.append(f"{rt:.2f} ({min(pr):.2f}–{max(pr):.2f})"
                          + (f"; {best:.2f} against ORT's fastest run" if best and spread > 1.3 else ""))
         else:
