@@ -244,6 +244,18 @@ static int kc_node_named(const kc_session *s, const char *name)
     return -1;
 }
 
+/* Two sessions of model m with options o (NULL: defaults): *on as the
+ * environment has it, *without made with switch `off`=0 (read when a
+ * session is created). */
+static void new_with_and_without(kc_model *m, const kc_session_options *o, const char *off,
+                                 kc_session **on, kc_session **without)
+{
+    assert_int_equal(kc_session_new(m, o, on), KC_OK);
+    setenv(off, "0", 1);
+    assert_int_equal(kc_session_new(m, o, without), KC_OK);
+    unsetenv(off);
+}
+
 /* A model run fused and with one fusion switch off (KC_FUSE=0: all), one
  * run each on its input. */
 #define KC_PAIR_OUTPUTS 8
@@ -266,10 +278,7 @@ static void fused_pair_run(fused_pair *p, const char *model, const char *input, 
     assert_int_equal(kc_model_load(path, NULL, &p->m), KC_OK);
     snprintf(path, sizeof path, "%s/%s", KC_TEST_DATA, input);
     assert_int_equal(kc_tensor_load_npy(path, &p->in), KC_OK);
-    assert_int_equal(kc_session_new(p->m, NULL, &p->fused), KC_OK);
-    setenv(off, "0", 1);
-    assert_int_equal(kc_session_new(p->m, NULL, &p->plain), KC_OK);
-    unsetenv(off);
+    new_with_and_without(p->m, NULL, off, &p->fused, &p->plain);
     const kc_tensor *const *in = (const kc_tensor *const *)&p->in;
     assert_int_equal(kc_session_run(p->fused, in, 1, p->got, n_out), KC_OK);
     assert_int_equal(kc_session_run(p->plain, in, 1, p->plain_out, n_out), KC_OK);
@@ -410,10 +419,7 @@ static const char *kc_input_output_json =
 static int direct_against_copied(kc_model *m, const kc_tensor *in, int n_out, const char *what)
 {
     kc_session *on = NULL, *off = NULL;
-    assert_int_equal(kc_session_new(m, NULL, &on), KC_OK);
-    setenv("KC_INPUT_DIRECT", "0", 1);
-    assert_int_equal(kc_session_new(m, NULL, &off), KC_OK);
-    unsetenv("KC_INPUT_DIRECT");
+    new_with_and_without(m, NULL, "KC_INPUT_DIRECT", &on, &off);
     int64_t n = kc_tensor_count(in);
     float *before = malloc((size_t)n * sizeof *before);
     memcpy(before, kc_tensor_cdata(in), (size_t)n * sizeof *before);
@@ -780,10 +786,7 @@ static int kc_app_fused_count(const char *name)
     kc_tensor *in = NULL, *a_out = NULL, *b_out = NULL;
     assert_int_equal(kc_tensor_load_npy(input, &in), KC_OK);
     kc_session *fused = NULL, *plain = NULL;
-    assert_int_equal(kc_session_new(m, NULL, &fused), KC_OK);
-    setenv("KC_FUSE", "0", 1);
-    assert_int_equal(kc_session_new(m, NULL, &plain), KC_OK);
-    unsetenv("KC_FUSE");
+    new_with_and_without(m, NULL, "KC_FUSE", &fused, &plain);
     int n = kc_session_fused_nodes(fused);
     assert_int_equal(kc_session_run(fused, (const kc_tensor *const *)&in, 1, &a_out, 1), KC_OK);
     assert_int_equal(kc_session_run(plain, (const kc_tensor *const *)&in, 1, &b_out, 1), KC_OK);
@@ -844,10 +847,7 @@ static kc_tensor *cycled_images(const kc_tensor *batch, int64_t n)
 static void new_fused_and_plain(kc_model *m, int threads, kc_session **fused, kc_session **plain)
 {
     kc_session_options o = {.threads = threads};
-    assert_int_equal(kc_session_new(m, &o, fused), KC_OK);
-    setenv("KC_FUSE_DW", "0", 1);
-    assert_int_equal(kc_session_new(m, &o, plain), KC_OK);
-    unsetenv("KC_FUSE_DW");
+    new_with_and_without(m, &o, "KC_FUSE_DW", fused, plain);
 }
 
 /* Outputs of two sessions on one input, within the fidelity tolerance. */
