@@ -173,14 +173,6 @@ static kc_status kc_pw_pack(const kc_exec_ctx *ctx, kc_pw_state *st)
 
 /* ------------------------------------------------------------ run */
 
-__attribute__((target("avx512f"), always_inline)) static inline __m512 kc_pw_apply(__m512 v,
-                                                                                  int act)
-{
-    if (act == 1 || act == 2)
-        v = _mm512_max_ps(v, _mm512_setzero_ps());
-    return act == 2 ? _mm512_min_ps(v, _mm512_set1_ps(6.0f)) : v;
-}
-
 /* Pixels [p0, p0 + mr) x nv vectors from `b` (vector j at b + k * 16 * j; output channels from
  * n0, the last vector's lanes `last`), all k input channels; `fetch`'s
  * lines fetched into L2 spread over the loop. Inlined with mr and nv
@@ -238,18 +230,29 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
             for (int j = 0; j < nv; j++)
                 acc[i][j] = _mm512_add_ps(_mm512_load_ps(done[i][j]), acc[i][j]);
     }
+    /* what the stores need, in locals: read through io and st, it was
+     * loaded again after each store (an intrinsic's store may alias
+     * anything), with the activation's constants */
+    float *const out = io->out + p0 * ldc + n0;
+    const float *const bias = io->bias ? io->bias + n0 : NULL;
+    const int residual = st->residual, act = st->act;
+    const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
     #pragma GCC unroll 8
     for (int i = 0; i < mr; i++)
         #pragma GCC unroll 3
         for (int j = 0; j < nv; j++) {
             __mmask16 mask = j == nv - 1 ? last : (__mmask16)0xFFFF;
-            float *c = io->out + (p0 + i) * ldc + n0 + 16 * j;
+            float *c = out + i * ldc + 16 * j;
             __m512 v = acc[i][j];
-            if (io->bias)
-                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, io->bias + n0 + 16 * j));
-            if (st->residual)
+            if (bias)
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, bias + 16 * j));
+            if (residual)
                 v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, c));
-            _mm512_mask_storeu_ps(c, mask, kc_pw_apply(v, st->act));
+            if (act == 1 || act == 2)
+                v = _mm512_max_ps(v, zero);
+            if (act == 2)
+                v = _mm512_min_ps(v, six);
+            _mm512_mask_storeu_ps(c, mask, v);
         }
 }
 
