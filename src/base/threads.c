@@ -30,6 +30,7 @@ int omp_get_thread_num(void);
 int omp_get_num_threads(void);
 int omp_in_parallel(void);
 void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads, unsigned flags);
+void GOMP_barrier(void);
 
 int kc_dnnl_enabled(void)
 {
@@ -167,4 +168,50 @@ void kc_parallel_timed(int n, void (*fn)(void *arg, int index), void *arg, doubl
 {
     kc_timed_job job = {fn, arg, seconds};
     kc_parallel(n, kc_timed_body, &job);
+}
+
+typedef struct kc_two_job {
+    void (*first)(void *arg, int index);
+    void (*second)(void *arg, int index);
+    void *arg;
+    double *seconds;
+    int n;
+} kc_two_job;
+
+static void kc_two_second(const kc_two_job *job, int i)
+{
+    double start = job->seconds ? kc_now() : 0;
+    job->second(job->arg, i);
+    if (job->seconds)
+        job->seconds[i] += kc_now() - start;
+}
+
+/* As kc_parallel_body, each pass over the thread's indexes; every thread
+ * of the team reaches the barrier once, whatever its share. */
+static void kc_two_body(void *data)
+{
+    const kc_two_job *job = data;
+    int team = omp_get_num_threads();
+    for (int i = omp_get_thread_num(); i < job->n; i += team)
+        job->first(job->arg, i);
+    GOMP_barrier();
+    for (int i = omp_get_thread_num(); i < job->n; i += team)
+        kc_two_second(job, i);
+}
+
+/* Why: MobileNetV2's blocks cut by channels (a pass of partial sums) and
+ * in place (a pass of border rows first) ran each of their two passes as
+ * a team of its own, twelve forks and joins an image at batch 1. */
+void kc_parallel_two(int n, void (*first)(void *arg, int index),
+                     void (*second)(void *arg, int index), void *arg, double *seconds)
+{
+    kc_two_job job = {first, second, arg, seconds, n < 1 ? 1 : n};
+    if (n <= 1 || omp_in_parallel()) {
+        for (int i = 0; i < job.n; i++)
+            first(arg, i);
+        for (int i = 0; i < job.n; i++)
+            kc_two_second(&job, i);
+        return;
+    }
+    GOMP_parallel(kc_two_body, &job, (unsigned)n, 0);
 }

@@ -28,6 +28,13 @@ void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg);
  * (what kc_balance cuts by). */
 void kc_parallel_timed(int n, void (*fn)(void *arg, int index), void *arg, double *seconds);
 
+/* first(arg, i) for every index, then, once all have returned, second(arg,
+ * i) for every index (adding its time to seconds[i], where seconds is not
+ * NULL): two passes in one team, a barrier between them instead of a
+ * second fork and join. */
+void kc_parallel_two(int n, void (*first)(void *arg, int index),
+                     void (*second)(void *arg, int index), void *arg, double *seconds);
+
 /* How many of kc_parallel's indexes run side by side from here: 1 inside
  * a team (a batch lane, lane 0 included), else kc_threads_max(). */
 int kc_parallel_width(void);

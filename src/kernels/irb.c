@@ -592,13 +592,17 @@ static void kc_irb_chan_job(void *arg, int k)
     run->ops->gemm(&p, pixels, g->cout);
 }
 
-/* Second pass: part k sums the partials of its output pixels, with the
- * bias, the residual and the activation. */
+/* Second pass (the same team, after a barrier: kc_parallel_two): part k
+ * sums the partials of its output pixels, with the bias, the residual
+ * and the activation. */
 static void kc_irb_sum_job(void *arg, int k)
 {
     const kc_irb_run *run = arg;
     const kc_irb_part *pt = &run->part[k];
     const kc_irb_geom *g = run->g;
+    for (int t = 0; t < run->n_parts; t++)
+        if (run->failed[t])
+            return; /* a part's partial sums are missing: kc_irb_check says so */
     kc_irb_sum sum = {run->w.bp, run->partial, run->out, g->ho * g->wo * g->cout, g->cout,
                       pt->p0, pt->p1, run->n_parts, run->residual, g->act_p};
     run->ops->sum(&sum);
@@ -721,10 +725,8 @@ static kc_status kc_irb_execute(const kc_exec_ctx *ctx, kc_irb_state *st)
                                             sizeof(float));
         if (!run.partial)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a fused block's rows");
-        kc_parallel(run.n_parts, kc_irb_chan_job, &run);
-        KC_TRY(kc_irb_check(&run));
-        kc_parallel(run.n_parts, kc_irb_sum_job, &run);
-        return KC_OK;
+        kc_parallel_two(run.n_parts, kc_irb_chan_job, kc_irb_sum_job, &run, NULL);
+        return kc_irb_check(&run);
     }
     if (in_place && run.n_parts > 1 && g->n == 1) {
         run.halo = kc_dnnl_workspace(KC_DNNL_SLOT_SCRATCHPAD,
@@ -732,10 +734,12 @@ static kc_status kc_irb_execute(const kc_exec_ctx *ctx, kc_irb_state *st)
                                          sizeof(float));
         if (!run.halo)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a fused block's rows");
-        kc_parallel(run.n_parts, kc_irb_halo_job, &run);
     }
     double seconds[KC_BALANCE_MAX_PARTS] = {0};
-    kc_parallel_timed(run.n_parts, kc_irb_job, &run, seconds);
+    if (run.halo)
+        kc_parallel_two(run.n_parts, kc_irb_halo_job, kc_irb_job, &run, seconds);
+    else
+        kc_parallel_timed(run.n_parts, kc_irb_job, &run, seconds);
     KC_TRY(kc_irb_check(&run));
     if (g->n == 1)
         kc_balance_update(&st->cut, seconds);

@@ -242,6 +242,70 @@ static void test_update_units(void **state)
     expect_cuts(&b, (const int64_t[]){0, 60, 100}, 2);
 }
 
+/* kc_parallel_two: every first pass done before any second pass starts
+ * (each second pass sees all the firsts' marks), every index once in
+ * each, the seconds' times added; the same with more indexes than
+ * threads, and from inside a team (run in order on one thread). */
+typedef struct two_run {
+    atomic_int first[8], second[8], firsts_seen[8];
+} two_run;
+
+static two_run *two_now;
+
+static void two_first(void *arg, int i)
+{
+    two_run *r = arg;
+    atomic_fetch_add(&r->first[i], 1);
+}
+
+static void two_second(void *arg, int i)
+{
+    two_run *r = arg;
+    int seen = 0;
+    for (int k = 0; k < 8; k++)
+        seen += atomic_load(&r->first[k]);
+    atomic_store(&r->firsts_seen[i], seen);
+    atomic_fetch_add(&r->second[i], 1);
+}
+
+static void two_check(const two_run *r, int n)
+{
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(atomic_load(&r->first[i]), 1);
+        assert_int_equal(atomic_load(&r->second[i]), 1);
+        if (atomic_load(&r->firsts_seen[i]) != n)
+            fail_msg("index %d's second pass saw %d of %d first passes", i,
+                     atomic_load(&r->firsts_seen[i]), n);
+    }
+}
+
+static void two_nested(void *arg, int i)
+{
+    (void)arg;
+    if (i == 0)
+        kc_parallel_two(5, two_first, two_second, two_now, NULL);
+}
+
+static void test_parallel_two(void **state)
+{
+    (void)state;
+    kc_threads_enter(2);
+    for (int n = 1; n <= 8; n++) {
+        two_run r;
+        memset(&r, 0, sizeof r);
+        double seconds[8] = {0};
+        kc_parallel_two(n, two_first, two_second, &r, seconds);
+        two_check(&r, n);
+        for (int i = 0; i < n; i++)
+            assert_true(seconds[i] >= 0);
+    }
+    two_run r;
+    memset(&r, 0, sizeof r);
+    two_now = &r;
+    kc_parallel(2, two_nested, NULL);
+    two_check(&r, 5);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -254,6 +318,7 @@ int main(void)
         cmocka_unit_test(test_claims_victim),
         cmocka_unit_test(test_claims_threads),
         cmocka_unit_test(test_update_units),
+        cmocka_unit_test(test_parallel_two),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
