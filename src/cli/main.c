@@ -1,6 +1,7 @@
 /* kerasc command-line tool: dispatch to one function per subcommand. */
 #include <dirent.h>
 #include <malloc.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +134,27 @@ static int kc_blas_policy(void)
     return setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0;
 }
 
+/* With OMP_PROC_BIND or OMP_PLACES set, libgomp binds the initial thread
+ * to its first place as it loads, and a process keeps its threads'
+ * affinity across exec: the re-executed process then saw that one place
+ * as the whole machine (OMP_PROC_BIND=spread OMP_PLACES={0},{1}: both
+ * threads on CPU 0, MobileNetV2 2.0x the time). Before the exec, every
+ * CPU goes back in; the kernel keeps those the process's cpuset allows.
+ * (A narrower `taskset` given together with a binding is widened too:
+ * the mask from before libgomp's binding is gone by now.) */
+static void kc_unbind_for_exec(void)
+{
+    const char *bind = getenv("OMP_PROC_BIND");
+    if (!(bind && strcmp(bind, "false") && strcmp(bind, "FALSE")) && !getenv("OMP_PLACES") &&
+        !getenv("GOMP_CPU_AFFINITY"))
+        return;
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        CPU_SET(cpu, &all);
+    (void)sched_setaffinity(0, sizeof all, &all); /* on failure: as before */
+}
+
 static void kc_omp_policy(char **argv, int long_running)
 {
     int changed = kc_blas_policy();
@@ -141,8 +163,10 @@ static void kc_omp_policy(char **argv, int long_running)
         if (!long_running && !getenv("GOMP_SPINCOUNT") && kc_machine_idle())
             setenv("GOMP_SPINCOUNT", KC_IDLE_SPINCOUNT, 1);
     }
-    if (changed)
+    if (changed) {
+        kc_unbind_for_exec();
         execv("/proc/self/exe", argv);
+    }
     /* exec failed: carry on with the libraries' default policies */
 }
 

@@ -45,6 +45,18 @@ err=$(printf '\n' | "$KERASC" bench "$M" --iters 2 --slices 3 2>&1 >/dev/null); 
 [[ $rc -eq 1 && "$err" == "kerasc bench: standard input ended after 1 of 3 slices" ]] &&
   pass "bench --slices: input ending early is a one-line error, exit 1" ||
   fail "bench --slices early end: rc $rc: $err"
+# OpenMP binding asked for: the command re-executes itself (cli/main.c's
+# policy) after libgomp bound this thread to the first place; the new
+# process must still see every place, not that one alone (it ran both
+# threads on CPU 0).
+if [[ $(nproc) -ge 2 ]]; then
+  out=$(env -u OMP_WAIT_POLICY OMP_PROC_BIND=spread OMP_PLACES='{0},{1}' OMP_DISPLAY_ENV=true \
+        "$KERASC" bench "$M" --iters 2 --warmup 1 --threads 2 2>&1)
+  places=$(grep "OMP_PLACES = " <<<"$out" | tail -1)
+  [[ $(grep -c "OMP_PLACES = " <<<"$out") -eq 2 && "$places" == *"'{0},{1}'"* ]] &&
+    pass "bench re-executed under OMP_PROC_BIND keeps both places: $places" ||
+    fail "bench under OMP_PROC_BIND: the re-executed process saw ${places:-no places} ($(grep -c "OMP_PLACES = " <<<"$out") displays)"
+fi
 "$KERASC" bench "$M" --slices 0 >/dev/null 2>&1; rc=$?
 [[ $rc -eq 2 ]] && pass "bench --slices 0 is a usage error" || fail "bench --slices 0 exit $rc"
 "$KERASC" bench "$M" --iters 0 >/dev/null 2>&1; rc=$?
