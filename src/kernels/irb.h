@@ -15,7 +15,10 @@
  * knows, on a CPU with AVX-512; with AVX2 only where KC_IRB=1 (not
  * faster there than the three layers: irb.c); KC_IRB=0: never. ex NULL:
  * a block without expansion, `dw` reading `in` (MobileNetV2's first
- * block), whose projection adds no residual. */
+ * block), whose projection adds no residual. ex may be a stem instead of
+ * a 1x1: a convolution stem.h's loop takes (kc_stem_block_takes; not
+ * with KC_IRB_STEM=0), its rows the expanded ones (MobileNetV2's Conv1
+ * and first block). */
 int kc_irb_fusable(const kc_conv_attrs *ex, const kc_layer *dw, const kc_layer *pw,
                    const kc_shape *in);
 

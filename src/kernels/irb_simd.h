@@ -16,6 +16,8 @@ typedef struct kc_irb_geom {
     int act_e, act_d, act_p;        /* 0 linear, 1 relu, 2 relu6 */
     int identity;                   /* no expansion: the depthwise layer reads the input
                                        (cm == cin), its node carries the block */
+    int stem;                       /* the expansion is a stem (stem.h's loop), not a 1x1:
+                                       h, w its output's, cin the image's channels */
 } kc_irb_geom;
 
 /* The block's weights, copied into the kernel's state from the fused

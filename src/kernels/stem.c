@@ -77,12 +77,13 @@ static void kc_stem_free(kc_kernel_state *s)
 int kc_stem_owns(const kc_kernel_state *state) { return state && state->free == kc_stem_free; }
 
 /* The geometry of layer a from input value shape `in` to `out` (NHWC),
- * into g; 0 when the layer does not qualify (stem.h). */
-static int kc_stem_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
-                            kc_stem_geom *g)
+ * into g; 0 when the layer does not qualify (stem.h). The layers a may
+ * carry (post_dw, post_pw) aside: kc_stem_geometry refuses those. */
+static int kc_stem_geometry_alone(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
+                                  kc_stem_geom *g)
 {
     if (a->kind != KC_CONV_PLAIN || a->spatial != 2 || a->groups != 1 || a->padding == 2 ||
-        a->accumulate || a->post_dw || a->post_pw || a->pre_pool || in->rank != 4 ||
+        a->accumulate || a->pre_pool || in->rank != 4 ||
         out->rank != 4 || out->dims[0] != in->dims[0] || in->dims[3] < 1 ||
         in->dims[3] > KC_STEM_MAX_CHANNELS || out->dims[3] < KC_STEM_MIN_FILTERS)
         return 0;
@@ -113,6 +114,16 @@ static int kc_stem_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc
     return 1;
 }
 
+/* kc_stem_geometry_alone for a layer run alone: one that carries a block
+ * (post_dw, post_pw) is the block kernel's (kc_stem_block_takes). */
+static int kc_stem_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
+                            kc_stem_geom *g)
+{
+    if (a->post_dw || a->post_pw)
+        return 0;
+    return kc_stem_geometry_alone(a, in, out, g);
+}
+
 /* The max pooling p over a convolution output of `out` (NHWC) into
  * *pool; 0 when it does not qualify (kc_stem_pool_fusable). */
 static int kc_stem_pool_geometry(const kc_pool_attrs *p, const kc_shape *out, kc_stem_pool *pool)
@@ -134,32 +145,39 @@ static int kc_stem_pool_geometry(const kc_pool_attrs *p, const kc_shape *out, kc
 }
 
 /* Keras's (kh, kw, c, f) kernel into 16-channel vectors of taps, the bias
- * copied, the taps' input offsets for the image's width. */
-static kc_status kc_stem_pack(kc_stem_state *st, const float *w, const float *bias)
+ * copied, the taps' input offsets for the image's width: into *pw, *pb
+ * and *poff, allocated where NULL (streamed weights are packed again
+ * into the same arrays). */
+static kc_status kc_stem_pack_into(const kc_stem_geom *g, const float *w, const float *bias,
+                                   float **pw, float **pb, int32_t **poff)
 {
-    const kc_stem_geom *g = &st->g;
     int64_t vecs = (g->f + 15) / 16;
-    if (!st->w) /* streamed weights are packed again into the same arrays */
-        st->w = kc_calloc((size_t)(vecs * g->taps * 16), sizeof *st->w);
-    if (!st->off)
-        st->off = kc_calloc((size_t)g->taps, sizeof *st->off);
-    if (bias && !st->bias)
-        st->bias = kc_calloc((size_t)g->f, sizeof *st->bias);
-    if (!st->w || !st->off || (bias && !st->bias))
+    if (!*pw)
+        *pw = kc_calloc((size_t)(vecs * g->taps * 16), sizeof **pw);
+    if (!*poff)
+        *poff = kc_calloc((size_t)g->taps, sizeof **poff);
+    if (bias && !*pb)
+        *pb = kc_calloc((size_t)g->f, sizeof **pb);
+    if (!*pw || !*poff || (bias && !*pb))
         return KC_ERR_NOMEM;
     for (int64_t v = 0; v < vecs; v++) {
         int64_t n = g->f - 16 * v < 16 ? g->f - 16 * v : 16;
         for (int64_t t = 0; t < g->taps; t++)
-            memcpy(st->w + (v * g->taps + t) * 16, w + t * g->f + 16 * v,
-                   (size_t)n * sizeof *w);
+            memcpy(*pw + (v * g->taps + t) * 16, w + t * g->f + 16 * v, (size_t)n * sizeof *w);
     }
     if (bias)
-        memcpy(st->bias, bias, (size_t)g->f * sizeof *bias);
+        memcpy(*pb, bias, (size_t)g->f * sizeof *bias);
     for (int64_t ky = 0; ky < g->kh; ky++)
         for (int64_t kx = 0; kx < g->kw; kx++)
             for (int64_t ci = 0; ci < g->c; ci++)
-                st->off[(ky * g->kw + kx) * g->c + ci] = (int32_t)((ky * g->in_w + kx) * g->c + ci);
+                (*poff)[(ky * g->kw + kx) * g->c + ci] =
+                    (int32_t)((ky * g->in_w + kx) * g->c + ci);
     return KC_OK;
+}
+
+static kc_status kc_stem_pack(kc_stem_state *st, const float *w, const float *bias)
+{
+    return kc_stem_pack_into(&st->g, w, bias, &st->w, &st->bias, &st->off);
 }
 
 /* The tap offsets are int32: an image too wide for them stays on oneDNN. */
@@ -338,4 +356,41 @@ kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     *handled = 1;
     *act_done = st->g.act != 3;
     return KC_OK;
+}
+
+/* ------------------------------------------------ inside a block */
+
+int kc_stem_block_takes(const kc_conv_attrs *a, const kc_shape *in, kc_stem_geom *g)
+{
+    if (!kc_stem_wanted(kc_isa()) || !kc_dnnl_ready() || in->rank != 4 || a->spatial != 2)
+        return 0;
+    kc_shape out = *in;
+    for (int i = 0; i < 2; i++)
+        out.dims[1 + i] = kc_conv_out_len(in->dims[1 + i], a->kernel[i], a->strides[i],
+                                          a->dilation[i], a->padding != 0);
+    out.dims[3] = a->filters;
+    return kc_stem_geometry_alone(a, in, &out, g) && kc_stem_offsets_fit(g) && g->act != 3;
+}
+
+kc_status kc_stem_loop_build(const kc_stem_geom *g, const float *w, const float *bias,
+                             kc_stem_loop *loop)
+{
+    memset(loop, 0, sizeof *loop);
+    loop->g = *g;
+    loop->rows = kc_isa() == KC_ISA_AVX512 ? kc_stem_rows_avx512 : kc_stem_rows_avx2;
+    kc_status status = kc_stem_pack_into(g, w, bias, &loop->w, &loop->bias, &loop->off);
+    if (status != KC_OK) {
+        kc_stem_loop_free(loop);
+        return status;
+    }
+    loop->k = (kc_stem_kernel){loop->w, loop->bias, loop->off};
+    return KC_OK;
+}
+
+void kc_stem_loop_free(kc_stem_loop *loop)
+{
+    free(loop->w);
+    free(loop->bias);
+    free(loop->off);
+    memset(loop, 0, sizeof *loop);
 }

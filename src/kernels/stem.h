@@ -39,6 +39,31 @@ void kc_stem_rows_avx512(const kc_stem_geom *g, const kc_stem_kernel *k, const f
 void kc_stem_rows_avx2(const kc_stem_geom *g, const kc_stem_kernel *k, const float *in,
                        float *out, int64_t y0, int64_t y1);
 
+/* The loop inside another kernel: irb.c's block whose expansion is a
+ * stem (MobileNetV2's Conv1 before its first depthwise layer), whose rows
+ * it computes band by band into the core's cache instead of writing the
+ * whole output (1.6 MB there) for the depthwise layer to read back. */
+typedef struct kc_stem_loop {
+    kc_stem_geom g;
+    kc_stem_kernel k; /* the arrays below */
+    void (*rows)(const kc_stem_geom *, const kc_stem_kernel *, const float *, float *, int64_t,
+                 int64_t);
+    float *w, *bias;
+    int32_t *off;
+} kc_stem_loop;
+
+/* Whether this loop would take convolution a on input value shape `in`
+ * (NHWC) were it alone, whatever layers a carries: its geometry into
+ * *g; its activation one the loop applies (linear, relu, relu6). */
+int kc_stem_block_takes(const kc_conv_attrs *a, const kc_shape *in, kc_stem_geom *g);
+
+/* The loop for geometry *g (from kc_stem_block_takes) on Keras's kernel
+ * w and bias (NULL: none), on the instruction set kc_isa() names; the
+ * rows are those kc_stem_conv computes, bit for bit. */
+kc_status kc_stem_loop_build(const kc_stem_geom *g, const float *w, const float *bias,
+                             kc_stem_loop *loop);
+void kc_stem_loop_free(kc_stem_loop *loop);
+
 /* Run the layer of ctx on this kernel where it qualifies (*handled 1),
  * else leave it to the next (*handled 0); *act_done: its activation was
  * applied too. A plain 2-D convolution, undilated, ungrouped, the same

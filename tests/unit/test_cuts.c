@@ -2826,6 +2826,119 @@ static void irb_identity_isa(void)
         check_irb_identity_case(&cases[i]);
 }
 
+/* A block whose expansion is a stem (a convolution over few input
+ * channels on stem.h's loop: MobileNetV2's 3x3 stride-2 Conv1 from RGB,
+ * then its first depthwise layer and projection). */
+typedef struct irb_stem_case {
+    const char *what;
+    int64_t n, h, w, c;       /* images, the image's rows, columns, channels */
+    int64_t ks, ss, spad;     /* the stem's kernel, stride, padding (1 same, 0 valid) */
+    int64_t f, o;             /* the stem's and the projection's filters */
+    int64_t s;                /* the depthwise layer's stride ("same") */
+    const char *act1, *act2, *act3;
+    int fusable;
+} irb_stem_case;
+
+/* The three layers on the plain paths, one thread, are the reference;
+ * the block on 1 to 3 threads, and one image again on one state with its
+ * rows' cut moved as far as it goes, must equal them. Cases it refuses:
+ * run as layers. */
+static void check_irb_stem_case(const irb_stem_case *c)
+{
+    dw_case dc = {c->what, c->n, c->h, c->w, c->c, c->f, 3, c->s, 1, 1,
+                  1, 0, 0, c->act1, c->act2, 1, 1, 0};
+    dw_run r;
+    dw_setup(&dc, &r);
+    /* the expansion becomes the stem: its kernel, stride and padding, the
+     * shapes after it */
+    free(r.pw[0].data);
+    r.pw[0].data = rand_buf(c->ks * c->ks * c->c * c->f);
+    r.pw[0].shape = (kc_shape){.rank = 4, .dims = {c->ks, c->ks, c->c, c->f}};
+    r.pa.padding = (int)c->spad;
+    for (int i = 0; i < 2; i++) {
+        r.pa.kernel[i] = c->ks;
+        r.pa.strides[i] = c->ss;
+        r.mid.dims[1 + i] = kc_conv_out_len(r.in.dims[1 + i], c->ks, c->ss, 1, (int)c->spad);
+        r.out.dims[1 + i] = kc_conv_out_len(r.mid.dims[1 + i], 3, c->s, 1, 1);
+    }
+    r.dw_in = r.mid;
+    r.out.dims[3] = c->f;
+    r.mid_count = kc_count(&r.mid);
+    r.out_count = kc_count(&r.out);
+    kc_conv_attrs qa = r.pa;
+    memset(qa.kernel, 0, sizeof qa.kernel);
+    for (int i = 0; i < 3; i++)
+        qa.kernel[i] = qa.strides[i] = 1;
+    qa.padding = 1;
+    qa.filters = c->o;
+    qa.activation = c->act3;
+    kc_weight qw[2] = {{.data = rand_buf(c->f * c->o)}, {.data = rand_buf(c->o)}};
+    qw[0].shape = (kc_shape){.rank = 4, .dims = {1, 1, c->f, c->o}};
+    r.dw[0].shape = (kc_shape){.rank = 4, .dims = {3, 3, c->f, 1}};
+    kc_layer ql = {.name = "project", .class_name = "Conv2D", .attrs = &qa, .weights = qw,
+                   .n_weights = 2, .def = kc_op_lookup(NULL, "Conv2D")};
+    kc_shape out = r.out;
+    out.dims[3] = c->o;
+    int64_t out_n = kc_count(&out);
+    float *want = irb_reference(&r, &ql, &out, NULL);
+    int fusable = kc_irb_fusable(&r.pa, &r.dl, &ql, &r.in);
+    if (fusable != c->fusable)
+        fail_msg("%s: fusable %d, expected %d", c->what, fusable, c->fusable);
+    float peak = peak_of(want, out_n);
+    float *got = malloc((size_t)out_n * sizeof *got);
+    for (int t = 1; fusable && t <= 3; t++) {
+        kc_threads_enter(t);
+        kc_kernel_state *st = NULL;
+        for (int round = 0; round < (c->n == 1 && t > 1 ? 2 : 1); round++) {
+            r.pa.post_dw = &r.dl;
+            r.pa.post_pw = &ql;
+            const float *ins[1] = {r.x};
+            memset(got, 0, (size_t)out_n * sizeof *got);
+            exec_in_slot(&r.pl, ins, &r.in, 1, got, &r.mid, 0, 0, &st);
+            r.pa.post_dw = r.pa.post_pw = NULL;
+            expect_close(got, want, out_n, 1e-4f * peak, "%s, %d threads%s", c->what, t,
+                         round ? ", skewed cut" : "");
+            if (c->n == 1 && t > 1)
+                irb_skew_after(st, c->what, round);
+        }
+        st->free(st);
+    }
+    kc_threads_enter(0);
+    free(got);
+    free(want);
+    irb_teardown(qw, &r);
+}
+
+/* Stems: 3x3 stride 2 "same" on even and odd sizes (the extra pixel
+ * after), "valid", stride 1, a 2x2 kernel, 1 and 4 channels, several
+ * images, a stem wider than a vector and not whole vectors, depthwise
+ * strides 1 and 2, a large image in bands; refused: a stem with more
+ * input channels than the loop takes (then a plain block would need a
+ * 1x1). KC_STEM=1: the stem loop on AVX2 too. */
+static void irb_stem_isa(void)
+{
+    static const irb_stem_case cases[] = {
+        {"stem 3x3 s2 same, 32 -> 16 (MobileNetV2's Conv1 and first block)", 1, 64, 64, 3, 3,
+         2, 1, 32, 16, 1, "relu6", "relu6", "linear", 1},
+        {"stem on an odd size, 3 images", 3, 15, 13, 3, 3, 2, 1, 24, 40, 1, "relu", "relu6",
+         "relu", 1},
+        {"stem valid s2, depthwise s2", 1, 33, 31, 3, 3, 2, 0, 16, 8, 2, "relu6", "linear",
+         "linear", 1},
+        {"stem 3x3 s1, one channel", 2, 12, 12, 1, 3, 1, 1, 20, 24, 1, "linear", "relu",
+         "relu6", 1},
+        {"stem 2x2 s2, 4 channels", 1, 20, 18, 4, 2, 2, 1, 48, 16, 2, "relu6", "relu6",
+         "linear", 1},
+        {"one big image in bands", 1, 224, 224, 3, 3, 2, 1, 32, 16, 1, "relu6", "relu6",
+         "linear", 1},
+        {"5 input channels: no stem loop", 1, 16, 16, 5, 3, 2, 1, 32, 16, 1, "relu6", "relu6",
+         "linear", 0},
+    };
+    setenv("KC_STEM", "1", 1);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_irb_stem_case(&cases[i]);
+    unsetenv("KC_STEM");
+}
+
 /* Both builds of irb_simd.inc where the CPU has both; KC_IRB=1: with
  * AVX2 too (by default the kernel runs with AVX-512 only). */
 static void test_irb_fused(void **state)
@@ -2836,6 +2949,7 @@ static void test_irb_fused(void **state)
     setenv("KC_IRB", "1", 1);
     each_isa(irb_fused_isa);
     each_isa(irb_identity_isa);
+    each_isa(irb_stem_isa);
     unsetenv("KC_IRB");
 }
 
