@@ -34,4 +34,8 @@ kc_status kc_irb_conv(const kc_exec_ctx *ctx);
  * a block cut by channels), NULL for another kernel's state. */
 struct kc_balance *kc_irb_balance(kc_kernel_state *state);
 
+/* For tests: 1 when a block's state runs its narrow 1x1 products on
+ * AVX-512's 256-bit build (kc_isa_vec_bits 256), else 0. */
+int kc_irb_narrow(const kc_kernel_state *state);
+
 #endif

@@ -72,6 +72,7 @@ typedef struct kc_irb_ops {
 } kc_irb_ops;
 
 extern const kc_irb_ops kc_irb_ops_avx512;
+extern const kc_irb_ops kc_irb_ops_avx512y; /* 256-bit vectors (kc_isa_vec_bits) */
 extern const kc_irb_ops kc_irb_ops_avx2;
 
 #endif

@@ -1,5 +1,6 @@
 #include "kernels/isa.h"
 
+#include <cpuid.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,4 +32,34 @@ kc_isa_level kc_isa(void)
 const char *kc_isa_name(kc_isa_level level)
 {
     return level == KC_ISA_AVX512 ? "avx512" : level == KC_ISA_AVX2 ? "avx2" : "none";
+}
+
+/* AMD's family 0x19 with AVX-512 is Zen 4, whose AVX-512 units are
+ * 256 bits wide (Zen 5, family 0x1a, has 512-bit ones in its desktop and
+ * server parts). */
+static int kc_isa_half_width_cpu(void)
+{
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx))
+        return 0;
+    /* "AuthenticAMD": ebx "Auth", edx "enti", ecx "cAMD" */
+    if (ebx != 0x68747541u || edx != 0x69746e65u || ecx != 0x444d4163u)
+        return 0;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx))
+        return 0;
+    unsigned family = (eax >> 8) & 0xf;
+    if (family == 0xf)
+        family += (eax >> 20) & 0xff;
+    return family == 0x19 && __builtin_cpu_supports("avx512f");
+}
+
+int kc_isa_vec_bits(void)
+{
+    const char *env = getenv("KC_VEC_BITS");
+    if (env && (!strcmp(env, "256") || !strcmp(env, "512")))
+        return atoi(env);
+    static int bits;
+    if (!bits)
+        bits = kc_isa_half_width_cpu() ? 256 : 512;
+    return bits;
 }

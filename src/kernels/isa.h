@@ -14,6 +14,13 @@ typedef enum kc_isa_level {
  * each call (cheap): states keep what they were built with. */
 kc_isa_level kc_isa(void);
 
+/* The width at which this CPU runs AVX-512's multiply-adds: 256 where a
+ * 512-bit one costs two 256-bit ones (AMD's Zen 4: family 0x19), else
+ * 512. KC_VEC_BITS=256 or =512 says otherwise. Kernels built for both
+ * (KC_SIMD_AVX512Y, kernels/simd.h) pick their 256-bit build at 256:
+ * the same sums in the same order, the same bits. */
+int kc_isa_vec_bits(void);
+
 /* "avx512", "avx2" or "none". */
 const char *kc_isa_name(kc_isa_level level);
 

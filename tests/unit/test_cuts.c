@@ -2653,6 +2653,10 @@ static void check_irb_case(const irb_case *c)
             irb_skew_after(st, c->what, round); /* no parts: nothing moves */
             /* one image cut by channels where the weights weigh 9/10 of the
              * expanded image or more (the cases named "wide"), else by rows */
+            int narrow = kc_isa() == KC_ISA_AVX512 && kc_isa_vec_bits() == 256;
+            if (kc_irb_narrow(st) != narrow)
+                fail_msg("%s: narrow products on the 256-bit build %d, expected %d", c->what,
+                         kc_irb_narrow(st), narrow);
             int by_channel = kc_irb_balance(st)->parts == 0;
             if (by_channel != (strstr(c->what, "wide") != NULL))
                 fail_msg("%s, %d threads: cut by %s", c->what, t,
@@ -2826,6 +2830,24 @@ static void irb_identity_isa(void)
         check_irb_identity_case(&cases[i]);
 }
 
+/* KC_VEC_BITS says which width AVX-512's multiply-adds run at; anything
+ * else leaves the CPU's (256 on AMD's family 0x19, the Zen 4; 512
+ * elsewhere). */
+static void test_vec_bits(void **state)
+{
+    (void)state;
+    unsetenv("KC_VEC_BITS");
+    int cpu = kc_isa_vec_bits();
+    assert_true(cpu == 256 || cpu == 512);
+    setenv("KC_VEC_BITS", "256", 1);
+    assert_int_equal(kc_isa_vec_bits(), 256);
+    setenv("KC_VEC_BITS", "512", 1);
+    assert_int_equal(kc_isa_vec_bits(), 512);
+    setenv("KC_VEC_BITS", "128", 1);
+    assert_int_equal(kc_isa_vec_bits(), cpu);
+    unsetenv("KC_VEC_BITS");
+}
+
 /* A block whose expansion is a stem (a convolution over few input
  * channels on stem.h's loop: MobileNetV2's 3x3 stride-2 Conv1 from RGB,
  * then its first depthwise layer and projection). */
@@ -2947,9 +2969,16 @@ static void test_irb_fused(void **state)
     if (kc_isa() == KC_ISA_NONE)
         skip();
     setenv("KC_IRB", "1", 1);
-    each_isa(irb_fused_isa);
-    each_isa(irb_identity_isa);
-    each_isa(irb_stem_isa);
+    /* AVX-512 at both widths: 256 runs the narrow 1x1 products on its
+     * 256-bit build (irb_simd_avx512y.c) */
+    static const char *const widths[] = {"512", "256"};
+    for (int w = 0; w < 2; w++) {
+        setenv("KC_VEC_BITS", widths[w], 1);
+        each_isa(irb_fused_isa);
+        each_isa(irb_identity_isa);
+        each_isa(irb_stem_isa);
+    }
+    unsetenv("KC_VEC_BITS");
     unsetenv("KC_IRB");
 }
 
@@ -3656,6 +3685,7 @@ int main(void)
         cmocka_unit_test(test_concat_cuts),
         cmocka_unit_test(test_dw_fused),
         cmocka_unit_test(test_irb_fused),
+        cmocka_unit_test(test_vec_bits),
         cmocka_unit_test(test_pool_conv_fused),
         cmocka_unit_test(test_pad_crop),
         cmocka_unit_test(test_global_pool),
