@@ -27,6 +27,14 @@
  * 0.39-0.41 -> 0.38-0.39; MobileNetV2's last 1x1 0.175 -> 0.152.
  * Stride-1 images of 14x14 stay on oneDNN's (level there).
  *
+ * Larger images without a residual sum run here too, by pixels
+ * (kc_pw_rows_wanted): each thread a run of pixels against every panel, a
+ * chunk at a time. Not for speed (level with oneDNN: ResNet50 batch 1
+ * 0.998-1.001, InceptionV3 0.992, six alternating pairs on the Zen 4)
+ * but for the allocations each oneDNN execution makes: ResNet50 350 ->
+ * 170 an inference at batch 1, InceptionV3 744 -> 632; MobileNetV2 at
+ * batch 8 16 -> 0 (its last 1x1 alone in each lane, kc_pw_alone).
+ *
  * The sums: over the input channels in order, in chunks of KC_PW_CHUNK,
  * the bias then the residual added after, as oneDNN's: its outputs equal
  * oneDNN's bit for bit, so that no output depends on which of the two
@@ -95,7 +103,9 @@ typedef struct kc_pw_state {
     int act;                 /* kc_wino_act's codes; 3: applied by the caller */
     int residual;            /* the output holds a sum to add to */
     int prefetch;            /* the next panel fetched into L2 (KC_PW_PREFETCH=0: not) */
-    kc_balance cut;          /* parts: runs of vectors, one per thread */
+    int by_pixels;           /* parts own runs of pixels, not of vectors (kc_pw_rows_wanted) */
+    int64_t chunk;           /* by pixels: pixels a pass over every panel */
+    kc_balance cut;          /* parts: runs of vectors (or of KC_PW_MR pixels), one per thread */
 } kc_pw_state;
 
 /* What a part's blocks read and write. */
@@ -104,11 +114,26 @@ typedef struct kc_pw_io {
     const float *in, *bias;
     float *out;
     kc_claims *panels; /* the parts' runs of vectors, claimed a panel at a time */
+    int *failed;       /* by pixels: a part found no memory for its gathered pixels */
 } kc_pw_io;
 
 /* ------------------------------------------------------------ geometry */
 
 static int kc_pw_off(void) { return kc_env_off("KC_PW"); }
+
+/* Larger images (beyond KC_PW_MAX_PIXELS, or _STRIDED) without a fused
+ * residual sum: each part owns a run of pixels and reads all of the
+ * kernel, a chunk of its pixels against every panel in turn, the chunk's
+ * input rows staying in L2 (KC_PW_CHUNK_BYTES). Cut by vectors there,
+ * each thread read every pixel once per panel from L3 (1.5-3x oneDNN's
+ * time at 28x28 and 56x56, above). Why: each oneDNN execution allocates
+ * (README, tests/alloc): MobileNetV2's last 1x1 at batch 8 made its 16
+ * allocations an inference. The same sums as by vectors and as oneDNN's
+ * brgconv_1x1 (test_pw_layers); a residual sum stays on oneDNN, whose
+ * kernels for those (direct ones on 56x56) add in another order.
+ * KC_PW_ROWS=0: all of them stay on oneDNN. */
+#define KC_PW_CHUNK_BYTES ((int64_t)192 << 10)
+static int kc_pw_rows_wanted(void) { return !kc_env_off("KC_PW_ROWS"); }
 
 /* A plain 2-D 1x1 convolution, unpadded, equal strides, of at most
  * KC_PW_MAX_PIXELS output pixels in all (NHWC). */
@@ -132,12 +157,19 @@ static int kc_pw_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_pw_
     st->k = in->dims[3];
     st->n = out->dims[3];
     int64_t most = st->stride > 1 ? KC_PW_MAX_PIXELS_STRIDED : KC_PW_MAX_PIXELS;
-    if (st->pixels < 1 || st->pixels > most || st->k < KC_PW_MIN_CHANNELS ||
-        st->n < KC_PW_MIN_CHANNELS || out->dims[0] != in->dims[0])
+    if (st->pixels < 1 || st->k < KC_PW_MIN_CHANNELS || st->n < KC_PW_MIN_CHANNELS ||
+        out->dims[0] != in->dims[0])
         return 0;
     st->vectors = (st->n + 15) / 16;
     st->act = kc_wino_act(a->activation);
     st->residual = a->accumulate;
+    st->by_pixels = st->pixels > most;
+    if (st->by_pixels && (st->residual || !kc_pw_rows_wanted()))
+        return 0;
+    /* by pixels: a pass's rows of input within KC_PW_CHUNK_BYTES (L2),
+     * whole register blocks */
+    st->chunk = KC_PW_CHUNK_BYTES / (st->k * (int64_t)sizeof(float)) / KC_PW_MR * KC_PW_MR;
+    st->chunk = st->chunk < KC_PW_MR ? KC_PW_MR : st->chunk;
     return 1;
 }
 
@@ -266,20 +298,21 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
             kc_pw_block(io, b, lo, n0, mr_, 1, last, mine);                                        \
     } while (0)
 
-/* The panel of nv vectors from v0 over all the pixels, in blocks of at
+/* The panel of nv vectors from v0 over pixels [p0, p1), in blocks of at
  * most KC_PW_MR evened out (as kc_wino_simd's product: a block of one or two
  * pixels has too few accumulator chains to cover the multiply-add's
  * latency); `fetch` (the next panel) a share per block. */
 __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, int64_t v0, int nv,
-                                                           kc_wino2d_lines fetch)
+                                                           kc_wino2d_lines fetch, int64_t p0,
+                                                           int64_t p1)
 {
     const kc_pw_state *st = io->st;
     int64_t n0 = 16 * v0, rem = st->n - 16 * (v0 + nv - 1);
     __mmask16 last = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1);
     const float *b = st->w + st->k * 16 * v0;
-    int64_t pixels = st->pixels, blocks = (pixels + KC_PW_MR - 1) / KC_PW_MR;
+    int64_t pixels = p1 - p0, blocks = (pixels + KC_PW_MR - 1) / KC_PW_MR;
     for (int64_t blk = 0; blk < blocks; blk++) {
-        int64_t lo = pixels * blk / blocks, hi = pixels * (blk + 1) / blocks;
+        int64_t lo = p0 + pixels * blk / blocks, hi = p0 + pixels * (blk + 1) / blocks;
         kc_wino2d_lines mine = kc_wino2d_lines_share(fetch, blk, blocks);
         switch (hi - lo) {
         case 8: KC_PW_NVS(8); break;
@@ -309,7 +342,51 @@ static void kc_pw_vectors_job(void *arg, int part)
             fetch.at = (const char *)(st->w + st->k * 16 * next.first);
             fetch.n = st->k * 16 * next.count * (int64_t)sizeof(float) / 64;
         }
-        kc_pw_panel(io, now.first, (int)now.count, fetch);
+        kc_pw_panel(io, now.first, (int)now.count, fetch, 0, st->pixels);
+    }
+}
+
+/* Strided: output pixels [p0, p1)'s input pixels into buf (rows of k),
+ * for the product to read as stride 1. */
+static void kc_pw_gather(const kc_pw_state *st, const float *in, int64_t p0, int64_t p1,
+                         float *buf)
+{
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t x = p % st->out_w, y = p / st->out_w % st->out_h, img = p / st->out_w / st->out_h;
+        const float *from =
+            in + ((img * st->in_h + y * st->stride) * st->in_w + x * st->stride) * st->k;
+        memcpy(buf + (p - p0) * st->k, from, (size_t)st->k * sizeof *from);
+    }
+}
+
+/* By pixels: part `part`'s run of pixels, a chunk at a time against
+ * every panel (of KC_PW_NR channels); strided, each chunk's input pixels
+ * gathered first into this thread's buffer. */
+static void kc_pw_pixels_job(void *arg, int part)
+{
+    const kc_pw_io *io = arg;
+    const kc_pw_state *st = io->st;
+    int64_t p_lo = st->cut.lo[part] * KC_PW_MR, p_hi = st->cut.lo[part + 1] * KC_PW_MR;
+    p_hi = p_hi > st->pixels ? st->pixels : p_hi;
+    float *buf = st->stride > 1 ? kc_dnnl_workspace(KC_DNNL_SLOT_SRC,
+                                                    (size_t)(st->chunk * st->k) * sizeof(float))
+                                : NULL;
+    if (st->stride > 1 && !buf) {
+        io->failed[part] = 1;
+        return;
+    }
+    kc_wino2d_lines none = {NULL, 0};
+    for (int64_t c0 = p_lo; c0 < p_hi; c0 += st->chunk) {
+        int64_t c1 = c0 + st->chunk < p_hi ? c0 + st->chunk : p_hi;
+        kc_pw_io chunk = *io;
+        if (buf) { /* the product reads pixel p at in + p * k */
+            kc_pw_gather(st, io->in, c0, c1, buf);
+            chunk.in = buf - c0 * st->k;
+        }
+        for (int64_t v0 = 0; v0 < st->vectors; v0 += KC_PW_NR / 16) {
+            int64_t nv = st->vectors - v0 < KC_PW_NR / 16 ? st->vectors - v0 : KC_PW_NR / 16;
+            kc_pw_panel(&chunk, v0, (int)nv, none, c0, c1);
+        }
     }
 }
 
@@ -320,12 +397,7 @@ static void kc_pw_gather_job(void *arg, int part)
     const kc_pw_io *io = arg;
     const kc_pw_state *st = io->st;
     int64_t lo = st->pixels * part / st->cut.parts, hi = st->pixels * (part + 1) / st->cut.parts;
-    for (int64_t p = lo; p < hi; p++) {
-        int64_t x = p % st->out_w, y = p / st->out_w % st->out_h, img = p / st->out_w / st->out_h;
-        const float *from =
-            io->in + ((img * st->in_h + y * st->stride) * st->in_w + x * st->stride) * st->k;
-        memcpy(st->gathered + p * st->k, from, (size_t)st->k * sizeof *from);
-    }
+    kc_pw_gather(st, io->in, lo, hi, st->gathered + lo * st->k);
 }
 
 /* The state for geometry *probe: the kernel packed, the cut even, the
@@ -339,9 +411,17 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
     st->base.free = kc_pw_free;
     st->in_shape = ctx->in_shape[0];
     st->prefetch = !kc_env_off("KC_PW_PREFETCH");
-    kc_balance_init(&st->cut, st->vectors, kc_parallel_width(), 4);
+    /* alone (one thread, a lane): by pixels in one part, strided pixels
+     * gathered into the thread's own buffer. The lanes share the state,
+     * and by vectors they gathered into its one buffer side by side. */
+    if (kc_parallel_width() < 2)
+        st->by_pixels = 1;
+    if (st->by_pixels)
+        kc_balance_init(&st->cut, (st->pixels + KC_PW_MR - 1) / KC_PW_MR, kc_parallel_width(), 1);
+    else
+        kc_balance_init(&st->cut, st->vectors, kc_parallel_width(), 4);
     kc_status packed = kc_pw_pack(ctx, st);
-    if (packed == KC_OK && st->stride > 1 &&
+    if (packed == KC_OK && st->stride > 1 && !st->by_pixels &&
         !(st->gathered = kc_calloc((size_t)(st->pixels * st->k), sizeof(float))))
         packed = KC_ERR_NOMEM;
     if (packed != KC_OK) {
@@ -350,6 +430,44 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
     }
     st->base.weights_cached = 1; /* the packed kernel is the one read now */
     *out = st;
+    return KC_OK;
+}
+
+/* Whether the layer runs here on one thread too (a lane of a batch):
+ * stride 1, no residual sum, at most KC_PW_ALONE_PIXELS pixels. Why: a
+ * lane's oneDNN executions allocate as the team's do (MobileNetV2's last
+ * 1x1 at batch 8, lanes of four 7x7 images: 16 allocations an
+ * inference); there it ran 0.95 of oneDNN's time, ResNet50's 7x7
+ * 2048 -> 512 ones 0.99-1.00. Its 14x14 to 56x56 ones took 1.02-1.12,
+ * its 7x7 ones with a residual sum 1.03-1.05 and its strided shortcut
+ * 1.04 (batch 8, lanes of four, alternating pairs): those stay on oneDNN
+ * alone. One part: nothing to balance (the lanes share the state). */
+#define KC_PW_ALONE_PIXELS 256
+static int kc_pw_alone(const kc_exec_ctx *ctx, const kc_conv_attrs *a)
+{
+    kc_pw_state probe;
+    memset(&probe, 0, sizeof probe);
+    return kc_pw_geometry(ctx, a, &probe) && probe.pixels <= KC_PW_ALONE_PIXELS &&
+           probe.stride == 1 && !probe.residual;
+}
+
+/* By pixels: the parts' runs, timed, the cut moved by their speeds
+ * (one part, as in a lane: the states are shared, nothing to move). */
+static kc_status kc_pw_run_pixels(const kc_exec_ctx *ctx, kc_pw_state *st, int *handled,
+                                  int *act_done)
+{
+    const kc_conv_attrs *a = ctx->layer->attrs;
+    int failed[KC_BALANCE_MAX_PARTS] = {0};
+    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], NULL, failed};
+    double seconds[KC_BALANCE_MAX_PARTS] = {0};
+    kc_parallel_timed(st->cut.parts, kc_pw_pixels_job, &io, seconds);
+    for (int k = 0; k < st->cut.parts; k++)
+        if (failed[k])
+            return kc_fail(KC_ERR_NOMEM, "out of memory for a 1x1 convolution's gathered pixels");
+    if (st->cut.parts > 1)
+        kc_balance_update(&st->cut, seconds);
+    *handled = 1;
+    *act_done = st->act != 3;
     return KC_OK;
 }
 
@@ -368,8 +486,9 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
      * of oneDNN's AVX-512 brgconv: only where kerasc's instruction set is
      * AVX-512 and oneDNN's is too (ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512
      * CPU made oneDNN sum in another order, 7.6e-7 apart on 1024 -> 256) */
-    if (ctx->w_ext || ctx->whole || kc_pw_off() || kc_parallel_width() < 2 ||
-        kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512()) {
+    if (ctx->w_ext || ctx->whole || kc_pw_off() ||
+        (kc_parallel_width() < 2 && !kc_pw_alone(ctx, a)) || kc_isa() != KC_ISA_AVX512 ||
+        !kc_dnnl_avx512()) {
         if (mine)
             kc_kernel_state_drop(ctx);
         return KC_OK;
@@ -391,9 +510,11 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         KC_TRY(kc_pw_build(ctx, &probe, &st));
         *ctx->state = &st->base;
     }
+    if (st->by_pixels)
+        return kc_pw_run_pixels(ctx, st, handled, act_done);
     kc_claims panels;
     kc_claims_init(&panels, &st->cut, KC_PW_NR / 16);
-    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], &panels};
+    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], &panels, NULL};
     if (st->gathered) {
         kc_parallel(st->cut.parts, kc_pw_gather_job, &io);
         io.in = st->gathered;
@@ -402,7 +523,8 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     int64_t units[KC_BALANCE_MAX_PARTS];
     kc_parallel_timed(st->cut.parts, kc_pw_vectors_job, &io, seconds);
     kc_claims_units(&panels, units);
-    kc_balance_update_units(&st->cut, seconds, units);
+    if (st->cut.parts > 1)
+        kc_balance_update_units(&st->cut, seconds, units);
     *handled = 1;
     *act_done = st->act != 3;
     return KC_OK;

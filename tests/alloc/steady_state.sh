@@ -5,9 +5,9 @@
 #  - models that need no oneDNN primitive (merges, global pooling): 0;
 #  - models whose every layer kerasc's own kernels take: 0 too. Dense
 #    (dense.c) with AVX2 and FMA or AVX-512; with AVX-512, MobileNetV2 at
-#    batch 1, reduced and nsfwjs's real one: its RGB stem (stem.c), its
-#    blocks (irb.c, pw.c), a pooling window the whole image (nsfwjs's),
-#    Dense;
+#    batch 1 (and 4, two lanes), reduced and nsfwjs's real one: its RGB
+#    stem (stem.c), its blocks (irb.c), its last 1x1 (pw.c, alone in a
+#    lane too), a pooling window the whole image (nsfwjs's), Dense;
 #  - models with oneDNN primitives (the reduced application models:
 #    convolutions, residual sums, pooling, concatenation, at batch 1, 3
 #    and 4 (two batch lanes)): 0 allocations of 64 KiB or more.
@@ -37,7 +37,8 @@ fi
 # MobileNetV2's blocks take kerasc's kernels where oneDNN runs AVX-512
 # (on AVX2 its depthwise and 1x1 layers stay on oneDNN: 660 a run)
 if grep -qw avx512f /proc/cpuinfo && [[ -z "${ONEDNN_MAX_CPU_ISA:-}${KC_ISA:-}" ]]; then
-  zero+=("apps/mobilenet_v2/model.keras 1")
+  # batch 4: two lanes of two images, its last 1x1 on pw.c alone
+  zero+=("apps/mobilenet_v2/model.keras 1" "apps/mobilenet_v2/model.keras 4")
   nsfw="${KC_NSFWJS_DIR:-$HERE/../tools/node_modules/nsfwjs/dist/models}/mobilenet_v2/model.min.js"
   [[ -f "$nsfw" ]] && zero+=("$nsfw 1") || echo "skip $nsfw (not installed)"
 else

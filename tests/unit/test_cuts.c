@@ -1744,22 +1744,23 @@ static void test_wino2d_blocks(void **state)
  * (KC_WINOFLY_F2=0 the 2x2 tiles); 576 outputs go to the kept kernel.
  * The state reads its own copy of the kernel: a second run with the
  * layer's array spoiled gives the same outputs. */
-/* r's layer on 2 threads on kc_pw_conv and on oneDNN (KC_PW=0): the same
- * bits, so that no output depends on which ran it (kc_pw_conv does not
- * run on one thread, in a lane of a batch or a pipeline stage). */
-static void expect_same_as_onednn(conv_run *r, const char *what)
+/* r's layer on `threads` threads on kc_pw_conv and on oneDNN (KC_PW=0):
+ * the same bits, so that no output depends on which ran it (kc_pw_conv
+ * runs on one thread, in a lane of a batch or a pipeline stage only by
+ * pixels, up to 256 of them). */
+static void expect_same_as_onednn(conv_run *r, int threads, const char *what)
 {
     float *mine = malloc((size_t)r->out_count * sizeof *mine);
     float *onednn = malloc((size_t)r->out_count * sizeof *onednn);
-    kc_threads_enter(2);
+    kc_threads_enter(threads);
     run(r, 0, 0, mine);
     setenv("KC_PW", "0", 1);
     run(r, 0, 0, onednn);
     unsetenv("KC_PW");
     for (int64_t i = 0; i < r->out_count; i++)
         if (memcmp(&mine[i], &onednn[i], sizeof *mine))
-            fail_msg("%s: element %lld is %.9g, oneDNN's %.9g", what, (long long)i, mine[i],
-                     onednn[i]);
+            fail_msg("%s, %d threads: element %lld is %.9g, oneDNN's %.9g", what, threads,
+                     (long long)i, mine[i], onednn[i]);
     free(mine);
     free(onednn);
 }
@@ -1767,11 +1768,14 @@ static void expect_same_as_onednn(conv_run *r, const char *what)
 /* 1x1 layers of at most 64 output pixels (256 strided), 64+ input
  * channels (beyond 1280 summed in chunks of 1280, as oneDNN does) and
  * 64+ output channels run on kc_pw_conv when cut
- * between 2+ threads (one thread, or a lane of a batch, keeps oneDNN's),
- * the output vectors split into parts of at least 4: bias, relu / relu6 /
+ * between 2+ threads (one thread, or a lane of a batch, too where
+ * stride 1 without a residual sum up to 256 pixels in all), the output
+ * vectors split into parts of at least 4: bias, relu / relu6 /
  * linear, a residual sum, output channels that are not whole vectors, an
  * activation the caller applies (elu), strides 2 and 3 on even and odd
- * sizes; larger images, fewer than 64 input channels,
+ * sizes; larger images without a residual sum by pixels (parts own runs
+ * of pixels; on one thread too up to 256 pixels); a residual sum on a
+ * larger image, fewer than 64 input channels,
  * KC_PW=0, KC_ISA=avx2 and whole runs keep the other kernels (and it
  * skips where oneDNN runs without AVX-512). Outputs as the plain
  * path's, also with the parts' cut moved as far as it goes (kc_balance),
@@ -1814,11 +1818,29 @@ static void test_pw_layers(void **state)
          1296, 64, 1, 1, 1, 1, 0, 0, "relu", 1},
         {"1x1 3000 -> 100 stride 2 + sum on one 9x9: a last chunk of 440", "Conv2D",
          KC_CONV_PLAIN, 2, 1, 9, 9, 3000, 100, 1, 2, 1, 1, 0, 1, "relu", 1},
+        /* larger images: parts own runs of pixels, a chunk against every
+         * panel in turn; alone (one thread, a lane) up to 256 pixels */
+        {"1x1 256 -> 64 on one 28x28", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 256, 64, 1, 1, 1,
+         1, 0, 0, "relu", 1},
+        {"1x1 1024 -> 256 on one 14x14, relu6", "Conv2D", KC_CONV_PLAIN, 2, 1, 14, 14, 1024,
+         256, 1, 1, 1, 1, 0, 0, "relu6", 1},
+        {"1x1 256 -> 520 stride 2 on one 56x56: chunks gathered", "Conv2D", KC_CONV_PLAIN, 2, 1,
+         56, 56, 256, 520, 1, 2, 1, 0, 0, 0, "linear", 1},
+        {"1x1 2048 -> 512 on four 7x7: chunks of 1280, alone too", "Conv2D", KC_CONV_PLAIN, 2,
+         4, 7, 7, 2048, 512, 1, 1, 1, 1, 0, 0, "relu", 1},
+        {"1x1 320 -> 1280 on four 7x7, relu6 (MobileNetV2's last, a lane at batch 8)",
+         "Conv2D", KC_CONV_PLAIN, 2, 4, 7, 7, 320, 1280, 1, 1, 1, 0, 0, 0, "relu6", 1},
+        /* a residual sum on a larger image stays on oneDNN (whose kernels
+         * there add it in another order) */
+        {"1x1 64 -> 256 + sum on one 28x28", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 64, 256, 1,
+         1, 1, 1, 0, 1, "relu", 1},
     };
-    static const int want_parts[][3] = {{0, 2, 3}, {0, 2, 3}, {0, 2, 3}, {0, 2, 3},
-                                        {0, 1, 1}, {0, 0, 0}, {0, 0, 0}, {0, 2, 3},
-                                        {0, 2, 3}, {0, 0, 0}, {0, 2, 3}, {0, 2, 2},
-                                        {0, 2, 2}, {0, 2, 3}, {0, 1, 1}, {0, 1, 1}};
+    static const int want_parts[][3] = {{1, 2, 3}, {0, 2, 3}, {1, 2, 3}, {0, 2, 3},
+                                        {1, 1, 1}, {1, 2, 3}, {0, 0, 0}, {1, 2, 3},
+                                        {1, 2, 3}, {0, 2, 3}, {0, 2, 3}, {0, 2, 2},
+                                        {0, 2, 2}, {1, 2, 3}, {1, 1, 1}, {0, 1, 1},
+                                        {0, 2, 3}, {1, 2, 3}, {0, 2, 3}, {1, 2, 3},
+                                        {1, 2, 3}, {0, 0, 0}};
     if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
         skip();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1830,8 +1852,9 @@ static void test_pw_layers(void **state)
         float peak = peak_of(want, r.out_count);
         expect_parts_1_to_3(&r, want, got, peak, kc_pw_parts, kc_pw_balance, want_parts[i],
                             c->what);
-        if (want_parts[i][1] > 0)
-            expect_same_as_onednn(&r, c->what);
+        for (int t = 1; t <= 2; t++)
+            if (want_parts[i][t - 1] > 0)
+                expect_same_as_onednn(&r, t, c->what);
         if (i == 0) {
             setenv("KC_PW", "0", 1);
             expect_count_close(&r, want, got, peak, 2, kc_pw_parts, 0, "parts, KC_PW=0",
