@@ -115,6 +115,7 @@ typedef struct kc_pw_io {
     float *out;
     kc_claims *panels; /* the parts' runs of vectors, claimed a panel at a time */
     int *failed;       /* by pixels: a part found no memory for its gathered pixels */
+    int64_t in_p0;     /* the pixel `in` starts at (a chunk gathered: its first) */
 } kc_pw_io;
 
 /* ------------------------------------------------------------ geometry */
@@ -221,7 +222,7 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
         #pragma GCC unroll 3
         for (int j = 0; j < nv; j++)
             acc[i][j] = _mm512_setzero_ps();
-    const float *a = io->in + p0 * k;
+    const float *a = io->in + (p0 - io->in_p0) * k;
     const char *pf = fetch.at;
     int64_t issued = 0;
     /* the sums of the chunks before the last (KC_PW_CHUNK) */
@@ -379,9 +380,10 @@ static void kc_pw_pixels_job(void *arg, int part)
     for (int64_t c0 = p_lo; c0 < p_hi; c0 += st->chunk) {
         int64_t c1 = c0 + st->chunk < p_hi ? c0 + st->chunk : p_hi;
         kc_pw_io chunk = *io;
-        if (buf) { /* the product reads pixel p at in + p * k */
+        if (buf) { /* the product reads pixel p at buf + (p - c0) * k */
             kc_pw_gather(st, io->in, c0, c1, buf);
-            chunk.in = buf - c0 * st->k;
+            chunk.in = buf;
+            chunk.in_p0 = c0;
         }
         for (int64_t v0 = 0; v0 < st->vectors; v0 += KC_PW_NR / 16) {
             int64_t nv = st->vectors - v0 < KC_PW_NR / 16 ? st->vectors - v0 : KC_PW_NR / 16;
@@ -458,7 +460,7 @@ static kc_status kc_pw_run_pixels(const kc_exec_ctx *ctx, kc_pw_state *st, int *
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
     int failed[KC_BALANCE_MAX_PARTS] = {0};
-    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], NULL, failed};
+    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], NULL, failed, 0};
     double seconds[KC_BALANCE_MAX_PARTS] = {0};
     kc_parallel_timed(st->cut.parts, kc_pw_pixels_job, &io, seconds);
     for (int k = 0; k < st->cut.parts; k++)
@@ -514,7 +516,7 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         return kc_pw_run_pixels(ctx, st, handled, act_done);
     kc_claims panels;
     kc_claims_init(&panels, &st->cut, KC_PW_NR / 16);
-    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], &panels, NULL};
+    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], &panels, NULL, 0};
     if (st->gathered) {
         kc_parallel(st->cut.parts, kc_pw_gather_job, &io);
         io.in = st->gathered;
