@@ -58,8 +58,11 @@ int kc_isa_vec_bits(void)
     const char *env = getenv("KC_VEC_BITS");
     if (env && (!strcmp(env, "256") || !strcmp(env, "512")))
         return atoi(env);
-    static int bits;
-    if (!bits)
-        bits = kc_isa_half_width_cpu() ? 256 : 512;
-    return bits;
+    static int bits; /* the CPU's, found once (any thread finds the same) */
+    int known = __atomic_load_n(&bits, __ATOMIC_RELAXED);
+    if (!known) {
+        known = kc_isa_half_width_cpu() ? 256 : 512;
+        __atomic_store_n(&bits, known, __ATOMIC_RELAXED);
+    }
+    return known;
 }
