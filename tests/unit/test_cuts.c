@@ -2882,6 +2882,7 @@ typedef struct irb_stem_case {
     int64_t s;                /* the depthwise layer's stride ("same") */
     const char *act1, *act2, *act3;
     int fusable;
+    int64_t pad_b, pad_a;     /* a ZeroPadding folded into the stem */
 } irb_stem_case;
 
 /* The three layers on the plain paths, one thread, are the reference;
@@ -2903,6 +2904,10 @@ static void check_irb_stem_case(const irb_stem_case *c)
     for (int i = 0; i < 2; i++) {
         r.pa.kernel[i] = c->ks;
         r.pa.strides[i] = c->ss;
+        /* the value counts the folded padding in; its buffer the data */
+        r.pa.pad_before[i] = c->pad_b;
+        r.pa.pad_after[i] = c->pad_a;
+        r.in.dims[1 + i] += c->pad_b + c->pad_a;
         r.mid.dims[1 + i] = kc_conv_out_len(r.in.dims[1 + i], c->ks, c->ss, 1, (int)c->spad);
         r.out.dims[1 + i] = kc_conv_out_len(r.mid.dims[1 + i], 3, c->s, 1, 1);
     }
@@ -2910,8 +2915,10 @@ static void check_irb_stem_case(const irb_stem_case *c)
     r.out.dims[3] = c->f;
     r.mid_count = kc_count(&r.mid);
     r.out_count = kc_count(&r.out);
-    kc_conv_attrs qa = r.pa;
+    kc_conv_attrs qa = r.pa; /* the projection: 1x1, unpadded */
     memset(qa.kernel, 0, sizeof qa.kernel);
+    memset(qa.pad_before, 0, sizeof qa.pad_before);
+    memset(qa.pad_after, 0, sizeof qa.pad_after);
     for (int i = 0; i < 3; i++)
         qa.kernel[i] = qa.strides[i] = 1;
     qa.padding = 1;
@@ -2977,6 +2984,10 @@ static void irb_stem_isa(void)
          "linear", 1},
         {"5 input channels: no stem loop", 1, 16, 16, 5, 3, 2, 1, 32, 16, 1, "relu6", "relu6",
          "linear", 0},
+        {"ZeroPadding (0, 1) folded, then 3x3 s2 valid (Keras 2's MobileNetV2, nsfwjs's)", 2,
+         32, 32, 3, 3, 2, 0, 32, 16, 1, "relu6", "relu6", "linear", 1, 0, 1},
+        {"ZeroPadding (1, 1) folded, odd size, 3 images", 3, 17, 15, 3, 3, 2, 0, 24, 16, 1,
+         "relu", "relu6", "linear", 1, 1, 1},
     };
     setenv("KC_STEM", "1", 1);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
