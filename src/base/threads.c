@@ -156,12 +156,15 @@ typedef struct kc_timed_job {
     double *seconds;
 } kc_timed_job;
 
+/* fn(arg, index), its time added to seconds[index] (none kept where
+ * seconds is NULL) */
 static void kc_timed_body(void *data, int index)
 {
     const kc_timed_job *job = data;
-    double start = kc_now();
+    double start = job->seconds ? kc_now() : 0;
     job->fn(job->arg, index);
-    job->seconds[index] += kc_now() - start;
+    if (job->seconds)
+        job->seconds[index] += kc_now() - start;
 }
 
 void kc_parallel_timed(int n, void (*fn)(void *arg, int index), void *arg, double *seconds)
@@ -172,31 +175,21 @@ void kc_parallel_timed(int n, void (*fn)(void *arg, int index), void *arg, doubl
 
 typedef struct kc_two_job {
     void (*first)(void *arg, int index);
-    void (*second)(void *arg, int index);
-    void *arg;
-    double *seconds;
+    kc_timed_job second;
     int n;
 } kc_two_job;
-
-static void kc_two_second(const kc_two_job *job, int i)
-{
-    double start = job->seconds ? kc_now() : 0;
-    job->second(job->arg, i);
-    if (job->seconds)
-        job->seconds[i] += kc_now() - start;
-}
 
 /* As kc_parallel_body, each pass over the thread's indexes; every thread
  * of the team reaches the barrier once, whatever its share. */
 static void kc_two_body(void *data)
 {
-    const kc_two_job *job = data;
+    kc_two_job *job = data;
     int team = omp_get_num_threads();
     for (int i = omp_get_thread_num(); i < job->n; i += team)
-        job->first(job->arg, i);
+        job->first(job->second.arg, i); /* both passes take the one arg */
     GOMP_barrier();
     for (int i = omp_get_thread_num(); i < job->n; i += team)
-        kc_two_second(job, i);
+        kc_timed_body(&job->second, i);
 }
 
 /* Why: MobileNetV2's blocks cut by channels (a pass of partial sums) and
@@ -205,12 +198,12 @@ static void kc_two_body(void *data)
 void kc_parallel_two(int n, void (*first)(void *arg, int index),
                      void (*second)(void *arg, int index), void *arg, double *seconds)
 {
-    kc_two_job job = {first, second, arg, seconds, n < 1 ? 1 : n};
+    kc_two_job job = {first, {second, arg, seconds}, n < 1 ? 1 : n};
     if (n <= 1 || omp_in_parallel()) {
         for (int i = 0; i < job.n; i++)
             first(arg, i);
         for (int i = 0; i < job.n; i++)
-            kc_two_second(&job, i);
+            kc_timed_body(&job.second, i);
         return;
     }
     GOMP_parallel(kc_two_body, &job, (unsigned)n, 0);
