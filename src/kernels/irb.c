@@ -787,9 +787,10 @@ static kc_status kc_irb_execute(const kc_exec_ctx *ctx, kc_irb_state *st)
 {
     const kc_irb_geom *g = &st->g;
     const kc_conv_attrs *p = ((const kc_conv_attrs *)ctx->layer->attrs)->post_pw->attrs;
-    kc_irb_run run = {.g = g, .w = st->w, .ops = st->ops, .narrow = st->narrow, .dwg = st->dw_w ? &st->dwg : NULL,
-                      .dw_w = st->dw_w, .dw_b = st->dw_b, .in = ctx->in[0],
-                      .out = ctx->out[0], .stem = &st->stem, .residual = p->accumulate};
+    kc_irb_run run = {.g = g, .w = st->w, .ops = st->ops, .narrow = st->narrow,
+                      .dwg = st->dw_w ? &st->dwg : NULL, .dw_w = st->dw_w, .dw_b = st->dw_b,
+                      .in = ctx->in[0], .out = ctx->out[0], .stem = &st->stem,
+                      .residual = p->accumulate};
     int in_place = (const float *)run.out == run.in;
     if (in_place && (g->s != 1 || g->ho != g->h || g->wo != g->w || g->cin != g->cout ||
                      !run.residual || g->stem))

@@ -516,7 +516,8 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         return kc_pw_run_pixels(ctx, st, handled, act_done);
     kc_claims panels;
     kc_claims_init(&panels, &st->cut, KC_PW_NR / 16);
-    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], &panels, NULL, 0};
+    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0],
+                   &panels, NULL, 0};
     if (st->gathered) {
         kc_parallel(st->cut.parts, kc_pw_gather_job, &io);
         io.in = st->gathered;
