@@ -5,16 +5,18 @@
  * of one image and a whole batch gave different bits (test_stage), and
  * its gemv was slow: MobileNetV2's 1280 -> 1000 classifier 0.57 ms at
  * batch 1 against ONNX Runtime's 0.31 on an AVX2 AMD EPYC (Zen 3), where
- * reading its 5 MB of weights is the work. Here each output is one sum
- * over the inputs in order (multiply-adds from zero, then the bias), the
- * same for any row count and any cut, and each thread reads only its
+ * reading its 5 MB of weights is the work. Here each output's sum runs
+ * in one order (blocks of 16 inputs, each from zero, added in order, then
+ * the bias: dense_simd.inc), the same for any row count and any cut, and
+ * the same as kernels/pw_head.c's, which runs a classifier inside the 1x1
+ * convolution before it; each thread reads only its
  * panels of the weights, packed once at build (the Keras array may then
  * be freed).
  *
  * How: the weights in panels of 16 output units, [k][16] each; the
  * threads take runs of panels; a panel runs its rows four at a time
- * with AVX-512 (one at a time with AVX2), each row's sums in four chains
- * (dense_simd.inc), the last panel masked. */
+ * with AVX-512 (one at a time with AVX2), four blocks of each row's sums
+ * at once (dense_simd.inc), the last panel masked. */
 #include "kernels/dense.h"
 
 #include <stdlib.h>
@@ -59,6 +61,22 @@ static int64_t kc_dense_cols(const kc_dense_state *st, int64_t v)
     return st->n - 16 * v < 16 ? st->n - 16 * v : 16;
 }
 
+/* The loop's blocks and spans (dense_simd.inc's KC_DS_BLOCK and
+ * KC_DS_CHAINS): a span's four blocks run at once. */
+#define KC_DENSE_BLOCK 16
+#define KC_DENSE_SPAN 64
+
+/* Input r's row in a panel: in whole spans, interleaved as the loop
+ * reads them (input b * 16 + i of a span at its row i * 4 + b), so that
+ * the panel streams in order; past them, in order. */
+static int64_t kc_dense_row(int64_t r, int64_t k)
+{
+    int64_t span0 = r / KC_DENSE_SPAN * KC_DENSE_SPAN, in = r - span0;
+    if (span0 + KC_DENSE_SPAN > k)
+        return r;
+    return span0 + in % KC_DENSE_BLOCK * (KC_DENSE_SPAN / KC_DENSE_BLOCK) + in / KC_DENSE_BLOCK;
+}
+
 /* Keras's kernel (k, n) into the vectors' panels. */
 static kc_status kc_dense_pack(kc_dense_state *st, const float *w)
 {
@@ -68,7 +86,8 @@ static kc_status kc_dense_pack(kc_dense_state *st, const float *w)
     for (int64_t v = 0; v < st->vecs; v++) {
         float *dst = st->packed + v * st->k * 16;
         for (int64_t r = 0; r < st->k; r++)
-            memcpy(dst + r * 16, w + r * st->n + 16 * v, (size_t)kc_dense_cols(st, v) * sizeof *w);
+            memcpy(dst + kc_dense_row(r, st->k) * 16, w + r * st->n + 16 * v,
+                   (size_t)kc_dense_cols(st, v) * sizeof *w);
     }
     return KC_OK;
 }

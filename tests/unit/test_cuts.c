@@ -3434,27 +3434,32 @@ static void test_dense_packs_from_eight_rows(void **state)
     unsetenv("KC_DENSE_OWN");
 }
 
-/* The sum dense_simd.inc makes, in scalars: four chains over the inputs
- * k = 0, 1, 2, 3 mod 4, each in order with one rounding a multiply-add
- * (fmaf), then (s0 + s1) + (s2 + s3), then the bias. The inputs and
+/* The sum dense_simd.inc makes, in scalars: the inputs in blocks of 16,
+ * each block's sum a chain from zero in input order with one rounding a
+ * multiply-add (fmaf), the blocks' sums added in order to a total from
+ * zero, then the bias (kernels/pw_head.c sums so too). The inputs and
  * weights of dense_run. */
 static void dense_chains(int64_t k, int64_t n, int64_t batch, float *out)
 {
     for (int64_t r = 0; r < batch; r++)
         for (int64_t j = 0; j < n; j++) {
-            float chain[4] = {0, 0, 0, 0};
-            for (int64_t i = 0; i < k; i++) {
-                float x = (float)((r * k + i) % 11) / 11.0f;
-                float w = (float)((i * n + j) * 7919 % 13) / 13.0f - 0.5f;
-                chain[i % 4] = fmaf(x, w, chain[i % 4]);
+            float total = 0.0f;
+            for (int64_t b0 = 0; b0 < k; b0 += 16) {
+                float block = 0.0f;
+                for (int64_t i = b0; i < k && i < b0 + 16; i++) {
+                    float x = (float)((r * k + i) % 11) / 11.0f;
+                    float w = (float)((i * n + j) * 7919 % 13) / 13.0f - 0.5f;
+                    block = fmaf(x, w, block);
+                }
+                total += block;
             }
-            out[r * n + j] = (chain[0] + chain[1]) + (chain[2] + chain[3]) + (float)(j % 5) * 0.1f;
+            out[r * n + j] = total + (float)(j % 5) * 0.1f;
         }
 }
 
 /* Dense runs on kerasc's own loop (dense.c) by default, on each
  * instruction set there is (AVX2 one row a pass, AVX-512 four). Outputs
- * as the plain sum, and every row's bits those of the four-chain sum
+ * as the plain sum, and every row's bits those of the blocks' sum
  * (dense_chains) at batch 1 and at batch B, on 1 to 3 threads: a row's
  * bits depend neither on the rows beside it nor on the cut, so a lane of
  * one image and a whole batch agree (oneDNN's AVX2 gemv and gemm did not:
@@ -3499,7 +3504,7 @@ static void dense_own_isa(void)
             for (int64_t i = 0; i < batch * n; i++)
                 if (memcmp(&got[i], &want[i], sizeof *got))
                     fail_msg("Dense %lld -> %lld, batch %lld, %d threads: row %lld unit %lld "
-                             "%.9g, the four-chain sum %.9g",
+                             "%.9g, the blocks' sum %.9g",
                              (long long)k, (long long)n, (long long)batch, threads,
                              (long long)(i / n), (long long)(i % n), got[i], want[i]);
         }
