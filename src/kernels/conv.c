@@ -198,6 +198,13 @@ static kc_status kc_conv(const kc_exec_ctx *ctx)
                                  "the max pooling fused into this convolution needs kerasc's stem "
                                  "loop, which refused it");
     }
+    if (a->post_head) { /* planned only where kc_pw_head_fusable (fuse.c) */
+        KC_TRY(kc_pw_conv(ctx, &handled, &act_done));
+        return handled ? KC_OK
+                       : kc_fail(KC_ERR_UNSUPPORTED,
+                                 "the pooling and Dense fused into this 1x1 convolution need "
+                                 "kerasc's 1x1 kernel, which refused it");
+    }
     if (a->kind == KC_CONV_SEPARABLE) {
         KC_TRY(kc_separable_conv(ctx, &handled));
         if (handled) /* the 1x1 part applied the activation */

@@ -53,6 +53,7 @@
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
 #include "kernels/isa.h"
+#include "kernels/pw_head.h"
 #include "kernels/wino.h"
 #include "kernels/wino_tx.h"
 
@@ -106,7 +107,18 @@ typedef struct kc_pw_state {
     int by_pixels;           /* parts own runs of pixels, not of vectors (kc_pw_rows_wanted) */
     int64_t chunk;           /* by pixels: pixels a pass over every panel */
     kc_balance cut;          /* parts: runs of vectors (or of KC_PW_MR pixels), one per thread */
+    /* the pooling and Dense run after each panel (kc_conv_attrs.post_head,
+     * pw_head.c), the output going to head->conv; NULL without */
+    kc_pw_head *head;
+    const void *head_for;    /* the Dense layer it was built for */
 } kc_pw_state;
+
+/* Lines fetched into L2 as a panel runs, a share in each block's loop:
+ * the part's next panel of the kernel, and with a head the Dense rows
+ * this panel's channels multiply right after it. */
+typedef struct kc_pw_fetch {
+    kc_wino2d_lines run[2];
+} kc_pw_fetch;
 
 /* What a part's blocks read and write. */
 typedef struct kc_pw_io {
@@ -137,10 +149,12 @@ static int kc_pw_off(void) { return kc_env_off("KC_PW"); }
 static int kc_pw_rows_wanted(void) { return !kc_env_off("KC_PW_ROWS"); }
 
 /* A plain 2-D 1x1 convolution, unpadded, equal strides, of at most
- * KC_PW_MAX_PIXELS output pixels in all (NHWC). */
-static int kc_pw_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_pw_state *st)
+ * KC_PW_MAX_PIXELS output pixels in all (NHWC); with a head
+ * (post_head), stride 1, one image, no residual sum and an activation
+ * of the kernel's own. */
+static int kc_pw_geometry_of(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
+                             kc_pw_state *st)
 {
-    const kc_shape *in = &ctx->in_shape[0], *out = &ctx->out_shape[0];
     if (a->kind != KC_CONV_PLAIN || a->spatial != 2 || a->groups != 1 || a->post_dw ||
         a->post_pw || a->pre_pool || in->rank != 4 || out->rank != 4)
         return 0;
@@ -165,6 +179,9 @@ static int kc_pw_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_pw_
     st->act = kc_wino_act(a->activation);
     st->residual = a->accumulate;
     st->by_pixels = st->pixels > most;
+    if (a->post_head && (st->by_pixels || st->stride != 1 || st->residual || st->act == 3 ||
+                         in->dims[0] != 1))
+        return 0;
     if (st->by_pixels && (st->residual || !kc_pw_rows_wanted()))
         return 0;
     /* by pixels: a pass's rows of input within KC_PW_CHUNK_BYTES (L2),
@@ -174,6 +191,25 @@ static int kc_pw_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_pw_
     return 1;
 }
 
+static int kc_pw_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_pw_state *st)
+{
+    return kc_pw_geometry_of(a, &ctx->in_shape[0], &ctx->out_shape[0], st);
+}
+
+/* The instruction sets this kernel runs on (see kc_pw_conv). */
+static int kc_pw_isa_ok(void) { return kc_isa() == KC_ISA_AVX512 && kc_dnnl_avx512(); }
+
+int kc_pw_head_fusable(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
+                       const kc_layer *gap, const kc_layer *dense)
+{
+    kc_pw_state probe;
+    memset(&probe, 0, sizeof probe);
+    kc_conv_attrs with = *a;
+    with.post_head = dense;
+    return !kc_pw_off() && kc_pw_isa_ok() && kc_pw_geometry_of(&with, in, out, &probe) &&
+           kc_pw_head_layers_ok(gap, dense, probe.n);
+}
+
 /* ------------------------------------------------------------ build */
 
 static void kc_pw_free(kc_kernel_state *s)
@@ -181,6 +217,7 @@ static void kc_pw_free(kc_kernel_state *s)
     kc_pw_state *st = (kc_pw_state *)s;
     kc_free_weights(st->w);
     free(st->gathered);
+    kc_pw_head_free(st->head);
     free(st);
 }
 
@@ -212,7 +249,7 @@ static kc_status kc_pw_pack(const kc_exec_ctx *ctx, kc_pw_state *st)
  * constants, the accumulators stay in registers. */
 __attribute__((target("avx512f"), always_inline)) static inline void
 kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, int nv,
-            __mmask16 last, kc_wino2d_lines fetch)
+            __mmask16 last, kc_pw_fetch fetch)
 {
     const kc_pw_state *st = io->st;
     int64_t k = st->k, ldc = st->n;
@@ -223,7 +260,8 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
         for (int j = 0; j < nv; j++)
             acc[i][j] = _mm512_setzero_ps();
     const float *a = io->in + (p0 - io->in_p0) * k;
-    const char *pf = fetch.at;
+    const char *pf0 = fetch.run[0].at, *pf1 = fetch.run[1].at;
+    const int64_t n_pf0 = fetch.run[0].n, n_pf = n_pf0 + fetch.run[1].n;
     int64_t issued = 0;
     /* the sums of the chunks before the last (KC_PW_CHUNK) */
     __attribute__((aligned(64))) float done[KC_PW_MR][3][16];
@@ -241,8 +279,9 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
                 }
         }
         for (int64_t kk = k0; kk < k1; kk++, b += 16) {
-            for (; issued * k < fetch.n * (kk + 1); issued++)
-                _mm_prefetch(pf + issued * 64, _MM_HINT_T1);
+            for (; issued * k < n_pf * (kk + 1); issued++)
+                _mm_prefetch(issued < n_pf0 ? pf0 + issued * 64 : pf1 + (issued - n_pf0) * 64,
+                             _MM_HINT_T1);
             __m512 bv[3];
             #pragma GCC unroll 3
             for (int j = 0; j < nv; j++)
@@ -304,7 +343,7 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
  * pixels has too few accumulator chains to cover the multiply-add's
  * latency); `fetch` (the next panel) a share per block. */
 __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, int64_t v0, int nv,
-                                                           kc_wino2d_lines fetch, int64_t p0,
+                                                           kc_pw_fetch fetch, int64_t p0,
                                                            int64_t p1)
 {
     const kc_pw_state *st = io->st;
@@ -314,7 +353,8 @@ __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, i
     int64_t pixels = p1 - p0, blocks = (pixels + KC_PW_MR - 1) / KC_PW_MR;
     for (int64_t blk = 0; blk < blocks; blk++) {
         int64_t lo = p0 + pixels * blk / blocks, hi = p0 + pixels * (blk + 1) / blocks;
-        kc_wino2d_lines mine = kc_wino2d_lines_share(fetch, blk, blocks);
+        kc_pw_fetch mine = {{kc_wino2d_lines_share(fetch.run[0], blk, blocks),
+                             kc_wino2d_lines_share(fetch.run[1], blk, blocks)}};
         switch (hi - lo) {
         case 8: KC_PW_NVS(8); break;
         case 7: KC_PW_NVS(7); break;
@@ -330,7 +370,8 @@ __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, i
 
 /* Part `part`'s panels over all the pixels: its run of vectors, then
  * what is left of the others' (base/claims.h), each panel fetching the
- * next into L2 as it runs. */
+ * next into L2 as it runs; with a head, the panel's channels then pooled
+ * and multiplied into the Dense's rows for them, fetched as it ran. */
 static void kc_pw_vectors_job(void *arg, int part)
 {
     const kc_pw_io *io = arg;
@@ -338,12 +379,19 @@ static void kc_pw_vectors_job(void *arg, int part)
     kc_claim next;
     for (kc_claim now = kc_claims_next(io->panels, part, &next); now.count > 0;
          now = kc_claims_next(io->panels, part, &next)) {
-        kc_wino2d_lines fetch = {NULL, 0};
+        kc_pw_fetch fetch = {{{NULL, 0}, {NULL, 0}}};
         if (st->prefetch && next.count > 0) {
-            fetch.at = (const char *)(st->w + st->k * 16 * next.first);
-            fetch.n = st->k * 16 * next.count * (int64_t)sizeof(float) / 64;
+            fetch.run[0].at = (const char *)(st->w + st->k * 16 * next.first);
+            fetch.run[0].n = st->k * 16 * next.count * (int64_t)sizeof(float) / 64;
+        }
+        if (st->prefetch && st->head) {
+            int64_t bytes;
+            fetch.run[1].at = kc_pw_head_rows(st->head, now.first, now.count, &bytes);
+            fetch.run[1].n = bytes / 64;
         }
         kc_pw_panel(io, now.first, (int)now.count, fetch, 0, st->pixels);
+        if (st->head)
+            kc_pw_head_vectors(st->head, now.first, now.count);
     }
 }
 
@@ -376,7 +424,7 @@ static void kc_pw_pixels_job(void *arg, int part)
         io->failed[part] = 1;
         return;
     }
-    kc_wino2d_lines none = {NULL, 0};
+    kc_pw_fetch none = {{{NULL, 0}, {NULL, 0}}};
     for (int64_t c0 = p_lo; c0 < p_hi; c0 += st->chunk) {
         int64_t c1 = c0 + st->chunk < p_hi ? c0 + st->chunk : p_hi;
         kc_pw_io chunk = *io;
@@ -416,13 +464,17 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
     /* alone (one thread, a lane): by pixels in one part, strided pixels
      * gathered into the thread's own buffer. The lanes share the state,
      * and by vectors they gathered into its one buffer side by side. */
-    if (kc_parallel_width() < 2)
+    const kc_conv_attrs *a = ctx->layer->attrs;
+    if (kc_parallel_width() < 2 && !a->post_head)
         st->by_pixels = 1;
     if (st->by_pixels)
         kc_balance_init(&st->cut, (st->pixels + KC_PW_MR - 1) / KC_PW_MR, kc_parallel_width(), 1);
     else
         kc_balance_init(&st->cut, st->vectors, kc_parallel_width(), 4);
     kc_status packed = kc_pw_pack(ctx, st);
+    st->head_for = a->post_head;
+    if (packed == KC_OK && a->post_head)
+        packed = kc_pw_head_new(a->post_head, st->n, st->pixels, &st->head);
     if (packed == KC_OK && st->stride > 1 && !st->by_pixels &&
         !(st->gathered = kc_calloc((size_t)(st->pixels * st->k), sizeof(float))))
         packed = KC_ERR_NOMEM;
@@ -489,13 +541,13 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
      * AVX-512 and oneDNN's is too (ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512
      * CPU made oneDNN sum in another order, 7.6e-7 apart on 1024 -> 256) */
     if (ctx->w_ext || ctx->whole || kc_pw_off() ||
-        (kc_parallel_width() < 2 && !kc_pw_alone(ctx, a)) || kc_isa() != KC_ISA_AVX512 ||
-        !kc_dnnl_avx512()) {
+        (kc_parallel_width() < 2 && !kc_pw_alone(ctx, a) && !a->post_head) || !kc_pw_isa_ok()) {
         if (mine)
             kc_kernel_state_drop(ctx);
         return KC_OK;
     }
-    if (!mine || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0])) {
+    if (!mine || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0]) ||
+        st->head_for != (const void *)a->post_head) {
         kc_pw_state probe;
         memset(&probe, 0, sizeof probe);
         int takes = kc_pw_geometry(ctx, a, &probe);
@@ -516,8 +568,10 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         return kc_pw_run_pixels(ctx, st, handled, act_done);
     kc_claims panels;
     kc_claims_init(&panels, &st->cut, KC_PW_NR / 16);
-    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0],
-                   &panels, NULL, 0};
+    /* with a head, the convolution's output is the head's; the output
+     * buffer (the Dense's slot) receives the Dense's */
+    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL,
+                   st->head ? st->head->conv : ctx->out[0], &panels, NULL, 0};
     if (st->gathered) {
         kc_parallel(st->cut.parts, kc_pw_gather_job, &io);
         io.in = st->gathered;
@@ -528,6 +582,8 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     kc_claims_units(&panels, units);
     if (st->cut.parts > 1)
         kc_balance_update_units(&st->cut, seconds, units);
+    if (st->head)
+        KC_TRY(kc_pw_head_finish(st->head, ctx->out[0], ctx->keras_major));
     *handled = 1;
     *act_done = st->act != 3;
     return KC_OK;

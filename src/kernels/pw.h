@@ -13,6 +13,13 @@
  * with ctx->w_ext or ctx->whole, nor with KC_PW=0. */
 kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done);
 
+/* Whether the layer (attrs a, input and output shapes) can run with
+ * GlobalAveragePooling2D layer `gap` then Dense layer `dense` inside it
+ * (kc_conv_attrs.post_head, pw_head.c): a 1x1 convolution this kernel
+ * takes by output vectors, stride 1, one image, on AVX-512. */
+int kc_pw_head_fusable(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
+                       const struct kc_layer *gap, const struct kc_layer *dense);
+
 /* For tests: the parts (threads) a state of this kernel runs in, 0 for
  * another kernel's state. */
 int kc_pw_parts(const kc_kernel_state *state);

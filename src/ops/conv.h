@@ -68,6 +68,14 @@ typedef struct kc_conv_attrs {
      * upsampled shape but its slot holds the upsampling's input, and the
      * convolution runs as a 2x2 one on it (kernels/upconv.c). */
     const struct kc_layer *pre_upsample;
+    /* Also session copies only, per plan (kc_fuse_head_plan): the Dense
+     * layer after a GlobalAveragePooling2D that alone reads this 1x1
+     * convolution's output (its own output read by the Dense alone), both
+     * run inside it (kernels/pw.c, pw_head.c): the output value then
+     * shares the Dense's slot and the output buffer receives the Dense's
+     * output, activation applied; the convolution's and the pooling's
+     * outputs stay in the kernel's buffers. */
+    const struct kc_layer *post_head;
 } kc_conv_attrs;
 
 /* The shape of the data a convolution really reads: `in` less a folded

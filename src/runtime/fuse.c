@@ -32,6 +32,9 @@
  *    pooling inside the stem loop's convolution before it; a 3x3
  *    convolution over a nearest UpSampling2D by 2 run on the upsampling's
  *    input (maxpool_of, upsample_of).
+ *  - per plan (kc_fuse_head_plan): a global average pooling and the
+ *    Dense after it, run inside the 1x1 convolution before them
+ *    (MobileNetV2's classifier at batch 1: head_of, head_dense).
  * The absorbed node then produces nothing: its output is an alias of its
  * input (plan.c gives both one arena slot). KC_FUSE=0 turns this off. */
 #include "runtime/fuse.h"
@@ -47,6 +50,7 @@
 #include "kernels/dnnl_conv.h"
 #include "kernels/stem.h"
 #include "kernels/irb.h"
+#include "kernels/pw.h"
 #include "kernels/upconv.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
@@ -1101,6 +1105,77 @@ kc_status kc_fuse_maxpool_plan(kc_fused *f, const kc_graph *g, const kc_shape *s
     return KC_OK;
 }
 
+/* ---------------------- pooling and Dense after a 1x1 convolution */
+
+/* Convolution node i's output read by a GlobalAveragePooling2D node
+ * alone, whose output a Dense node alone reads (each called once, in
+ * the same stage, no output of the model among them): remember both.
+ * Whether the three suit (kc_pw_head_fusable) is decided per plan. */
+static void kc_fuse_head_pair(kc_fused *f, const kc_graph *g, int i)
+{
+    int p = -1, d = -1;
+    int out = g->nodes[i].outputs[0];
+    if (!kc_is_conv_node(f, g, i, KC_CONV_PLAIN) || f->alias[out] >= 0 ||
+        kc_conv_attrs_of(f, g, i)->accumulate || kc_slot_readers(g, f, out, i + 1, &p) != 1 ||
+        !kc_same_stage(f, i, p))
+        return;
+    const kc_node *pn = &g->nodes[p];
+    if (strcmp(pn->layer->class_name, "GlobalAveragePooling2D") != 0 || pn->n_inputs != 1 ||
+        pn->n_outputs != 1 || pn->layer->n_calls != 1 || f->shadow[p] ||
+        kc_resolve(f, pn->inputs[0]) != out || f->alias[pn->outputs[0]] >= 0 ||
+        kc_slot_readers(g, f, pn->outputs[0], p + 1, &d) != 1 || !kc_same_stage(f, p, d))
+        return;
+    const kc_node *dn = &g->nodes[d];
+    if (strcmp(dn->layer->class_name, "Dense") != 0 || dn->n_inputs != 1 || dn->n_outputs != 1 ||
+        dn->layer->n_calls != 1 || kc_resolve(f, dn->inputs[0]) != pn->outputs[0] ||
+        f->alias[dn->outputs[0]] >= 0)
+        return;
+    f->head_of[i] = p;
+    f->head_dense[i] = d;
+}
+
+/* The Dense layer of convolution c's head: its session copy where it
+ * has one (a BatchNormalization folded forward, an activation taken). */
+static const kc_layer *kc_fuse_head_dense(const kc_fused *f, const kc_graph *g, int c)
+{
+    int d = f->head_dense[c];
+    return f->shadow[d] ? f->shadow[d] : g->nodes[d].layer;
+}
+
+/* Fuse (on) or unfuse the pooling and Dense after convolution c. */
+static kc_status kc_fuse_head_set(kc_fused *f, const kc_graph *g, int c, int on)
+{
+    int p = f->head_of[c], d = f->head_dense[c];
+    if (on == f->head_on[c])
+        return KC_OK;
+    if (on && !kc_fuse_own(f, c, g))
+        return KC_ERR_NOMEM;
+    ((kc_conv_attrs *)f->shadow[c]->attrs)->post_head = on ? kc_fuse_head_dense(f, g, c) : NULL;
+    f->skip[p] = f->skip[d] = (unsigned char)on;
+    int to = on ? g->nodes[d].outputs[0] : -1;
+    f->alias[g->nodes[c].outputs[0]] = to;
+    f->alias[g->nodes[p].outputs[0]] = to;
+    f->n_head_on += on - f->head_on[c];
+    f->head_on[c] = (unsigned char)on;
+    return KC_OK;
+}
+
+kc_status kc_fuse_head_plan(kc_fused *f, const kc_graph *g, const kc_shape *shape, int allow)
+{
+    for (int c = 0; f->head_of && c < g->n_nodes; c++) {
+        if (f->head_of[c] < 0)
+            continue;
+        const kc_node *n = &g->nodes[c];
+        int want = allow && !f->skip[c] && !f->dw_on[c] && !f->irb_on[c] && !f->pool_on[c] &&
+                   !f->maxpool_on[c] && !f->upsample_on[c] &&
+                   kc_pw_head_fusable(kc_conv_attrs_of(f, g, c), &shape[n->inputs[0]],
+                                      &shape[n->outputs[0]], g->nodes[f->head_of[c]].layer,
+                                      kc_fuse_head_dense(f, g, c));
+        KC_TRY(kc_fuse_head_set(f, g, c, want));
+    }
+    return KC_OK;
+}
+
 /* ------------------------------ nearest upsampling before a 3x3 conv */
 
 /* UpSampling2D node i (2-D, channels_last, called once) whose output a
@@ -1193,13 +1268,17 @@ kc_status kc_fuse(const kc_graph *g, kc_fuse_level level, const int *stage, int 
     f->maxpool_on = kc_calloc((size_t)g->n_nodes + 1, 1);
     f->upsample_of = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->upsample_of);
     f->upsample_on = kc_calloc((size_t)g->n_nodes + 1, 1);
+    f->head_of = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->head_of);
+    f->head_dense = kc_calloc((size_t)g->n_nodes + 1, sizeof *f->head_dense);
+    f->head_on = kc_calloc((size_t)g->n_nodes + 1, 1);
     if (!f->alias || !f->skip || !f->shadow || !f->dw_of || !f->dw_on || !f->pool_of ||
         !f->pool_on || !f->pw_of || !f->dwp_of || !f->irb_on || !f->irb_alias ||
-        !f->maxpool_of || !f->maxpool_on || !f->upsample_of || !f->upsample_on)
+        !f->maxpool_of || !f->maxpool_on || !f->upsample_of || !f->upsample_on ||
+        !f->head_of || !f->head_dense || !f->head_on)
         return KC_ERR_NOMEM;
     for (int i = 0; i < g->n_nodes; i++)
         f->dw_of[i] = f->pool_of[i] = f->pw_of[i] = f->dwp_of[i] = f->maxpool_of[i] =
-            f->upsample_of[i] = -1;
+            f->upsample_of[i] = f->head_of[i] = f->head_dense[i] = -1;
     for (int v = 0; v < g->n_values; v++)
         f->alias[v] = -1;
     if (level == KC_FUSE_NONE || kc_env_off("KC_FUSE"))
@@ -1283,6 +1362,9 @@ kc_status kc_fuse(const kc_graph *g, kc_fuse_level level, const int *stage, int 
     for (int i = 0; i < g->n_nodes; i++)
         if (!f->skip[i])
             KC_TRY(kc_fuse_upsample_pair(f, g, i));
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!f->skip[i])
+            kc_fuse_head_pair(f, g, i);
     return KC_OK;
 }
 
@@ -1326,5 +1408,8 @@ void kc_fused_free(kc_fused *f, int n_nodes)
     free(f->maxpool_on);
     free(f->upsample_of);
     free(f->upsample_on);
+    free(f->head_of);
+    free(f->head_dense);
+    free(f->head_on);
     memset(f, 0, sizeof *f);
 }

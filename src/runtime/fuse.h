@@ -43,6 +43,13 @@ typedef struct kc_fused {
                             plan) */
     unsigned char *upsample_on; /* per such node: fused for the current plan */
     int n_upsample_on;
+    int *head_of;        /* per plain convolution node: the GlobalAveragePooling2D
+                            node that alone reads its output when a Dense
+                            node alone reads the pooling's, or -1 (fusable
+                            per plan) */
+    int *head_dense;     /* per such node: that Dense node */
+    unsigned char *head_on; /* per such node: fused for the current plan */
+    int n_head_on;
 } kc_fused;
 
 /* What kc_fuse may rewrite: nothing (disk-backed weights: a rewritten
@@ -127,6 +134,16 @@ kc_status kc_fuse_maxpool_plan(kc_fused *fused, const kc_graph *graph, const kc_
  * kc_fuse_maxpool_plan. */
 kc_status kc_fuse_upsample_plan(kc_fused *fused, const kc_graph *graph, const kc_shape *shape,
                                 int allow);
+/* For a plan with value shapes `shape`: run each global average pooling
+ * and Dense found by kc_fuse after a 1x1 convolution inside it
+ * (kc_conv_attrs.post_head, kernels/pw_head.c: both nodes skipped, the
+ * convolution's and the pooling's outputs aliases of the Dense's, so
+ * their slot is the Dense's size) where allow is set and
+ * kc_pw_head_fusable; undo it elsewhere. The same bits as the three
+ * layers apart. n_head_on says how many are fused. Call after the other
+ * per-plan fusions: a convolution that carries a block keeps its head. */
+kc_status kc_fuse_head_plan(kc_fused *fused, const kc_graph *graph, const kc_shape *shape,
+                            int allow);
 /* Free node's rewritten kernel (weight 0) once its kernel keeps a packed
  * copy of its own (kc_kernel_state.weights_cached): two copies of every
  * folded convolution would otherwise stay resident. Until kc_fuse runs

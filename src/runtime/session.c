@@ -112,9 +112,9 @@ static int kc_node_packed(const kc_session *s, int j)
 }
 
 /* release_packed_weights, after node `index` ran: its layer's kernel array
- * once every node calling the layer (a shared layer has several) reads a
- * packed copy of its own. */
-static void kc_session_release_packed(kc_session *s, int index)
+ * (its first `n` arrays) once every node calling the layer (a shared layer
+ * has several) reads a packed copy of its own. */
+static void kc_session_release_packed(kc_session *s, int index, int n)
 {
     kc_layer *layer = s->graph->nodes[index].layer;
     if (!layer->n_weights || !layer->weights[0].data)
@@ -123,7 +123,8 @@ static void kc_session_release_packed(kc_session *s, int index)
         if ((j == index || (layer->n_calls != 1 && s->graph->nodes[j].layer == layer)) &&
             !kc_node_packed(s, j))
             return;
-    kc_model_release_weight((kc_model *)s->model, layer, 0);
+    for (int w = 0; w < n && w < layer->n_weights; w++)
+        kc_model_release_weight((kc_model *)s->model, layer, w);
     s->n_packed_released++;
 }
 
@@ -157,6 +158,7 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     s->branch_join_off = kc_env_off("KC_BRANCH_JOIN");
     s->fuse_pool = !kc_env_off("KC_FUSE_POOL"); /* 0: never move a pooling (fuse.c) */
     s->fuse_up = !kc_env_off("KC_FUSE_UP"); /* 0: upsamplings run before their 3x3 conv */
+    s->fuse_head = !kc_env_off("KC_FUSE_HEAD"); /* 0: a classifier runs after its 1x1 conv */
     s->input_direct = !kc_env_off("KC_INPUT_DIRECT"); /* 0: inputs always copied in */
     if (o->profile && !kc_session_scheduled(model, o) && !(s->profile = kc_profile_new(g->n_nodes))) {
         free(s);
@@ -455,13 +457,20 @@ kc_status kc_session_node_on(kc_session *s, int index, const kc_plan *plan, floa
 }
 
 /* After node index's kernel ran: once its state holds a packed copy of
- * the weights, the fused and original arrays it no longer reads go. */
+ * the weights, the fused and original arrays it no longer reads go; a
+ * 1x1 convolution's head (kc_fuse_head_plan) packed its Dense's too. */
 static void kc_session_release_after(kc_session *s, int index)
 {
     if (s->state[index] && s->state[index]->weights_cached && !s->sched) {
+        int dense = s->fused.head_on && s->fused.head_on[index] ? s->fused.head_dense[index] : -1;
         kc_fused_release_kernel(&s->fused, index); /* the packed copy is the one read now */
-        if (s->release_originals)
-            kc_session_release_packed(s, index);
+        if (dense >= 0)
+            kc_fused_release_kernel(&s->fused, dense);
+        if (s->release_originals) {
+            kc_session_release_packed(s, index, 1);
+            if (dense >= 0) /* its kernel and bias: the head keeps copies */
+                kc_session_release_packed(s, dense, 2);
+        }
     }
 }
 
@@ -560,8 +569,8 @@ kc_status kc_session_restage(kc_session *s)
     return kc_session_fuse_again(s);
 }
 
-/* Depthwise-after-1x1, pooling-before-1x1, max-pooling-in-the-stem and
- * upsampling-before-3x3 fusions are decided per plan (fuse.c): only on
+/* Depthwise-after-1x1, pooling-before-1x1, max-pooling-in-the-stem,
+ * upsampling-before-3x3 and classifier-in-1x1 fusions are decided per plan (fuse.c): only on
  * the host loop (the scheduler's devices and a cluster stage's boundaries
  * know nothing of them), and the plan is laid out again when they change
  * which values share a slot. The average pooling and upsampling ones
@@ -570,7 +579,7 @@ static kc_status kc_session_fuse_per_plan(kc_session *s, const kc_shape *shapes,
                                           int lanes)
 {
     int before = s->fused.n_dw_on + s->fused.n_pool_on + s->fused.n_irb_on +
-                 s->fused.n_maxpool_on + s->fused.n_upsample_on;
+                 s->fused.n_maxpool_on + s->fused.n_upsample_on + s->fused.n_head_on;
     int host = !s->sched && s->stage_first < 0;
     /* the pairs one image fuses depend on the threads it runs on (a pair
      * cut by rows needs two): the session's, as kc_session_run sets them */
@@ -582,8 +591,12 @@ static kc_status kc_session_fuse_per_plan(kc_session *s, const kc_shape *shapes,
     KC_TRY(kc_fuse_maxpool_plan(&s->fused, s->graph, s->plan.shape, s->fuse_pool && host));
     KC_TRY(kc_fuse_upsample_plan(&s->fused, s->graph, s->plan.shape,
                                  s->fuse_up && host && !s->exact));
+    /* the same bits as the layers apart: `exact` keeps it; one lane only
+     * (the lanes share a state, and the head's buffers are the state's) */
+    KC_TRY(kc_fuse_head_plan(&s->fused, s->graph, s->plan.shape,
+                             s->fuse_head && host && lanes == 1));
     if (!before && !s->fused.n_dw_on && !s->fused.n_pool_on && !s->fused.n_irb_on &&
-        !s->fused.n_maxpool_on && !s->fused.n_upsample_on)
+        !s->fused.n_maxpool_on && !s->fused.n_upsample_on && !s->fused.n_head_on)
         return KC_OK;
     kc_plan_free(&s->plan);
     return kc_plan_build(s->model, s->fused.alias, shapes, n, &s->plan);

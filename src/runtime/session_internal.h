@@ -29,6 +29,7 @@ struct kc_session {
     int fuse_dw;             /* KC_FUSE_DW unset or not 0 at creation */
     int fuse_pool;           /* KC_FUSE_POOL unset or not 0 at creation */
     int fuse_up;             /* KC_FUSE_UP unset or not 0 at creation */
+    int fuse_head;           /* KC_FUSE_HEAD unset or not 0 at creation */
     int trace_nodes;         /* KC_MEM_TRACE=nodes at creation */
     int counted;             /* counted in model->n_sessions */
     /* release_packed_weights in effect (no scheduler): the model's arrays

@@ -267,9 +267,9 @@ typedef struct fused_pair {
 } fused_pair;
 
 /* Load model and input (paths under KC_TEST_DATA), make both sessions
- * (the plain one with `off`=0 set) and run each once. */
-static void fused_pair_run(fused_pair *p, const char *model, const char *input, int n_out,
-                           const char *off)
+ * with options o (the plain one with `off`=0 set) and run each once. */
+static void fused_pair_run_with(fused_pair *p, const char *model, const char *input, int n_out,
+                                const char *off, const kc_session_options *o)
 {
     char path[1024];
     memset(p, 0, sizeof *p);
@@ -278,10 +278,16 @@ static void fused_pair_run(fused_pair *p, const char *model, const char *input, 
     assert_int_equal(kc_model_load(path, NULL, &p->m), KC_OK);
     snprintf(path, sizeof path, "%s/%s", KC_TEST_DATA, input);
     assert_int_equal(kc_tensor_load_npy(path, &p->in), KC_OK);
-    new_with_and_without(p->m, NULL, off, &p->fused, &p->plain);
+    new_with_and_without(p->m, o, off, &p->fused, &p->plain);
     const kc_tensor *const *in = (const kc_tensor *const *)&p->in;
     assert_int_equal(kc_session_run(p->fused, in, 1, p->got, n_out), KC_OK);
     assert_int_equal(kc_session_run(p->plain, in, 1, p->plain_out, n_out), KC_OK);
+}
+
+static void fused_pair_run(fused_pair *p, const char *model, const char *input, int n_out,
+                           const char *off)
+{
+    fused_pair_run_with(p, model, input, n_out, off, NULL);
 }
 
 /* Output o of both runs against the reference file (under KC_TEST_DATA):
@@ -384,6 +390,39 @@ static void test_maxpool_fused_in_stem(void **state)
     for (int o = 0; o < 3; o++)
         fused_pair_expect(&p, o, expected[o], 1e-4f, 0.0f);
     fused_pair_free(&p);
+}
+
+/* A global average pooling and the Dense after it run inside the 1x1
+ * convolution before them (kernels/pw_head.c, MobileNetV2's classifier)
+ * at batch 1 where kerasc's 1x1 kernel runs (AVX-512): both nodes
+ * skipped, also after a folded BatchNormalization and ReLU(6) and
+ * through a Dropout; every output the bits of the layers run apart
+ * (KC_FUSE_HEAD=0), on the session's threads and on one, and within 1e-4
+ * of the NumPy reference. A pooling that is also an output of the model
+ * keeps its node (tools/apps/make_fusion_fixtures.py). */
+static void test_head_fused(void **state)
+{
+    (void)state;
+    static const char *const expected[4] = {
+        "fusion/conv_gap_dense_expected_0.npy", "fusion/conv_gap_dense_expected_1.npy",
+        "fusion/conv_gap_dense_expected_2.npy", "fusion/conv_gap_dense_expected_3.npy"};
+    int takes = kc_isa() == KC_ISA_AVX512 && kc_dnnl_avx512(); /* where pw.c runs */
+    for (int one = 0; one <= 1; one++) {
+        kc_session_options o = {.threads = one};
+        fused_pair p;
+        fused_pair_run_with(&p, "fusion/conv_gap_dense.keras", "fusion/conv_gap_dense_input.npy",
+                            4, "KC_FUSE_HEAD", &o);
+        assert_int_equal(p.fused->fused.n_head_on, 2 * takes);
+        assert_int_equal(fused_away(p.fused, "g1"), takes);
+        assert_int_equal(fused_away(p.fused, "d1"), takes);
+        assert_int_equal(fused_away(p.fused, "d2"), takes);
+        assert_false(fused_away(p.fused, "g3")); /* an output */
+        assert_false(fused_away(p.fused, "d3"));
+        assert_int_equal(p.plain->fused.n_head_on, 0);
+        for (int out = 0; out < 4; out++)
+            fused_pair_expect(&p, out, expected[out], 1e-4f, 0.0f);
+        fused_pair_free(&p);
+    }
 }
 
 /* A Rescaling with no offset that one convolution alone reads folds into
@@ -1903,6 +1942,7 @@ int main(void)
         cmocka_unit_test(test_folded_kernels_released_after_packing),
         cmocka_unit_test(test_layer_scale_folded),
         cmocka_unit_test(test_maxpool_fused_in_stem),
+        cmocka_unit_test(test_head_fused),
         cmocka_unit_test(test_rescaling_folded),
         cmocka_unit_test(test_inputs_read_in_place),
         cmocka_unit_test(test_bn_folded_forward),

@@ -63,6 +63,15 @@ scales before a max pooling, a "same" convolution after (its padding
 reads zeros), a max pooling also read as an output
 (test_runtime's test_bn_folded_forward).
 
+conv_gap_dense: one 7x7 image of 96 channels through three 1x1
+convolutions, each read by a GlobalAveragePooling2D alone: 72 filters
+with a relu, then a Dense of 37 with softmax (fused into the convolution:
+kernels/pw_head.c; 72 channels end in half a vector); 80 filters without
+bias, BatchNormalization and ReLU(6) (folded), then a Dropout and a
+Dense of 19 without bias (fused, through the Dropout); 64 filters, its
+pooling also an output of the model (not fused) (test_runtime's
+test_head_fused).
+
 transpose_alloc (the model alone): a Conv2DTranspose 64 -> 32 3x3 stride
 2 on 32x32 images, whose product (1.2 MB) the old path allocated on
 every run (tests/alloc/steady_state.sh).
@@ -259,3 +268,22 @@ p9 = g.layer("MaxPooling2D", b9, name="p9", pool_size=2)
 c10 = g.layer("Conv2D", p9, name="c10", filters=2, kernel_size=1)
 outs = [c2, d2, c4, d4, c6, d7, c10, p9]
 save_fixture("bn_forward", g.model(outs), data, outs)
+
+rng = np.random.default_rng(17)
+data = rng.uniform(-1, 1, size=(1, 7, 7, 96)).astype(np.float32)
+g = appgraph.Graph("conv_gap_dense", 3, appgraph.Weights("tests/conv_gap_dense"))
+x = g.input((7, 7, 96), data)
+c1 = g.layer("Conv2D", x, name="c1", filters=72, kernel_size=1, activation="relu")
+g1 = g.layer("GlobalAveragePooling2D", c1, name="g1")
+d1 = g.layer("Dense", g1, name="d1", units=37, activation="softmax")
+c2 = g.layer("Conv2D", x, name="c2", filters=80, kernel_size=1, use_bias=False)
+b2 = g.layer("BatchNormalization", c2, name="b2")
+r2 = g.layer("ReLU", b2, name="r2", max_value=6.0)
+g2 = g.layer("GlobalAveragePooling2D", r2, name="g2")
+o2 = g.layer("Dropout", g2, name="o2", rate=0.2)
+d2 = g.layer("Dense", o2, name="d2", units=19, use_bias=False)
+c3 = g.layer("Conv2D", x, name="c3", filters=64, kernel_size=1)
+g3 = g.layer("GlobalAveragePooling2D", c3, name="g3")
+d3 = g.layer("Dense", g3, name="d3", units=5)
+outs = [d1, d2, d3, g3]
+save_fixture("conv_gap_dense", g.model(outs), data, outs)
