@@ -59,4 +59,12 @@ int kc_dnnl_conv_dw_row_parts(const struct kc_conv_attrs *a, const kc_layer *dw,
 int kc_dnnl_conv_pool_fusable(const struct kc_conv_attrs *a, const kc_layer *pool,
                               const kc_shape *in);
 
+/* Whether oneDNN, given this layer whole (one part of all its images,
+ * as ctx->whole runs it) with a fused residual sum, takes its direct
+ * kernel (kc_dnnl_preferred_impl: a wide 1x1 sum), which adds the
+ * residual before the bias, rather than brgconv_1x1, which adds the
+ * bias first. kernels/pw.c sums as the one oneDNN would take. */
+int kc_dnnl_conv_sum_direct(const struct kc_conv_attrs *a, const kc_shape *in,
+                            const kc_shape *out);
+
 #endif

@@ -36,8 +36,9 @@
  * batch 8 16 -> 0 (its last 1x1 alone in each lane, kc_pw_alone).
  *
  * The sums: over the input channels in order, in chunks of KC_PW_CHUNK,
- * the bias then the residual added after, as oneDNN's: its outputs equal
- * oneDNN's bit for bit, so that no output depends on which of the two
+ * the bias then the residual added after (the residual first where
+ * oneDNN would take its direct kernel: kc_pw_residual_order), as
+ * oneDNN's: its outputs equal oneDNN's bit for bit, so that no output depends on which of the two
  * ran a layer (one thread, a lane of a batch, a pipeline stage keep
  * oneDNN's: in a lane of four images it was 10-30% slower). */
 #include "kernels/pw.h"
@@ -52,6 +53,7 @@
 #include "base/mem.h"
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
+#include "kernels/dnnl_conv.h"
 #include "kernels/isa.h"
 #include "kernels/pw_head.h"
 #include "kernels/wino.h"
@@ -103,6 +105,7 @@ typedef struct kc_pw_state {
     float *w;                /* packed: vector v's k rows of 16 at w + k * 16 * v */
     int act;                 /* kc_wino_act's codes; 3: applied by the caller */
     int residual;            /* the output holds a sum to add to */
+    int residual_first;      /* ... added before the bias (kc_pw_residual_order) */
     int prefetch;            /* the next panel fetched into L2 (KC_PW_PREFETCH=0: not) */
     int by_pixels;           /* parts own runs of pixels, not of vectors (kc_pw_rows_wanted) */
     int64_t chunk;           /* by pixels: pixels a pass over every panel */
@@ -134,19 +137,35 @@ typedef struct kc_pw_io {
 
 static int kc_pw_off(void) { return kc_env_off("KC_PW"); }
 
-/* Larger images (beyond KC_PW_MAX_PIXELS, or _STRIDED) without a fused
- * residual sum: each part owns a run of pixels and reads all of the
- * kernel, a chunk of its pixels against every panel in turn, the chunk's
- * input rows staying in L2 (KC_PW_CHUNK_BYTES). Cut by vectors there,
- * each thread read every pixel once per panel from L3 (1.5-3x oneDNN's
- * time at 28x28 and 56x56, above). Why: each oneDNN execution allocates
- * (README, tests/alloc): MobileNetV2's last 1x1 at batch 8 made its 16
- * allocations an inference. The same sums as by vectors and as oneDNN's
- * brgconv_1x1 (test_pw_layers); a residual sum stays on oneDNN, whose
- * kernels for those (direct ones on 56x56) add in another order.
+/* Larger images (beyond KC_PW_MAX_PIXELS, or _STRIDED): each part owns
+ * a run of pixels and reads all of the kernel, a chunk of its pixels
+ * against every panel in turn, the chunk's input rows staying in L2
+ * (KC_PW_CHUNK_BYTES). Cut by vectors there, each thread read every pixel
+ * once per panel from L3 (1.5-3x oneDNN's time at 28x28 and 56x56,
+ * above). Why: each oneDNN execution allocates (README, tests/alloc):
+ * MobileNetV2's last 1x1 at batch 8 made its 16 allocations an
+ * inference, ResNet50's residual 1x1 layers 112 of its 170 at batch 1.
+ * The same sums as by vectors and as oneDNN's (test_pw_layers), with a
+ * residual sum too where its order is known (kc_pw_residual_order).
  * KC_PW_ROWS=0: all of them stay on oneDNN. */
 #define KC_PW_CHUNK_BYTES ((int64_t)192 << 10)
 static int kc_pw_rows_wanted(void) { return !kc_env_off("KC_PW_ROWS"); }
+
+/* A residual sum in the order of the oneDNN kernel that would run the
+ * layer whole (kc_dnnl_conv_sum_direct; as ctx->whole runs it, and the
+ * team's parts when this kernel does not take them): brgconv_1x1 adds
+ * the bias, then the residual; its direct kernel (a wide sum over at
+ * most 128 input channels) the residual, then the bias, over the input
+ * channels in one chain where there are at most 64 of them (found by
+ * trying orders against it: ResNet50's 56x56 64 -> 256 layers). 0 where
+ * that order is not known (the direct kernel over more than 64): the
+ * layer stays on oneDNN. Without a residual sum, 1. */
+static int kc_pw_residual_order(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
+                                kc_pw_state *st)
+{
+    st->residual_first = st->residual && kc_dnnl_conv_sum_direct(a, in, out);
+    return !st->residual_first || st->k <= 64;
+}
 
 /* A plain 2-D 1x1 convolution, unpadded, equal strides, of at most
  * KC_PW_MAX_PIXELS output pixels in all (NHWC); with a head
@@ -182,7 +201,9 @@ static int kc_pw_geometry_of(const kc_conv_attrs *a, const kc_shape *in, const k
     if (a->post_head && (st->by_pixels || st->stride != 1 || st->residual || st->act == 3 ||
                          in->dims[0] != 1))
         return 0;
-    if (st->by_pixels && (st->residual || !kc_pw_rows_wanted()))
+    if (st->by_pixels && ((st->residual && st->stride != 1) || !kc_pw_rows_wanted()))
+        return 0;
+    if (!kc_pw_residual_order(a, in, out, st))
         return 0;
     /* by pixels: a pass's rows of input within KC_PW_CHUNK_BYTES (L2),
      * whole register blocks */
@@ -307,7 +328,7 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
      * anything), with the activation's constants */
     float *const out = io->out + p0 * ldc + n0;
     const float *const bias = io->bias ? io->bias + n0 : NULL;
-    const int residual = st->residual, act = st->act;
+    const int residual = st->residual, residual_first = st->residual_first, act = st->act;
     const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
     #pragma GCC unroll 8
     for (int i = 0; i < mr; i++)
@@ -316,9 +337,11 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
             __mmask16 mask = j == nv - 1 ? last : (__mmask16)0xFFFF;
             float *c = out + i * ldc + 16 * j;
             __m512 v = acc[i][j];
+            if (residual_first)
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, c));
             if (bias)
                 v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, bias + 16 * j));
-            if (residual)
+            if (residual && !residual_first)
                 v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, c));
             if (act == 1 || act == 2)
                 v = _mm512_max_ps(v, zero);

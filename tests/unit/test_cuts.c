@@ -488,12 +488,15 @@ static void test_conv2d_cuts(void **state)
     /* oneDNN's cuts, its Winograd kernels' too: kerasc's own 2-D
      * Winograd (test_wino2d_layers) would take the 64 -> 64 layers, its
      * own depthwise loop (test_dw_layers) the stride-1 depthwise one, its
-     * narrow-output loop (test_narrow_layers) those of few filters */
+     * narrow-output loop (test_narrow_layers) those of few filters, its
+     * 1x1 loop by pixels (test_pw_layers) the 56x56 residual one */
     setenv("KC_WINO2D", "0", 1);
     setenv("KC_DW", "0", 1);
     setenv("KC_NARROW", "0", 1);
+    setenv("KC_PW_ROWS", "0", 1);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_case(&cases[i]);
+    unsetenv("KC_PW_ROWS");
     unsetenv("KC_NARROW");
     unsetenv("KC_DW");
     unsetenv("KC_WINO2D");
@@ -567,6 +570,7 @@ static void test_wide_sum_kernel(void **state)
 {
     (void)state;
     setenv("KC_ADD_AFTER", "0", 1);
+    setenv("KC_PW_ROWS", "0", 1); /* oneDNN's, not kerasc's 1x1 loop by pixels */
     static const struct {
         conv_case c;
         int threads, want;
@@ -591,6 +595,7 @@ static void test_wide_sum_kernel(void **state)
                      cases[i].c.what, cases[i].threads, parts / 100, parts % 100,
                      cases[i].want / 100, cases[i].want % 100);
     }
+    unsetenv("KC_PW_ROWS");
     unsetenv("KC_ADD_AFTER");
     kc_threads_enter(0);
 }
@@ -640,6 +645,7 @@ static void test_residual_add_after(void **state)
     };
     if (!kc_dnnl_ready())
         skip();
+    setenv("KC_PW_ROWS", "0", 1); /* oneDNN's, not kerasc's 1x1 loop by pixels */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         setenv("KC_ADD_AFTER", "1", 1); /* then "0" (expect_switched_parts) */
         expect_switched_parts(&cases[i].c, cases[i].threads, cases[i].want, "KC_ADD_AFTER",
@@ -651,6 +657,7 @@ static void test_residual_add_after(void **state)
             fail_msg("%s, %d threads, by default: %d parts add after, expected %d",
                      cases[i].c.what, cases[i].threads, n, want);
     }
+    unsetenv("KC_PW_ROWS");
 }
 
 /* kc_residual_add's vector loops against the plain formula, bit for bit:
@@ -1774,8 +1781,9 @@ static void expect_same_as_onednn(conv_run *r, int threads, const char *what)
  * linear, a residual sum, output channels that are not whole vectors, an
  * activation the caller applies (elu), strides 2 and 3 on even and odd
  * sizes; larger images without a residual sum by pixels (parts own runs
- * of pixels; on one thread too up to 256 pixels); a residual sum on a
- * larger image, fewer than 64 input channels,
+ * of pixels; on one thread too up to 256 pixels), with a residual sum
+ * in the order of the oneDNN kernel the whole layer would take; a
+ * residual sum whose order is not known, fewer than 64 input channels,
  * KC_PW=0, KC_ISA=avx2 and whole runs keep the other kernels (and it
  * skips where oneDNN runs without AVX-512). Outputs as the plain
  * path's, also with the parts' cut moved as far as it goes (kc_balance),
@@ -1830,17 +1838,27 @@ static void test_pw_layers(void **state)
          4, 7, 7, 2048, 512, 1, 1, 1, 1, 0, 0, "relu", 1},
         {"1x1 320 -> 1280 on four 7x7, relu6 (MobileNetV2's last, a lane at batch 8)",
          "Conv2D", KC_CONV_PLAIN, 2, 4, 7, 7, 320, 1280, 1, 1, 1, 0, 0, 0, "relu6", 1},
-        /* a residual sum on a larger image stays on oneDNN (whose kernels
-         * there add it in another order) */
+        /* a residual sum on a larger image by pixels too, in the order of
+         * the oneDNN kernel the whole layer would take: brgconv_1x1 the
+         * bias first; its direct kernel (a wide sum, ResNet50's 56x56
+         * 64 -> 256) the residual first; over more than 64 input
+         * channels the direct kernel's order is not known: oneDNN's */
         {"1x1 64 -> 256 + sum on one 28x28", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 64, 256, 1,
          1, 1, 1, 0, 1, "relu", 1},
+        {"1x1 128 -> 512 + sum on one 28x28: brgconv_1x1's order", "Conv2D", KC_CONV_PLAIN, 2,
+         1, 28, 28, 128, 512, 1, 1, 1, 1, 0, 1, "relu", 1},
+        {"1x1 64 -> 256 + sum on one 56x56: the direct kernel's order", "Conv2D",
+         KC_CONV_PLAIN, 2, 1, 56, 56, 64, 256, 1, 1, 1, 1, 0, 1, "relu", 1},
+        {"1x1 128 -> 1024 + sum on one 48x48: a direct kernel over 128 in", "Conv2D",
+         KC_CONV_PLAIN, 2, 1, 48, 48, 128, 1024, 1, 1, 1, 1, 0, 1, "relu", 1},
     };
     static const int want_parts[][3] = {{1, 2, 3}, {0, 2, 3}, {1, 2, 3}, {0, 2, 3},
                                         {1, 1, 1}, {1, 2, 3}, {0, 0, 0}, {1, 2, 3},
                                         {1, 2, 3}, {0, 2, 3}, {0, 2, 3}, {0, 2, 2},
                                         {0, 2, 2}, {1, 2, 3}, {1, 1, 1}, {0, 1, 1},
                                         {0, 2, 3}, {1, 2, 3}, {0, 2, 3}, {1, 2, 3},
-                                        {1, 2, 3}, {0, 0, 0}};
+                                        {1, 2, 3}, {0, 2, 3}, {0, 2, 3}, {0, 2, 3},
+                                        {0, 0, 0}};
     if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
         skip();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
