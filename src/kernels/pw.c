@@ -510,22 +510,26 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
     return KC_OK;
 }
 
-/* Whether the layer runs here on one thread too (a lane of a batch):
- * stride 1, no residual sum, at most KC_PW_ALONE_PIXELS pixels. Why: a
+/* Whether the layer runs here on one thread too (a lane of a batch, a
+ * branch of InceptionV3's blocks): stride 1, no residual sum. Why: a
  * lane's oneDNN executions allocate as the team's do (MobileNetV2's last
  * 1x1 at batch 8, lanes of four 7x7 images: 16 allocations an
  * inference); there it ran 0.95 of oneDNN's time, ResNet50's 7x7
- * 2048 -> 512 ones 0.99-1.00. Its 14x14 to 56x56 ones took 1.02-1.12,
- * its 7x7 ones with a residual sum 1.03-1.05 and its strided shortcut
- * 1.04 (batch 8, lanes of four, alternating pairs): those stay on oneDNN
- * alone. One part: nothing to balance (the lanes share the state). */
-#define KC_PW_ALONE_PIXELS 256
+ * 2048 -> 512 ones 0.99-1.00. Its 7x7 ones with a residual sum took
+ * 1.03-1.05 and its strided shortcut 1.04 (batch 8, lanes of four,
+ * alternating pairs): those stay on oneDNN alone. Larger images were
+ * held at 256 pixels (ResNet50's 14x14 to 56x56 ones measured 1.02-1.12
+ * layer by layer); on the Zen 4 (2026-12-05, alternating pairs of whole
+ * runs) taking them all was level: ResNet50 batch 8 1.003 and 1.010,
+ * InceptionV3 batch 8 0.999, batch 1 0.998 (its 17x17 and 35x35 1x1
+ * layers in branches, one thread each), the same bits, and allocations
+ * an inference ResNet50 b8 1464 -> 944, InceptionV3 b8 2920 -> 2232, b1
+ * 632 -> 488. One part: nothing to balance (the lanes share the state). */
 static int kc_pw_alone(const kc_exec_ctx *ctx, const kc_conv_attrs *a)
 {
     kc_pw_state probe;
     memset(&probe, 0, sizeof probe);
-    return kc_pw_geometry(ctx, a, &probe) && probe.pixels <= KC_PW_ALONE_PIXELS &&
-           probe.stride == 1 && !probe.residual;
+    return kc_pw_geometry(ctx, a, &probe) && probe.stride == 1 && !probe.residual;
 }
 
 /* By pixels: the parts' runs, timed, the cut moved by their speeds
