@@ -1,5 +1,6 @@
-/* kerasc's own Winograd convolutions: 1-D on oneDNN's batched matmul,
- * 2-D on kerasc's own products (kc_wino_simd's product, as wino_fly.c's).
+/* kerasc's own Winograd convolutions, 1-D and 2-D, on kerasc's own
+ * products (kc_wino_simd's product, as wino_fly.c's; KC_WINO_OWN=0:
+ * oneDNN's batched matmul).
  *
  * 1-D, F(m, r): the (1, 7) and (7, 1) layers that make up a quarter of
  * InceptionV3's work (and Conv1D, and other (1, r) / (r, 1) kernels),
@@ -8,7 +9,7 @@
  * inputs. For every tile and channel the input is transformed (bt · d,
  * alpha values), the alpha products with the transformed kernel (g · w,
  * made once at build) are alpha independent matrix products [tiles x C] ·
- * [C x F] (one batched oneDNN matmul per block of tiles), and the output
+ * [C x F] (kc_w2_own_products, per block of tiles), and the output
  * transform (at · M) gives m outputs, then bias and activation. F(4, 7)
  * multiplies 10 times per 4 outputs where direct convolution multiplies
  * 28 times; on 17 outputs (5 tiles, 3 outputs wasted) that is 2.4x fewer.
@@ -96,9 +97,9 @@ typedef struct kc_w1_state {
     float *packed;                  /* g · w in the product's layout */
     int act;                        /* 0 linear, 1 relu, 2 relu6, 3 the caller's */
     const kc_wino_simd *simd;       /* the transforms and products for this CPU */
-    /* own (2-D): the products by kc_wino_simd's rather than oneDNN's
-     * batched matmul (kc_w2_own); packed is then [prods][groups][c][16 *
-     * width of the group], the output vectors in groups of up to three. */
+    /* own: the products by kc_wino_simd's rather than oneDNN's batched
+     * matmul (kc_w2_own); packed is then [prods][groups][c][16 * width
+     * of the group], the output vectors in groups of up to three. */
     int own;
     int64_t vecs, groups;           /* own: output vectors of 16, their groups */
     int64_t mf;                     /* a product row's floats: f, or vecs * 16 (own) */
@@ -544,7 +545,7 @@ static kc_status kc_w1_build(const kc_exec_ctx *ctx, kc_w1_state *st)
     double g[KC_WINO_MAX_ALPHA * KC_WINO_MAX_ALPHA];
     if (kc_w1_set_transforms(st, g))
         return kc_fail(KC_ERR_UNSUPPORTED, "no Winograd transform F(%d, %d)", st->m, st->r);
-    st->own = st->dims == 2 && !kc_env_off("KC_WINO_OWN");
+    st->own = !kc_env_off("KC_WINO_OWN");
     st->vecs = (st->f + 15) / 16;
     st->groups = (st->vecs + KC_WINO2D_NV - 1) / KC_WINO2D_NV;
     st->mf = st->own ? st->vecs * 16 : st->f;
@@ -669,8 +670,8 @@ static void kc_w_outputs(const kc_w1_state *st, const float *mt, int64_t lo, int
                             y, vh, vw);
         } else {
             int valid = kc_w1_dests(st, out, lo + b, y);
-            st->simd->out1d(st->m, st->alpha, st->at, st->f, mt + b * st->f, ldm, bias, st->act, y,
-                            valid);
+            st->simd->out1d(st->m, st->alpha, st->at, st->f, mt + b * st->mf, ldm, bias, st->act,
+                            y, valid);
         }
     }
 }
@@ -686,14 +687,20 @@ typedef struct kc_w1_io {
  * of output vectors; the next piece of the transformed kernel (or, with
  * `more` blocks to come, the first) fetched into L2 along the way.
  *
- * Why not oneDNN's batched matmul, as 1-D: on two threads each thread
- * reads the whole transformed kernel (2.4 MB for 128 -> 128), from memory
- * in a model larger than the caches, and oneDNN's product waited on it
+ * Why not oneDNN's batched matmul: on two threads each thread reads the
+ * whole transformed kernel (2.4 MB for 128 -> 128), from memory in a
+ * model larger than the caches, and oneDNN's product waited on it
  * (single-thread 86% of this kernel's speed, on two threads 20% more
  * time a thread). ResNet50 at batch 1 on two threads, `--stats` of five
  * alternating runs: its seven such layers (56x56 and 28x28) 1.65 -> 1.44
  * ms, the run 16.1 -> 15.6 ms; batch 8 13.9 -> 13.6 ms, InceptionV3 at
- * batch 1 20.1 -> 19.8 ms (medians of 3-5). KC_WINO_OWN=0: oneDNN's. */
+ * batch 1 20.1 -> 19.8 ms (medians of 3-5). The 1-D layers (InceptionV3's
+ * (1, 7) and (7, 1), alpha 10) took oneDNN's until 12-05; on the Zen 4
+ * here they give the same bits (each product a chain over C in order, as
+ * oneDNN's brg matmul), InceptionV3 batch 1 0.978 of the time (8
+ * alternating pairs, each faster), batch 8 level (1.001), and 252 of its
+ * 488 allocations an inference at batch 1 (1416 of 2232 at batch 8) go:
+ * each oneDNN execution allocates. KC_WINO_OWN=0: oneDNN's. */
 static void kc_w2_own_products(const kc_w1_state *st, const float *v, float *mt, int64_t n,
                                int more)
 {

@@ -1430,7 +1430,10 @@ static int w1_run(conv_run *r, int exact, float *out)
  * one it leaves to the caller (elu), on 1, 2 and 3 threads, it must take
  * the tile expected and equal the plain im2col + GEMM path within the
  * fidelity tolerance; --exact and KC_WINO1D=0 must keep it out, and so
- * must an image of under 100 outputs or a layer of under 32 channels. */
+ * must an image of under 100 outputs or a layer of under 32 channels.
+ * Its products (kerasc's own since 12-05) give the bits of oneDNN's
+ * batched matmul (KC_WINO_OWN=0), which they replaced, where oneDNN runs
+ * with AVX-512. */
 static void wino1d_layers_isa(void)
 {
     static const w1_case cases[] = {
@@ -1466,6 +1469,17 @@ static void wino1d_layers_isa(void)
                          threads[t]);
         }
         kc_threads_enter(2);
+        if (c->want_tile && kc_dnnl_avx512()) {
+            float *onednn = malloc((size_t)r.out_count * sizeof *onednn);
+            w1_run(&r, 0, got);
+            setenv("KC_WINO_OWN", "0", 1);
+            if (w1_run(&r, 0, onednn) != c->want_tile)
+                fail_msg("%s: no 1-D Winograd with KC_WINO_OWN=0", c->what);
+            unsetenv("KC_WINO_OWN");
+            if (memcmp(got, onednn, (size_t)r.out_count * sizeof *got))
+                fail_msg("%s: kerasc's products differ from oneDNN's batched matmul", c->what);
+            free(onednn);
+        }
         if (w1_run(&r, 1, got) != 0)
             fail_msg("%s: 1-D Winograd although exact", c->what);
         setenv("KC_WINO1D", "0", 1);
