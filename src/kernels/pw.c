@@ -79,8 +79,12 @@
 #define KC_PW_MAX_PIXELS 64
 #define KC_PW_MAX_PIXELS_STRIDED 256
 /* At least this many input and output channels: below, the weights are
- * small enough to stay in cache and the product too thin. */
+ * small enough to stay in cache and the product too thin. By pixels
+ * (larger images) KC_PW_MIN_OUTPUTS output channels will do: there each
+ * part reads all of them anyway, and InceptionV3's 48-filter reductions
+ * on 35x35 (a branch on one thread each) then make no oneDNN call. */
 #define KC_PW_MIN_CHANNELS 64
+#define KC_PW_MIN_OUTPUTS 16
 /* The sums over the input channels run in chunks of this many, each
  * from zero, the chunks' sums then added in order: oneDNN 2.6's AVX-512
  * brgconv_1x1 sums so (found by trying chunk sizes against it; checked
@@ -191,13 +195,15 @@ static int kc_pw_geometry_of(const kc_conv_attrs *a, const kc_shape *in, const k
     st->k = in->dims[3];
     st->n = out->dims[3];
     int64_t most = st->stride > 1 ? KC_PW_MAX_PIXELS_STRIDED : KC_PW_MAX_PIXELS;
-    if (st->pixels < 1 || st->k < KC_PW_MIN_CHANNELS || st->n < KC_PW_MIN_CHANNELS ||
+    if (st->pixels < 1 || st->k < KC_PW_MIN_CHANNELS || st->n < KC_PW_MIN_OUTPUTS ||
         out->dims[0] != in->dims[0])
         return 0;
     st->vectors = (st->n + 15) / 16;
     st->act = kc_wino_act(a->activation);
     st->residual = a->accumulate;
     st->by_pixels = st->pixels > most;
+    if (!st->by_pixels && st->n < KC_PW_MIN_CHANNELS)
+        return 0;
     if (a->post_head && (st->by_pixels || st->stride != 1 || st->residual || st->act == 3 ||
                          in->dims[0] != 1))
         return 0;

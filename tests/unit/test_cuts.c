@@ -1788,7 +1788,7 @@ static void expect_same_as_onednn(conv_run *r, int threads, const char *what)
 
 /* 1x1 layers of at most 64 output pixels (256 strided), 64+ input
  * channels (beyond 1280 summed in chunks of 1280, as oneDNN does) and
- * 64+ output channels run on kc_pw_conv when cut
+ * 64+ output channels (16+ on larger images) run on kc_pw_conv when cut
  * between 2+ threads (one thread, or a lane of a batch, too where
  * stride 1 without a residual sum), the output
  * vectors split into parts of at least 4: bias, relu / relu6 /
@@ -1866,6 +1866,14 @@ static void test_pw_layers(void **state)
          KC_CONV_PLAIN, 2, 1, 56, 56, 64, 256, 1, 1, 1, 1, 0, 1, "relu", 1},
         {"1x1 128 -> 1024 + sum on one 48x48: a direct kernel over 128 in", "Conv2D",
          KC_CONV_PLAIN, 2, 1, 48, 48, 128, 1024, 1, 1, 1, 1, 0, 1, "relu", 1},
+        /* by pixels from 16 output channels (InceptionV3's 48-filter
+         * reductions); by vectors from 64 */
+        {"1x1 192 -> 48 on one 35x35: 48 filters", "Conv2D", KC_CONV_PLAIN, 2, 1, 35, 35, 192,
+         48, 1, 1, 1, 1, 0, 0, "relu", 1},
+        {"1x1 288 -> 20 on one 12x12: 20 filters", "Conv2D", KC_CONV_PLAIN, 2, 1, 12, 12, 288,
+         20, 1, 1, 1, 1, 0, 0, "relu6", 1},
+        {"1x1 256 -> 48 on one 7x7: 48 filters on few pixels", "Conv2D", KC_CONV_PLAIN, 2, 1, 7,
+         7, 256, 48, 1, 1, 1, 1, 0, 0, "relu", 1},
     };
     static const int want_parts[][3] = {{1, 2, 3}, {0, 2, 3}, {1, 2, 3}, {0, 2, 3},
                                         {1, 1, 1}, {1, 2, 3}, {0, 0, 0}, {1, 2, 3},
@@ -1873,7 +1881,7 @@ static void test_pw_layers(void **state)
                                         {0, 2, 2}, {1, 2, 3}, {1, 1, 1}, {0, 1, 1},
                                         {1, 2, 3}, {1, 2, 3}, {0, 2, 3}, {1, 2, 3},
                                         {1, 2, 3}, {0, 2, 3}, {0, 2, 3}, {0, 2, 3},
-                                        {0, 0, 0}};
+                                        {0, 0, 0}, {1, 2, 3}, {1, 2, 3}, {0, 0, 0}};
     if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
         skip();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
