@@ -171,7 +171,7 @@ __attribute__((target("avx512f"))) void kc_pw_head_vectors(const kc_pw_head *h, 
 /* Units vectors [u, u + nu) of y: the blocks' sums in order from zero,
  * then the bias. Inlined with nu constant: nu chains of adds at once. */
 __attribute__((target("avx512f"), always_inline)) static inline void
-kc_pw_head_total(const kc_pw_head *h, int64_t u, int nu, float *y)
+kc_pw_head_units(const kc_pw_head *h, int64_t u, int nu, float *y)
 {
     __m512 t[8];
     #pragma GCC unroll 8
@@ -192,13 +192,17 @@ kc_pw_head_total(const kc_pw_head *h, int64_t u, int nu, float *y)
     }
 }
 
-__attribute__((target("avx512f"))) kc_status kc_pw_head_finish(const kc_pw_head *h, float *y,
-                                                                int keras_major)
+__attribute__((target("avx512f"))) void kc_pw_head_total(const kc_pw_head *h, float *y, int part,
+                                                          int parts)
 {
-    int64_t u = 0;
-    for (; u + 8 <= h->uvecs; u += 8)
-        kc_pw_head_total(h, u, 8, y);
-    for (; u < h->uvecs; u++)
-        kc_pw_head_total(h, u, 1, y);
+    int64_t u = h->uvecs * part / parts, end = h->uvecs * (part + 1) / parts;
+    for (; u + 8 <= end; u += 8)
+        kc_pw_head_units(h, u, 8, y);
+    for (; u < end; u++)
+        kc_pw_head_units(h, u, 1, y);
+}
+
+kc_status kc_pw_head_activate(const kc_pw_head *h, float *y, int keras_major)
+{
     return kc_activation_apply(h->activation, keras_major, y, h->units, h->units);
 }

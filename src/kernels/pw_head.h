@@ -43,8 +43,13 @@ void kc_pw_head_vectors(const kc_pw_head *h, int64_t v0, int64_t nv);
  * and their bytes, for the convolution to fetch into L2 beforehand. */
 const char *kc_pw_head_rows(const kc_pw_head *h, int64_t v0, int64_t nv, int64_t *bytes);
 
-/* Once every vector's sums are in: y (units floats) = the blocks' sums
- * added in order, then the bias, then the Dense's activation. */
-kc_status kc_pw_head_finish(const kc_pw_head *h, float *y, int keras_major);
+/* Once every vector's sums are in: part `part` of `parts` of y's units
+ * vectors = the blocks' sums added in order, then the bias (the threads
+ * a share each: the sums of the other thread's blocks come from its
+ * L2). */
+void kc_pw_head_total(const kc_pw_head *h, float *y, int part, int parts);
+
+/* Then y (units floats) through the Dense's activation. */
+kc_status kc_pw_head_activate(const kc_pw_head *h, float *y, int keras_major);
 
 #endif
