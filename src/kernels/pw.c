@@ -38,9 +38,10 @@
  * The sums: over the input channels in order, in chunks of KC_PW_CHUNK,
  * the bias then the residual added after (the residual first where
  * oneDNN would take its direct kernel: kc_pw_residual_order), as
- * oneDNN's: its outputs equal oneDNN's bit for bit, so that no output depends on which of the two
- * ran a layer (one thread, a lane of a batch, a pipeline stage keep
- * oneDNN's: in a lane of four images it was 10-30% slower). */
+ * oneDNN's: its outputs equal oneDNN's bit for bit, so that no output
+ * depends on which of the two ran a layer. One thread (a lane of a
+ * batch, a pipeline stage) runs it by pixels (kc_pw_alone): by vectors,
+ * in a lane of four images, it was 10-30% slower. */
 #include "kernels/pw.h"
 
 #include <immintrin.h>
@@ -539,25 +540,28 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
 }
 
 /* Whether the layer runs here on one thread too (a lane of a batch, a
- * branch of InceptionV3's blocks): stride 1, no residual sum. Why: a
- * lane's oneDNN executions allocate as the team's do (MobileNetV2's last
- * 1x1 at batch 8, lanes of four 7x7 images: 16 allocations an
- * inference); there it ran 0.95 of oneDNN's time, ResNet50's 7x7
- * 2048 -> 512 ones 0.99-1.00. Its 7x7 ones with a residual sum took
- * 1.03-1.05 and its strided shortcut 1.04 (batch 8, lanes of four,
- * alternating pairs): those stay on oneDNN alone. Larger images were
- * held at 256 pixels (ResNet50's 14x14 to 56x56 ones measured 1.02-1.12
- * layer by layer); on the Zen 4 (2026-12-05, alternating pairs of whole
- * runs) taking them all was level: ResNet50 batch 8 1.003 and 1.010,
- * InceptionV3 batch 8 0.999, batch 1 0.998 (its 17x17 and 35x35 1x1
- * layers in branches, one thread each), the same bits, and allocations
- * an inference ResNet50 b8 1464 -> 944, InceptionV3 b8 2920 -> 2232, b1
- * 632 -> 488. One part: nothing to balance (the lanes share the state). */
+ * branch of InceptionV3's blocks, a lane's image-major head): wherever
+ * it does on the team. Why: a lane's oneDNN executions allocate as the
+ * team's do (MobileNetV2's last 1x1 at batch 8, lanes of four 7x7
+ * images: 16 allocations an inference); there it ran 0.95 of oneDNN's
+ * time, ResNet50's 7x7 2048 -> 512 ones 0.99-1.00. Held until 12-05 to
+ * stride 1 without a residual sum and 256 pixels, from per-layer timings
+ * in ResNet50's lanes (its 14x14 to 56x56 ones 1.02-1.12, its 7x7 ones
+ * with a residual sum 1.03-1.05, its strided shortcut 1.04); on the Zen 4
+ * whole runs were level without the bounds (alternating pairs: ResNet50
+ * batch 8 1.003 and 1.010 for any size, then 1.000 with residual and
+ * strided layers too, one thread at batch 1 1.001; InceptionV3 batch 8
+ * 0.999, batch 1 0.998), the same bits (the residual in the order of
+ * the oneDNN kernel the lane's layer would take, kc_pw_residual_order),
+ * and allocations an inference ResNet50 b8 1464 -> 944 -> 64,
+ * InceptionV3 b8 2920 -> 2232, b1 632 -> 488. One part: nothing to
+ * balance (the lanes share the state; a strided one gathers into the
+ * thread's own buffer). */
 static int kc_pw_alone(const kc_exec_ctx *ctx, const kc_conv_attrs *a)
 {
     kc_pw_state probe;
     memset(&probe, 0, sizeof probe);
-    return kc_pw_geometry(ctx, a, &probe) && probe.stride == 1 && !probe.residual;
+    return kc_pw_geometry(ctx, a, &probe);
 }
 
 /* By pixels: the parts' runs, timed, the cut moved by their speeds

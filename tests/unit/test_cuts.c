@@ -1767,8 +1767,8 @@ static void test_wino2d_blocks(void **state)
  * layer's array spoiled gives the same outputs. */
 /* r's layer on `threads` threads on kc_pw_conv and on oneDNN (KC_PW=0):
  * the same bits, so that no output depends on which ran it (kc_pw_conv
- * runs on one thread, in a lane of a batch or a pipeline stage only by
- * pixels, stride 1 without a residual sum). */
+ * runs on one thread, in a lane of a batch or a pipeline stage by
+ * pixels). */
 static void expect_same_as_onednn(conv_run *r, int threads, const char *what)
 {
     float *mine = malloc((size_t)r->out_count * sizeof *mine);
@@ -1789,13 +1789,13 @@ static void expect_same_as_onednn(conv_run *r, int threads, const char *what)
 /* 1x1 layers of at most 64 output pixels (256 strided), 64+ input
  * channels (beyond 1280 summed in chunks of 1280, as oneDNN does) and
  * 64+ output channels (16+ on larger images) run on kc_pw_conv when cut
- * between 2+ threads (one thread, or a lane of a batch, too where
- * stride 1 without a residual sum), the output
+ * between 2+ threads (one thread, or a lane of a batch, too, by
+ * pixels), the output
  * vectors split into parts of at least 4: bias, relu / relu6 /
  * linear, a residual sum, output channels that are not whole vectors, an
  * activation the caller applies (elu), strides 2 and 3 on even and odd
  * sizes; larger images by pixels (parts own runs of pixels; on one
- * thread too, stride 1 without a residual sum), with a residual sum
+ * thread too), with a residual sum
  * in the order of the oneDNN kernel the whole layer would take; a
  * residual sum whose order is not known, fewer than 64 input channels,
  * KC_PW=0, KC_ISA=avx2 and whole runs keep the other kernels (and it
@@ -1841,8 +1841,7 @@ static void test_pw_layers(void **state)
         {"1x1 3000 -> 100 stride 2 + sum on one 9x9: a last chunk of 440", "Conv2D",
          KC_CONV_PLAIN, 2, 1, 9, 9, 3000, 100, 1, 2, 1, 1, 0, 1, "relu", 1},
         /* larger images: parts own runs of pixels, a chunk against every
-         * panel in turn; alone (one thread, a lane) too where stride 1
-         * without a residual sum */
+         * panel in turn; alone (one thread, a lane) too */
         {"1x1 256 -> 64 on one 28x28", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 256, 64, 1, 1, 1,
          1, 0, 0, "relu", 1},
         {"1x1 1024 -> 256 on one 14x14, relu6", "Conv2D", KC_CONV_PLAIN, 2, 1, 14, 14, 1024,
@@ -1875,12 +1874,12 @@ static void test_pw_layers(void **state)
         {"1x1 256 -> 48 on one 7x7: 48 filters on few pixels", "Conv2D", KC_CONV_PLAIN, 2, 1, 7,
          7, 256, 48, 1, 1, 1, 1, 0, 0, "relu", 1},
     };
-    static const int want_parts[][3] = {{1, 2, 3}, {0, 2, 3}, {1, 2, 3}, {0, 2, 3},
+    static const int want_parts[][3] = {{1, 2, 3}, {1, 2, 3}, {1, 2, 3}, {1, 2, 3},
                                         {1, 1, 1}, {1, 2, 3}, {0, 0, 0}, {1, 2, 3},
-                                        {1, 2, 3}, {0, 2, 3}, {0, 2, 3}, {0, 2, 2},
-                                        {0, 2, 2}, {1, 2, 3}, {1, 1, 1}, {0, 1, 1},
-                                        {1, 2, 3}, {1, 2, 3}, {0, 2, 3}, {1, 2, 3},
-                                        {1, 2, 3}, {0, 2, 3}, {0, 2, 3}, {0, 2, 3},
+                                        {1, 2, 3}, {1, 2, 3}, {1, 2, 3}, {1, 2, 2},
+                                        {1, 2, 2}, {1, 2, 3}, {1, 1, 1}, {1, 1, 1},
+                                        {1, 2, 3}, {1, 2, 3}, {1, 2, 3}, {1, 2, 3},
+                                        {1, 2, 3}, {1, 2, 3}, {1, 2, 3}, {1, 2, 3},
                                         {0, 0, 0}, {1, 2, 3}, {1, 2, 3}, {0, 0, 0}};
     if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
         skip();
