@@ -228,7 +228,7 @@ static kc_status kc_conv(const kc_exec_ctx *ctx)
     if (a->post_dw) /* planned only where oneDNN runs the pair whole (fuse.c) */
         return kc_fail(KC_ERR_UNSUPPORTED,
                        "the depthwise layer fused into this one needs oneDNN, which refused it");
-    if (a->pre_pool) /* planned only where oneDNN runs it (fuse.c) */
+    if (a->pre_pool) /* planned only where oneDNN runs it (fuse.c); pw.c may first */
         return kc_fail(KC_ERR_UNSUPPORTED,
                        "the pooling moved after this convolution needs oneDNN, which refused it");
     if (handled) {

@@ -60,6 +60,7 @@
 #include "kernels/pw_head.h"
 #include "kernels/wino.h"
 #include "kernels/wino_tx.h"
+#include "ops/pool.h"
 
 #define KC_PW_MR 8           /* pixels a register block */
 #define KC_PW_NR 48          /* output channels a panel: 3 vectors */
@@ -120,6 +121,13 @@ typedef struct kc_pw_state {
      * pw_head.c), the output going to head->conv; NULL without */
     kc_pw_head *head;
     const void *head_for;    /* the Dense layer it was built for */
+    /* an average pooling moved after the layer (kc_conv_attrs.pre_pool):
+     * the product (bias, no activation) goes to a buffer of the calling
+     * thread's, which the pooling, with the activation, reads; its
+     * window and the padding before it ("same", stride 1) */
+    const void *pool_for;
+    int64_t pool_kh, pool_kw, pool_pt, pool_pl;
+    int out_act;             /* the activation after the pooling (st->act is then linear) */
 } kc_pw_state;
 
 /* Lines fetched into L2 as a panel runs, a share in each block's loop:
@@ -134,6 +142,8 @@ typedef struct kc_pw_io {
     const kc_pw_state *st;
     const float *in, *bias;
     float *out;
+    const float *pooled;  /* with a pooling after: its input (the product), whole */
+    float *pool_out;      /* and its output */
     kc_claims *panels; /* the parts' runs of vectors, claimed a panel at a time */
     int *failed;       /* by pixels: a part found no memory for its gathered pixels */
     int64_t in_p0;     /* the pixel `in` starts at (a chunk gathered: its first) */
@@ -159,6 +169,30 @@ static int kc_pw_off(void) { return kc_env_off("KC_PW"); }
 #define KC_PW_CHUNK_BYTES ((int64_t)192 << 10)
 static int kc_pw_rows_wanted(void) { return !kc_env_off("KC_PW_ROWS"); }
 
+/* An average pooling moved after the layer (kc_conv_attrs.pre_pool,
+ * kc_fuse_pool_plan: InceptionV3's branch_pool 1x1 layers): "same",
+ * stride 1, averaging the real cells only, as oneDNN's pooling, which
+ * ran it before (dnnl_conv.c's pooled parts); the product then linear,
+ * its activation after the pooling. Why: those layers were two oneDNN
+ * executions a run each (18 at batch 1 in InceptionV3), each allocating
+ * its argument map. */
+static int kc_pw_pool_geometry(const kc_conv_attrs *a, kc_pw_state *st)
+{
+    const kc_pool_attrs *p = a->pre_pool->attrs;
+    if (!p || p->kind != KC_POOL_AVG || p->spatial != 2 || p->global || p->padding != 1 ||
+        st->stride != 1 || st->residual || p->strides[0] != 1 || p->strides[1] != 1 ||
+        p->pool[0] < 1 || p->pool[1] < 1 || p->pad_before[0] || p->pad_before[1] ||
+        p->pad_after[0] || p->pad_after[1])
+        return 0;
+    st->pool_kh = p->pool[0];
+    st->pool_kw = p->pool[1];
+    st->pool_pt = (p->pool[0] - 1) / 2; /* TensorFlow's "same": the extra cell after */
+    st->pool_pl = (p->pool[1] - 1) / 2;
+    st->out_act = st->act;
+    st->act = 0;
+    return 1;
+}
+
 /* A residual sum in the order of the oneDNN kernel that would run the
  * layer whole (kc_dnnl_conv_sum_direct; as ctx->whole runs it, and the
  * team's parts when this kernel does not take them): brgconv_1x1 adds
@@ -183,7 +217,7 @@ static int kc_pw_geometry_of(const kc_conv_attrs *a, const kc_shape *in, const k
                              kc_pw_state *st)
 {
     if (a->kind != KC_CONV_PLAIN || a->spatial != 2 || a->groups != 1 || a->post_dw ||
-        a->post_pw || a->pre_pool || in->rank != 4 || out->rank != 4)
+        a->post_pw || in->rank != 4 || out->rank != 4 || (a->pre_pool && a->post_head))
         return 0;
     st->stride = a->strides[0];
     for (int i = 0; i < 2; i++)
@@ -205,6 +239,8 @@ static int kc_pw_geometry_of(const kc_conv_attrs *a, const kc_shape *in, const k
     st->vectors = (st->n + 15) / 16;
     st->act = kc_wino_act(a->activation);
     st->residual = a->accumulate;
+    if (a->pre_pool && !kc_pw_pool_geometry(a, st))
+        return 0;
     st->by_pixels = st->pixels > most;
     if (!st->by_pixels && st->n < KC_PW_MIN_CHANNELS)
         return 0;
@@ -525,6 +561,7 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
         kc_balance_init(&st->cut, st->vectors, kc_parallel_width(), 4);
     kc_status packed = kc_pw_pack(ctx, st);
     st->head_for = a->post_head;
+    st->pool_for = a->pre_pool;
     if (packed == KC_OK && a->post_head)
         packed = kc_pw_head_new(a->post_head, st->n, st->pixels, &st->head);
     if (packed == KC_OK && st->stride > 1 && !st->by_pixels &&
@@ -564,6 +601,72 @@ static int kc_pw_alone(const kc_exec_ctx *ctx, const kc_conv_attrs *a)
     return kc_pw_geometry(ctx, a, &probe);
 }
 
+/* With a pooling after: output pixel (img, y, x)'s average over the
+ * real cells of its window in `in` (the product), window row by window
+ * row, each from left to right, from zero, then divided by the count
+ * (oneDNN's avg_exclude_padding, which ran it before: the same bits,
+ * test_pw_layers), then the activation. */
+__attribute__((target("avx512f"))) static void kc_pw_pool_pixel(const kc_pw_state *st,
+                                                                const float *in, int64_t img,
+                                                                int64_t y, int64_t x, float *o)
+{
+    int64_t h = st->out_h, w = st->out_w, n = st->n;
+    int64_t y0 = y - st->pool_pt, x0 = x - st->pool_pl;
+    int64_t y1 = y0 + st->pool_kh, x1 = x0 + st->pool_kw;
+    y0 = y0 < 0 ? 0 : y0;
+    x0 = x0 < 0 ? 0 : x0;
+    y1 = y1 > h ? h : y1;
+    x1 = x1 > w ? w : x1;
+    __m512 cells = _mm512_set1_ps((float)((y1 - y0) * (x1 - x0)));
+    const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
+    for (int64_t c = 0; c < n; c += 16) {
+        __mmask16 m = n - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - c)) - 1);
+        __m512 sum = _mm512_setzero_ps();
+        for (int64_t iy = y0; iy < y1; iy++)
+            for (int64_t ix = x0; ix < x1; ix++)
+                sum = _mm512_add_ps(
+                    sum, _mm512_maskz_loadu_ps(m, in + ((img * h + iy) * w + ix) * n + c));
+        sum = _mm512_div_ps(sum, cells);
+        if (st->out_act == 1 || st->out_act == 2)
+            sum = _mm512_max_ps(sum, zero);
+        if (st->out_act == 2)
+            sum = _mm512_min_ps(sum, six);
+        _mm512_mask_storeu_ps(o + c, m, sum);
+    }
+}
+
+/* Part `part`'s share of the output rows (images x rows) pooled. */
+static void kc_pw_pool_job(void *arg, int part)
+{
+    const kc_pw_io *io = arg;
+    const kc_pw_state *st = io->st;
+    int64_t rows = st->pixels / st->out_w, parts = st->cut.parts;
+    for (int64_t r = rows * part / parts; r < rows * (part + 1) / parts; r++)
+        for (int64_t x = 0; x < st->out_w; x++)
+            kc_pw_pool_pixel(st, io->pooled, r / st->out_h, r % st->out_h, x,
+                             io->pool_out + (r * st->out_w + x) * st->n);
+}
+
+/* With a pooling after: where the product goes (the calling thread's
+ * buffer), NULL without one (or without memory: *failed). */
+static float *kc_pw_pool_buffer(const kc_pw_state *st, int *failed)
+{
+    *failed = 0;
+    if (!st->pool_for)
+        return NULL;
+    float *buf = kc_dnnl_workspace(KC_DNNL_SLOT_DST, (size_t)(st->pixels * st->n) * sizeof(float));
+    *failed = !buf;
+    return buf;
+}
+
+/* Then the pooling from it into the output. */
+static void kc_pw_pool_after(kc_pw_io *io, float *buf, float *out)
+{
+    io->pooled = buf;
+    io->pool_out = out;
+    kc_parallel(io->st->cut.parts, kc_pw_pool_job, io);
+}
+
 /* By pixels: the parts' runs, timed, the cut moved by their speeds
  * (one part, as in a lane: the states are shared, nothing to move). */
 static kc_status kc_pw_run_pixels(const kc_exec_ctx *ctx, kc_pw_state *st, int *handled,
@@ -571,7 +674,12 @@ static kc_status kc_pw_run_pixels(const kc_exec_ctx *ctx, kc_pw_state *st, int *
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
     int failed[KC_BALANCE_MAX_PARTS] = {0};
-    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], NULL, failed, 0};
+    int no_buffer;
+    float *pool_buf = kc_pw_pool_buffer(st, &no_buffer);
+    if (no_buffer)
+        return kc_fail(KC_ERR_NOMEM, "out of memory for a 1x1 convolution's pooling buffer");
+    kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL,
+                   pool_buf ? pool_buf : ctx->out[0], NULL, NULL, NULL, failed, 0};
     double seconds[KC_BALANCE_MAX_PARTS] = {0};
     kc_parallel_timed(st->cut.parts, kc_pw_pixels_job, &io, seconds);
     for (int k = 0; k < st->cut.parts; k++)
@@ -579,8 +687,10 @@ static kc_status kc_pw_run_pixels(const kc_exec_ctx *ctx, kc_pw_state *st, int *
             return kc_fail(KC_ERR_NOMEM, "out of memory for a 1x1 convolution's gathered pixels");
     if (st->cut.parts > 1)
         kc_balance_update(&st->cut, seconds);
+    if (pool_buf)
+        kc_pw_pool_after(&io, pool_buf, ctx->out[0]);
     *handled = 1;
-    *act_done = st->act != 3;
+    *act_done = (pool_buf ? st->out_act : st->act) != 3;
     return KC_OK;
 }
 
@@ -606,7 +716,7 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         return KC_OK;
     }
     if (!mine || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0]) ||
-        st->head_for != (const void *)a->post_head) {
+        st->head_for != (const void *)a->post_head || st->pool_for != (const void *)a->pre_pool) {
         kc_pw_state probe;
         memset(&probe, 0, sizeof probe);
         int takes = kc_pw_geometry(ctx, a, &probe);
@@ -629,8 +739,13 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     kc_claims_init(&panels, &st->cut, KC_PW_NR / 16);
     /* with a head, the convolution's output is the head's; the output
      * buffer (the Dense's slot) receives the Dense's */
+    int no_buffer;
+    float *pool_buf = kc_pw_pool_buffer(st, &no_buffer);
+    if (no_buffer)
+        return kc_fail(KC_ERR_NOMEM, "out of memory for a 1x1 convolution's pooling buffer");
     kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL,
-                   st->head ? st->head->conv : ctx->out[0], &panels, NULL, 0};
+                   st->head ? st->head->conv : pool_buf ? pool_buf : ctx->out[0], NULL, NULL,
+                   &panels, NULL, 0};
     if (st->gathered) {
         kc_parallel(st->cut.parts, kc_pw_gather_job, &io);
         io.in = st->gathered;
@@ -648,8 +763,10 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         kc_balance_update_units(&st->cut, seconds, units);
     if (st->head)
         KC_TRY(kc_pw_head_activate(st->head, ctx->out[0], ctx->keras_major));
+    if (pool_buf)
+        kc_pw_pool_after(&io, pool_buf, ctx->out[0]);
     *handled = 1;
-    *act_done = st->act != 3;
+    *act_done = (pool_buf ? st->out_act : st->act) != 3;
     return KC_OK;
 }
 

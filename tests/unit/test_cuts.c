@@ -3071,7 +3071,9 @@ typedef struct pool_conv_case {
 /* A 1x1 convolution with a "same" stride-1 average pooling before it
  * (kc_conv_attrs.pre_pool) must equal the pooling then the convolution on
  * the plain paths, whatever the cut (images, rows, more threads than
- * rows); pairs it cannot take are refused. */
+ * rows); pairs it cannot take are refused. On oneDNN's cuts (KC_PW=0),
+ * and from 64 input channels on kerasc's 1x1 kernel (pw.c: the product,
+ * then its own pooling), which must give oneDNN's bits. */
 static void check_pool_conv_case(const pool_conv_case *c)
 {
     kc_pool_attrs pa = {.kind = c->kind, .spatial = 2, .pool = {c->k, c->k, 1},
@@ -3111,6 +3113,7 @@ static void check_pool_conv_case(const pool_conv_case *c)
     float *pooled = malloc((size_t)kc_count(&in) * sizeof *pooled);
     float *want = malloc((size_t)kc_count(&out) * sizeof *want);
     float *got = malloc((size_t)kc_count(&out) * sizeof *got);
+    float *mine = malloc((size_t)kc_count(&out) * sizeof *mine);
     setenv("KC_DNNL", "0", 1);
     kc_threads_enter(1);
     const float *ins[1] = {x};
@@ -3125,19 +3128,30 @@ static void check_pool_conv_case(const pool_conv_case *c)
         ca.pre_pool = &pl;
         memset(got, 0, (size_t)kc_count(&out) * sizeof *got);
         ins[0] = x;
+        setenv("KC_PW", "0", 1);
         int parts = exec_kernel(&cl, ins, &in, 1, got, &out, 0, 0, kc_dnnl_conv_parts);
-        ca.pre_pool = NULL;
+        unsetenv("KC_PW");
         int64_t along = c->n > 1 ? c->n : c->h;
-        if (parts != (threads[t] < along ? threads[t] : (int)along))
+        /* (one 8x8 image is too little to cut: oneDNN runs it whole) */
+        if (c->n * c->h * c->w > 64 && parts != (threads[t] < along ? threads[t] : (int)along))
             fail_msg("%s, %d threads: %d parts", c->what, threads[t], parts);
         expect_close(got, want, kc_count(&out), 1e-5f * peak, "%s, %d threads", c->what,
                      threads[t]);
+        int pw = exec_kernel(&cl, ins, &in, 1, mine, &out, 0, 0, kc_pw_parts);
+        ca.pre_pool = NULL;
+        int pw_takes = c->c >= 64 && kc_isa() == KC_ISA_AVX512 && kc_dnnl_avx512();
+        if ((pw > 0) != pw_takes)
+            fail_msg("%s, %d threads: %d parts on kerasc's 1x1 kernel", c->what, threads[t], pw);
+        if (pw > 0 && memcmp(mine, got, (size_t)kc_count(&out) * sizeof *got))
+            fail_msg("%s, %d threads: kerasc's 1x1 kernel and pooling differ from oneDNN's",
+                     c->what, threads[t]);
     }
     kc_threads_enter(0);
     free(x);
     free(pooled);
     free(want);
     free(got);
+    free(mine);
     free(w[0].data);
     free(w[1].data);
 }
@@ -3156,6 +3170,12 @@ static void test_pool_conv_fused(void **state)
          KC_POOL_AVG, "relu", 1, 1},
         {"3 rows, more threads than rows", 1, 3, 80, 64, 16, 3, 1, 1, 1, KC_POOL_AVG, "relu", 1,
          1},
+        {"192 -> 32 on 35x35, relu (InceptionV3's mixed0: kerasc's 1x1 kernel by pixels)", 1,
+         35, 35, 192, 32, 3, 1, 1, 1, KC_POOL_AVG, "relu", 1, 1},
+        {"256 -> 80 on two 8x8, relu6 (by pixels; one 8x8 by channels)", 2, 8, 8, 256, 80, 3, 1,
+         1, 1, KC_POOL_AVG, "relu6", 1, 1},
+        {"256 -> 80 on one 8x8, linear (kerasc's 1x1 kernel by channels)", 1, 8, 8, 256, 80, 3,
+         1, 1, 1, KC_POOL_AVG, "linear", 1, 1},
         /* refused: run as two layers */
         {"an activation oneDNN does not run (tanh)", 1, 9, 9, 8, 4, 3, 1, 1, 1, KC_POOL_AVG,
          "tanh", 1, 0},
