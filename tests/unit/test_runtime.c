@@ -425,6 +425,58 @@ static void test_head_fused(void **state)
     }
 }
 
+/* A head's session that releases the arrays it packed (the Dense's
+ * kernel and bias go with the convolution's) runs batch 1, then the
+ * image twice as a batch of 2 (no head: the layers apart, their arrays
+ * read back from the file), then batch 1 again (the head rebuilt): every
+ * run gives the image the bits of the first. */
+static void test_head_fused_released(void **state)
+{
+    (void)state;
+    char path[1024];
+    kc_model *m = NULL;
+    kc_tensor *one = NULL, *two = NULL;
+    snprintf(path, sizeof path, "%s/fusion/conv_gap_dense.keras", KC_TEST_DATA);
+    assert_int_equal(kc_model_load(path, NULL, &m), KC_OK);
+    snprintf(path, sizeof path, "%s/fusion/conv_gap_dense_input.npy", KC_TEST_DATA);
+    assert_int_equal(kc_tensor_load_npy(path, &one), KC_OK);
+    int64_t n = kc_tensor_count(one), dims[4];
+    for (int i = 0; i < 4; i++)
+        dims[i] = kc_tensor_dim(one, i);
+    dims[0] = 2;
+    assert_int_equal(kc_tensor_new(KC_F32, 4, dims, &two), KC_OK);
+    float *both = kc_tensor_data(two);
+    memcpy(both, kc_tensor_cdata(one), (size_t)n * sizeof(float));
+    memcpy(both + n, kc_tensor_cdata(one), (size_t)n * sizeof(float));
+    kc_session_options o = {.release_packed_weights = 1};
+    kc_session *s = NULL;
+    assert_int_equal(kc_session_new(m, &o, &s), KC_OK);
+    kc_tensor *first[4] = {0}, *got[4] = {0};
+    const kc_tensor *in1[1] = {one}, *in2[1] = {two};
+    assert_int_equal(kc_session_run(s, in1, 1, first, 4), KC_OK);
+    assert_int_equal(s->fused.n_head_on, 2 * (kc_isa() == KC_ISA_AVX512 && kc_dnnl_avx512()));
+    for (int round = 0; round < 2; round++) {
+        const kc_tensor *const *in = round == 0 ? in2 : in1;
+        assert_int_equal(kc_session_run(s, in, 1, got, 4), KC_OK);
+        for (int o_ = 0; o_ < 4; o_++) {
+            int64_t k = kc_tensor_count(first[o_]);
+            for (int img = 0; img < (round == 0 ? 2 : 1); img++)
+                if (memcmp((const float *)kc_tensor_cdata(got[o_]) + img * k,
+                           kc_tensor_cdata(first[o_]), (size_t)k * sizeof(float)))
+                    fail_msg("round %d, output %d, image %d: not the first run's bits", round,
+                             o_, img);
+            kc_tensor_free(got[o_]);
+            got[o_] = NULL;
+        }
+    }
+    for (int o_ = 0; o_ < 4; o_++)
+        kc_tensor_free(first[o_]);
+    kc_tensor_free(one);
+    kc_tensor_free(two);
+    kc_session_free(s);
+    kc_model_free(m);
+}
+
 /* A Rescaling with no offset that one convolution alone reads folds into
  * its kernel (a "same" 3x3 one: its zero padding stays zero); one with an
  * offset, and one read by two (a Dense and the model's output), stay
@@ -1943,6 +1995,7 @@ int main(void)
         cmocka_unit_test(test_layer_scale_folded),
         cmocka_unit_test(test_maxpool_fused_in_stem),
         cmocka_unit_test(test_head_fused),
+        cmocka_unit_test(test_head_fused_released),
         cmocka_unit_test(test_rescaling_folded),
         cmocka_unit_test(test_inputs_read_in_place),
         cmocka_unit_test(test_bn_folded_forward),
