@@ -61,10 +61,8 @@ static int64_t kc_dense_cols(const kc_dense_state *st, int64_t v)
     return st->n - 16 * v < 16 ? st->n - 16 * v : 16;
 }
 
-/* The loop's blocks and spans (dense_simd.inc's KC_DS_BLOCK and
- * KC_DS_CHAINS): a span's four blocks run at once. */
-#define KC_DENSE_BLOCK 16
-#define KC_DENSE_SPAN 64
+/* A span: the blocks the loop runs at once (dense.h). */
+#define KC_DENSE_SPAN (KC_DENSE_CHAINS * KC_DENSE_BLOCK)
 
 /* Input r's row in a panel: in whole spans, interleaved as the loop
  * reads them (input b * 16 + i of a span at its row i * 4 + b), so that

@@ -1,10 +1,19 @@
 /* Dense on kerasc's own loop (dense.c): the weights packed once into
- * panels of 16 output units, split between the threads; each
- * output a sum over the inputs in order, whatever the rows and threads. */
+ * panels of 16 output units, split between the threads; each output's
+ * sum in one order, whatever the rows and threads. */
 #ifndef KC_KERNELS_DENSE_H
 #define KC_KERNELS_DENSE_H
 
 #include "kernels/kernel.h"
+
+/* That order: the inputs in blocks of KC_DENSE_BLOCK, each block's sum a
+ * chain of multiply-adds from zero in input order, the blocks' sums
+ * added in order to a total from zero, then the bias. The loop runs
+ * KC_DENSE_CHAINS blocks at once (dense_simd.inc), their rows of a
+ * panel interleaved as it reads them (dense.c); kernels/pw_head.c sums
+ * a classifier in the same blocks. */
+#define KC_DENSE_BLOCK 16
+#define KC_DENSE_CHAINS 4
 
 /* Run the Dense layer of ctx (x·W + b, no activation) on this kernel
  * where it qualifies (*handled 1), else leave it to oneDNN's (*handled

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "kernels/dense.h"
 #include "kernels/kernel.h"
 #include "ops/core.h"
 #include "ops/pool.h"
@@ -36,7 +37,7 @@
 void kc_gpool_cells_avx512(const float *p, int64_t cells, int64_t stride, int64_t len, int max,
                            float *o);
 
-#define KC_PW_HEAD_BLOCK 16 /* inputs a block: dense_simd.inc's KC_DS_BLOCK */
+#define KC_PW_HEAD_BLOCK KC_DENSE_BLOCK /* inputs a block: the Dense loop's (dense.h) */
 
 int kc_pw_head_layers_ok(const kc_layer *gap, const kc_layer *dense, int64_t channels)
 {
