@@ -33,14 +33,14 @@
  * 0.998-1.001, InceptionV3 0.992, six alternating pairs on the Zen 4)
  * but for the allocations each oneDNN execution makes: ResNet50 350 ->
  * 170 an inference at batch 1, InceptionV3 744 -> 632; MobileNetV2 at
- * batch 8 16 -> 0 (its last 1x1 alone in each lane, kc_pw_alone).
+ * batch 8 16 -> 0 (its last 1x1 alone in each lane, kc_pw_build).
  *
  * The sums: over the input channels in order, in chunks of KC_PW_CHUNK,
  * the bias then the residual added after (the residual first where
  * oneDNN would take its direct kernel: kc_pw_residual_order), as
  * oneDNN's: its outputs equal oneDNN's bit for bit, so that no output
  * depends on which of the two ran a layer. One thread (a lane of a
- * batch, a pipeline stage) runs it by pixels (kc_pw_alone): by vectors,
+ * batch, a pipeline stage) runs it by pixels (kc_pw_build): by vectors,
  * in a lane of four images, it was 10-30% slower. */
 #include "kernels/pw.h"
 
@@ -115,6 +115,7 @@ typedef struct kc_pw_state {
     int residual_first;      /* ... added before the bias (kc_pw_residual_order) */
     int prefetch;            /* the next panel fetched into L2 (KC_PW_PREFETCH=0: not) */
     int by_pixels;           /* parts own runs of pixels, not of vectors (kc_pw_rows_wanted) */
+    int alone;               /* built for one thread (a lane): by pixels, one part */
     int64_t chunk;           /* by pixels: pixels a pass over every panel */
     kc_balance cut;          /* parts: runs of vectors (or of KC_PW_MR pixels), one per thread */
     /* the pooling and Dense run after each panel (kc_conv_attrs.post_head,
@@ -551,9 +552,26 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
     st->prefetch = !kc_env_off("KC_PW_PREFETCH");
     /* alone (one thread, a lane): by pixels in one part, strided pixels
      * gathered into the thread's own buffer. The lanes share the state,
-     * and by vectors they gathered into its one buffer side by side. */
+     * and by vectors they gathered into its one buffer side by side; a
+     * state built for the team is built again for a lane (kc_pw_conv).
+     * One thread takes every layer the team does. Why: a lane's oneDNN
+     * executions allocate as the team's do (MobileNetV2's last 1x1 at
+     * batch 8, lanes of four 7x7 images: 16 allocations an inference);
+     * there it ran 0.95 of oneDNN's time, ResNet50's 7x7 2048 -> 512 ones
+     * 0.99-1.00. Held until 12-05 to stride 1 without a residual sum and
+     * 256 pixels, from per-layer timings in ResNet50's lanes (its 14x14
+     * to 56x56 ones 1.02-1.12, its 7x7 ones with a residual sum
+     * 1.03-1.05, its strided shortcut 1.04); on the Zen 4 whole runs were
+     * level without the bounds (alternating pairs: ResNet50 batch 8 1.003
+     * and 1.010 for any size, then 1.000 with residual and strided layers
+     * too, one thread at batch 1 1.001; InceptionV3 batch 8 0.999, batch
+     * 1 0.998), the same bits (the residual in the order of the oneDNN
+     * kernel the lane's layer would take, kc_pw_residual_order), and
+     * allocations an inference ResNet50 b8 1464 -> 944 -> 64, InceptionV3
+     * b8 2920 -> 2232, b1 632 -> 488. */
     const kc_conv_attrs *a = ctx->layer->attrs;
-    if (kc_parallel_width() < 2 && !a->post_head)
+    st->alone = kc_parallel_width() < 2;
+    if (st->alone && !a->post_head)
         st->by_pixels = 1;
     if (st->by_pixels)
         kc_balance_init(&st->cut, (st->pixels + KC_PW_MR - 1) / KC_PW_MR, kc_parallel_width(), 1);
@@ -574,31 +592,6 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
     st->base.weights_cached = 1; /* the packed kernel is the one read now */
     *out = st;
     return KC_OK;
-}
-
-/* Whether the layer runs here on one thread too (a lane of a batch, a
- * branch of InceptionV3's blocks, a lane's image-major head): wherever
- * it does on the team. Why: a lane's oneDNN executions allocate as the
- * team's do (MobileNetV2's last 1x1 at batch 8, lanes of four 7x7
- * images: 16 allocations an inference); there it ran 0.95 of oneDNN's
- * time, ResNet50's 7x7 2048 -> 512 ones 0.99-1.00. Held until 12-05 to
- * stride 1 without a residual sum and 256 pixels, from per-layer timings
- * in ResNet50's lanes (its 14x14 to 56x56 ones 1.02-1.12, its 7x7 ones
- * with a residual sum 1.03-1.05, its strided shortcut 1.04); on the Zen 4
- * whole runs were level without the bounds (alternating pairs: ResNet50
- * batch 8 1.003 and 1.010 for any size, then 1.000 with residual and
- * strided layers too, one thread at batch 1 1.001; InceptionV3 batch 8
- * 0.999, batch 1 0.998), the same bits (the residual in the order of
- * the oneDNN kernel the lane's layer would take, kc_pw_residual_order),
- * and allocations an inference ResNet50 b8 1464 -> 944 -> 64,
- * InceptionV3 b8 2920 -> 2232, b1 632 -> 488. One part: nothing to
- * balance (the lanes share the state; a strided one gathers into the
- * thread's own buffer). */
-static int kc_pw_alone(const kc_exec_ctx *ctx, const kc_conv_attrs *a)
-{
-    kc_pw_state probe;
-    memset(&probe, 0, sizeof probe);
-    return kc_pw_geometry(ctx, a, &probe);
 }
 
 /* With a pooling after: output pixel (img, y, x)'s average over the
@@ -703,20 +696,21 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         return KC_OK;
     kc_pw_state *st = (kc_pw_state *)*ctx->state;
     int mine = st && st->base.free == kc_pw_free;
-    /* one thread (a lane of a batch) keeps oneDNN's, even where a state of
-     * this kernel is there from a run on the whole team: a lane's image
-     * has the shape of a batch of one. AVX-512 code whose sums equal those
-     * of oneDNN's AVX-512 brgconv: only where kerasc's instruction set is
-     * AVX-512 and oneDNN's is too (ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512
-     * CPU made oneDNN sum in another order, 7.6e-7 apart on 1024 -> 256) */
-    if (ctx->w_ext || ctx->whole || kc_pw_off() ||
-        (kc_parallel_width() < 2 && !kc_pw_alone(ctx, a) && !a->post_head) || !kc_pw_isa_ok()) {
+    /* AVX-512 code whose sums equal those of oneDNN's AVX-512 brgconv:
+     * only where kerasc's instruction set is AVX-512 and oneDNN's is too
+     * (ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512 CPU made oneDNN sum in
+     * another order, 7.6e-7 apart on 1024 -> 256) */
+    if (ctx->w_ext || ctx->whole || kc_pw_off() || !kc_pw_isa_ok()) {
         if (mine)
             kc_kernel_state_drop(ctx);
         return KC_OK;
     }
+    /* a state built for the team is not a lane's (a lane's image has the
+     * shape of a batch of one; the team's strided state gathers into one
+     * buffer, which two lanes would write at once), nor the reverse */
     if (!mine || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0]) ||
-        st->head_for != (const void *)a->post_head || st->pool_for != (const void *)a->pre_pool) {
+        st->head_for != (const void *)a->post_head || st->pool_for != (const void *)a->pre_pool ||
+        st->alone != (kc_parallel_width() < 2)) {
         kc_pw_state probe;
         memset(&probe, 0, sizeof probe);
         int takes = kc_pw_geometry(ctx, a, &probe);

@@ -1917,6 +1917,41 @@ static void test_pw_layers(void **state)
     }
 }
 
+/* A state of kc_pw_conv built for the team is built again when the
+ * layer runs on one thread (a lane of a batch, whose image has the shape
+ * of a batch of one), and the reverse: a strided layer's team state
+ * gathers its pixels into one buffer, which two lanes would write at
+ * once. The same bits each way. */
+static void test_pw_state_follows_width(void **state)
+{
+    (void)state;
+    static const conv_case c = {"1x1 64 -> 64 stride 2 on 34x34", "Conv2D", KC_CONV_PLAIN, 2, 1,
+                                34, 34, 64, 64, 1, 2, 1, 1, 0, 0, "relu", 1};
+    if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
+        skip();
+    conv_run r;
+    setup(&c, &r);
+    float *team = malloc((size_t)r.out_count * sizeof *team);
+    float *got = malloc((size_t)r.out_count * sizeof *got);
+    const float *ins[1] = {r.x};
+    kc_kernel_state *slot = NULL;
+    static const int threads[3] = {2, 1, 2};
+    for (int i = 0; i < 3; i++) {
+        kc_threads_enter(threads[i]);
+        exec_in_slot(&r.layer, ins, &r.in_shape, 1, i ? got : team, &r.out_shape, 0, 0, &slot);
+        if (kc_pw_parts(slot) != threads[i])
+            fail_msg("run %d on %d threads: a state of %d parts", i, threads[i],
+                     kc_pw_parts(slot));
+        if (i && memcmp(got, team, (size_t)r.out_count * sizeof *got))
+            fail_msg("run %d on %d threads: not the team's bits", i, threads[i]);
+    }
+    slot->free(slot);
+    kc_threads_enter(0);
+    free(team);
+    free(got);
+    teardown(&r);
+}
+
 static void wino_fly_layers_isa(void)
 {
     static const conv_case cases[] = {
@@ -3774,6 +3809,7 @@ int main(void)
         cmocka_unit_test(test_wino1d_layers),
         cmocka_unit_test(test_wino2d_layers),
         cmocka_unit_test(test_pw_layers),
+        cmocka_unit_test(test_pw_state_follows_width),
         cmocka_unit_test(test_wino_fly_layers),
         cmocka_unit_test(test_wino_fly_blocks_claimed),
         cmocka_unit_test(test_wino2d_blocks),
