@@ -311,6 +311,18 @@ static kc_status kc_pw_pack(const kc_exec_ctx *ctx, kc_pw_state *st)
 
 /* ------------------------------------------------------------ run */
 
+/* Activation `act` (kc_wino_act's codes 0-2; 3 is the caller's) on v,
+ * zero and six held by the caller (its loop's constants). */
+__attribute__((target("avx512f"), always_inline)) static inline __m512
+kc_pw_act(__m512 v, int act, __m512 zero, __m512 six)
+{
+    if (act == 1 || act == 2)
+        v = _mm512_max_ps(v, zero);
+    if (act == 2)
+        v = _mm512_min_ps(v, six);
+    return v;
+}
+
 /* Pixels [p0, p0 + mr) x nv vectors from `b` (vector j at b + k * 16 * j; output channels from
  * n0, the last vector's lanes `last`), all k input channels; `fetch`'s
  * lines fetched into L2 spread over the loop. Inlined with mr and nv
@@ -390,11 +402,7 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
                 v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, bias + 16 * j));
             if (residual && !residual_first)
                 v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, c));
-            if (act == 1 || act == 2)
-                v = _mm512_max_ps(v, zero);
-            if (act == 2)
-                v = _mm512_min_ps(v, six);
-            _mm512_mask_storeu_ps(c, mask, v);
+            _mm512_mask_storeu_ps(c, mask, kc_pw_act(v, act, zero, six));
         }
 }
 
@@ -620,11 +628,7 @@ __attribute__((target("avx512f"))) static void kc_pw_pool_pixel(const kc_pw_stat
                 sum = _mm512_add_ps(
                     sum, _mm512_maskz_loadu_ps(m, in + ((img * h + iy) * w + ix) * n + c));
         sum = _mm512_div_ps(sum, cells);
-        if (st->out_act == 1 || st->out_act == 2)
-            sum = _mm512_max_ps(sum, zero);
-        if (st->out_act == 2)
-            sum = _mm512_min_ps(sum, six);
-        _mm512_mask_storeu_ps(o + c, m, sum);
+        _mm512_mask_storeu_ps(o + c, m, kc_pw_act(sum, st->out_act, zero, six));
     }
 }
 
