@@ -1853,13 +1853,6 @@ int kc_dnnl_conv_sum_direct(const kc_conv_attrs *a, const kc_shape *in, const kc
     if (a->spatial != 2 || in->rank != 4 || out->rank != 4)
         return 0;
     kc_dnnl_window g;
-    memset(&g, 0, sizeof g);
-    g.sp = 2;
-    g.src[0] = in->dims[0];
-    g.src[1] = in->dims[3];
-    g.dst[0] = out->dims[0];
-    g.dst[1] = out->dims[3];
-    g.dst[2] = out->dims[1];
-    g.dst[3] = out->dims[2];
+    kc_dnnl_window_of(in, out, a, &g);
     return a->accumulate && !kc_dnnl_add_after(a, &g) && kc_dnnl_wide_sum(a, &g, 1);
 }
