@@ -77,14 +77,13 @@ static void kc_pw_head_pack(kc_pw_head *h, const float *kernel)
         }
 }
 
-/* n zeroed floats on a cache line's start (the sums' loads and stores
- * whole lines). */
+/* n zeroed floats on a cache line's start (kc_alloc_array's: the sums'
+ * loads and stores whole lines). */
 static float *kc_pw_head_floats(size_t n)
 {
-    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-    float *p = bytes / sizeof(float) >= n ? aligned_alloc(64, bytes ? bytes : 64) : NULL;
+    float *p = kc_alloc_array(n, sizeof(float));
     if (p)
-        memset(p, 0, bytes);
+        memset(p, 0, n * sizeof *p);
     return p;
 }
 
