@@ -2694,8 +2694,10 @@ static void check_irb_case(const irb_case *c)
     kc_conv_attrs qa = r.pa;
     qa.filters = c->o;
     qa.activation = c->act3;
-    kc_weight qw[2] = {{.data = rand_buf(c->f * c->o)}, {.data = rand_buf(c->o)}};
-    qw[0].shape = (kc_shape){.rank = 4, .dims = {1, 1, c->f, c->o}};
+    /* the projection reads the depthwise layer's f * mult channels */
+    int64_t proj_in = c->f * c->mult;
+    kc_weight qw[2] = {{.data = rand_buf(proj_in * c->o)}, {.data = rand_buf(c->o)}};
+    qw[0].shape = (kc_shape){.rank = 4, .dims = {1, 1, proj_in, c->o}};
     r.dw[0].shape = (kc_shape){.rank = 4, .dims = {c->k, c->k, c->f, c->mult}};
     kc_layer ql = {.name = "project", .class_name = "Conv2D", .attrs = &qa, .weights = qw,
                    .n_weights = 2, .def = kc_op_lookup(NULL, "Conv2D")};
@@ -2848,8 +2850,9 @@ static void check_irb_identity_case(const irb_case *c)
     qa.activation = c->act3;
     qa.use_bias = c->bias;
     qa.accumulate = c->residual != 0;
-    kc_weight qw[2] = {{.data = rand_buf(c->c * c->o)}, {.data = rand_buf(c->o)}};
-    qw[0].shape = (kc_shape){.rank = 4, .dims = {1, 1, c->c, c->o}};
+    int64_t proj_in = c->c * c->mult; /* the depthwise layer's channels */
+    kc_weight qw[2] = {{.data = rand_buf(proj_in * c->o)}, {.data = rand_buf(c->o)}};
+    qw[0].shape = (kc_shape){.rank = 4, .dims = {1, 1, proj_in, c->o}};
     r.dw[0].shape = (kc_shape){.rank = 4, .dims = {c->k, c->k, c->c, c->mult}};
     kc_layer ql = {.name = "project", .class_name = "Conv2D", .attrs = &qa, .weights = qw,
                    .n_weights = 2, .def = kc_op_lookup(NULL, "Conv2D")};
