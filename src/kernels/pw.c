@@ -11,7 +11,7 @@
  * owns a run of 16-channel output vectors, their kernel packed once at
  * build ([vector][input channel][16]), and reads only those, in panels of
  * up to 3 vectors over all the pixels, register blocks of 8 pixels x 48
- * channels; while a panel runs, the part's next one is fetched into L2, a
+ * channels (by pixels, below: 4 vectors, blocks of 6 pixels x 64); while a panel runs, the part's next one is fetched into L2, a
  * share of its lines in each block's loop. The parts' cut follows the
  * threads' measured speeds (kc_balance), and a part done early takes
  * panels from the back of the other's run (base/claims.h): the parts'
@@ -25,7 +25,7 @@
  * (oneDNN on the subsampled input, dnnl_conv.c's gather), its 14x14
  * 512 -> 256 reduction 0.24-0.25 -> 0.20-0.21, its 7x7 512 -> 2048 ones
  * 0.39-0.41 -> 0.38-0.39; MobileNetV2's last 1x1 0.175 -> 0.152.
- * Stride-1 images of 14x14 stay on oneDNN's (level there).
+ * Stride-1 images of 14x14 and up run by pixels (below).
  *
  * Larger images without a residual sum run here too, by pixels
  * (kc_pw_rows_wanted): each thread a run of pixels against every panel, a
@@ -34,6 +34,17 @@
  * but for the allocations each oneDNN execution makes: ResNet50 350 ->
  * 170 an inference at batch 1, InceptionV3 744 -> 632; MobileNetV2 at
  * batch 8 16 -> 0 (its last 1x1 alone in each lane, kc_pw_build).
+ * On the Zen 5 of 12-05 (two 512-bit multiply-add pipes) that path was
+ * 3-5% behind oneDNN over ResNet50 at batch 1 (KC_PW_ROWS=0 faster in 6
+ * of 6 alternating pairs): the block's loop, its general registers taken
+ * by the fetch's counters, loaded its pixels' row pointers back from the
+ * stack at every step (10-21 loads for 24 multiply-adds, 75-107
+ * instructions a step). Blocks that fetch nothing now loop without those
+ * counters (39 instructions a step, no stack), and by pixels in panels
+ * of four vectors (kc_pw_panel_width): ResNet50 batch 1 0.979 of the
+ * time (6 of 6 pairs faster, 0.958-0.997), batch 8 0.984, level with
+ * oneDNN's; InceptionV3 1.014 and 1.008 and MobileNetV2 batch 8 0.998,
+ * within the noise; the same output bits.
  *
  * The sums: over the input channels in order, in chunks of KC_PW_CHUNK,
  * the bias then the residual added after (the residual first where
@@ -64,6 +75,7 @@
 
 #define KC_PW_MR 8           /* pixels a register block */
 #define KC_PW_NR 48          /* output channels a panel: 3 vectors */
+#define KC_PW_MR4 6          /* pixels a register block of a 4-vector panel */
 /* At most this many output pixels (images x rows x columns) in a call:
  * beyond that the image outweighs the weights and oneDNN's kernel, which
  * cuts pixels, is level or ahead (ResNet50's 14x14 stride-1 layers, 196
@@ -327,16 +339,21 @@ kc_pw_act(__m512 v, int act, __m512 zero, __m512 six)
  * n0, the last vector's lanes `last`), all k input channels; `fetch`'s
  * lines fetched into L2 spread over the loop. Inlined with mr and nv
  * constants, the accumulators stay in registers. */
+/* GCC 12 cannot see that `done` is stored (k0 past the first chunk)
+ * before it is read (k0 past the second) once the fetch's counters are
+ * gone from the loop, and warns. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 __attribute__((target("avx512f"), always_inline)) static inline void
 kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, int nv,
-            __mmask16 last, kc_pw_fetch fetch)
+            __mmask16 last, kc_pw_fetch fetch, int fetching)
 {
     const kc_pw_state *st = io->st;
     int64_t k = st->k, ldc = st->n;
-    __m512 acc[KC_PW_MR][3];
+    __m512 acc[KC_PW_MR][4];
     #pragma GCC unroll 8
     for (int i = 0; i < mr; i++)
-        #pragma GCC unroll 3
+        #pragma GCC unroll 4
         for (int j = 0; j < nv; j++)
             acc[i][j] = _mm512_setzero_ps();
     const float *a = io->in + (p0 - io->in_p0) * k;
@@ -344,13 +361,13 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
     const int64_t n_pf0 = fetch.run[0].n, n_pf = n_pf0 + fetch.run[1].n;
     int64_t issued = 0;
     /* the sums of the chunks before the last (KC_PW_CHUNK) */
-    __attribute__((aligned(64))) float done[KC_PW_MR][3][16];
+    __attribute__((aligned(64))) float done[KC_PW_MR][4][16];
     for (int64_t k0 = 0; k0 < k; k0 += KC_PW_CHUNK) {
         int64_t k1 = k - k0 > KC_PW_CHUNK ? k0 + KC_PW_CHUNK : k;
         if (k0 > 0) {
             #pragma GCC unroll 8
             for (int i = 0; i < mr; i++)
-                #pragma GCC unroll 3
+                #pragma GCC unroll 4
                 for (int j = 0; j < nv; j++) {
                     if (k0 > KC_PW_CHUNK)
                         acc[i][j] = _mm512_add_ps(_mm512_load_ps(done[i][j]), acc[i][j]);
@@ -359,17 +376,17 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
                 }
         }
         for (int64_t kk = k0; kk < k1; kk++, b += 16) {
-            for (; issued * k < n_pf * (kk + 1); issued++)
+            for (; fetching && issued * k < n_pf * (kk + 1); issued++)
                 _mm_prefetch(issued < n_pf0 ? pf0 + issued * 64 : pf1 + (issued - n_pf0) * 64,
                              _MM_HINT_T1);
-            __m512 bv[3];
-            #pragma GCC unroll 3
+            __m512 bv[4];
+            #pragma GCC unroll 4
             for (int j = 0; j < nv; j++)
                 bv[j] = _mm512_loadu_ps(b + k * 16 * j);
             #pragma GCC unroll 8
             for (int i = 0; i < mr; i++) {
                 __m512 x = _mm512_set1_ps(a[i * k + kk]);
-                #pragma GCC unroll 3
+                #pragma GCC unroll 4
                 for (int j = 0; j < nv; j++)
                     acc[i][j] = _mm512_fmadd_ps(x, bv[j], acc[i][j]);
             }
@@ -378,7 +395,7 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
     if (k > KC_PW_CHUNK) {
         #pragma GCC unroll 8
         for (int i = 0; i < mr; i++)
-            #pragma GCC unroll 3
+            #pragma GCC unroll 4
             for (int j = 0; j < nv; j++)
                 acc[i][j] = _mm512_add_ps(_mm512_load_ps(done[i][j]), acc[i][j]);
     }
@@ -391,7 +408,7 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
     const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
     #pragma GCC unroll 8
     for (int i = 0; i < mr; i++)
-        #pragma GCC unroll 3
+        #pragma GCC unroll 4
         for (int j = 0; j < nv; j++) {
             __mmask16 mask = j == nv - 1 ? last : (__mmask16)0xFFFF;
             float *c = out + i * ldc + 16 * j;
@@ -406,14 +423,32 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
         }
 }
 
-#define KC_PW_NVS(mr_)                                                                             \
+#pragma GCC diagnostic pop
+
+#define KC_PW_NVS(mr_, f_)                                                                         \
     do {                                                                                           \
-        if (nv == 3)                                                                               \
-            kc_pw_block(io, b, lo, n0, mr_, 3, last, mine);                                        \
+        if (nv == 4) { /* blocks of at most KC_PW_MR4 pixels (kc_pw_panel) */                      \
+            if (mr_ <= KC_PW_MR4)                                                                  \
+                kc_pw_block(io, b, lo, n0, mr_, 4, last, mine, f_);                                \
+            else                                                                                   \
+                __builtin_unreachable();                                                           \
+        } else if (nv == 3)                                                                        \
+            kc_pw_block(io, b, lo, n0, mr_, 3, last, mine, f_);                                    \
         else if (nv == 2)                                                                          \
-            kc_pw_block(io, b, lo, n0, mr_, 2, last, mine);                                        \
+            kc_pw_block(io, b, lo, n0, mr_, 2, last, mine, f_);                                    \
         else                                                                                       \
-            kc_pw_block(io, b, lo, n0, mr_, 1, last, mine);                                        \
+            kc_pw_block(io, b, lo, n0, mr_, 1, last, mine, f_);                                    \
+    } while (0)
+
+/* Without lines to fetch, a block's loop has none of the fetch's
+ * counters: they took the general registers that the pixels' row
+ * pointers then got back from the stack at every step. */
+#define KC_PW_MRS(mr_)                                                                             \
+    do {                                                                                           \
+        if (mine.run[0].n || mine.run[1].n)                                                        \
+            KC_PW_NVS(mr_, 1);                                                                     \
+        else                                                                                       \
+            KC_PW_NVS(mr_, 0);                                                                     \
     } while (0)
 
 /* The panel of nv vectors from v0 over pixels [p0, p1), in blocks of at
@@ -428,20 +463,21 @@ __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, i
     int64_t n0 = 16 * v0, rem = st->n - 16 * (v0 + nv - 1);
     __mmask16 last = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1);
     const float *b = st->w + st->k * 16 * v0;
-    int64_t pixels = p1 - p0, blocks = (pixels + KC_PW_MR - 1) / KC_PW_MR;
+    int64_t mr = nv == 4 ? KC_PW_MR4 : KC_PW_MR;
+    int64_t pixels = p1 - p0, blocks = (pixels + mr - 1) / mr;
     for (int64_t blk = 0; blk < blocks; blk++) {
         int64_t lo = p0 + pixels * blk / blocks, hi = p0 + pixels * (blk + 1) / blocks;
         kc_pw_fetch mine = {{kc_wino2d_lines_share(fetch.run[0], blk, blocks),
                              kc_wino2d_lines_share(fetch.run[1], blk, blocks)}};
         switch (hi - lo) {
-        case 8: KC_PW_NVS(8); break;
-        case 7: KC_PW_NVS(7); break;
-        case 6: KC_PW_NVS(6); break;
-        case 5: KC_PW_NVS(5); break;
-        case 4: KC_PW_NVS(4); break;
-        case 3: KC_PW_NVS(3); break;
-        case 2: KC_PW_NVS(2); break;
-        default: KC_PW_NVS(1); break;
+        case 8: KC_PW_MRS(8); break;
+        case 7: KC_PW_MRS(7); break;
+        case 6: KC_PW_MRS(6); break;
+        case 5: KC_PW_MRS(5); break;
+        case 4: KC_PW_MRS(4); break;
+        case 3: KC_PW_MRS(3); break;
+        case 2: KC_PW_MRS(2); break;
+        default: KC_PW_MRS(1); break;
         }
     }
 }
@@ -505,6 +541,23 @@ static void kc_pw_gather(const kc_pw_state *st, const float *in, int64_t p0, int
     }
 }
 
+/* The vectors of the next panel by pixels, `left` of them to go: four
+ * (blocks of KC_PW_MR4 pixels), the last ones as 3 + 2 rather than 4 + 1
+ * (a one-vector panel has 8 accumulators for 9 loads a step: bound by
+ * the loads). Why four: the chunk's input is read once a panel, a
+ * quarter fewer times than in panels of three, for the same loads a
+ * multiply-add (6 broadcasts and 4 vectors for 24). On the Zen 5 of
+ * 12-05, ResNet50 batch 1, four alternating `--stats` runs: its 56x56
+ * 256 -> 64 layers (3 + 1 vectors before) 0.29-0.31 -> 0.26-0.28 ms
+ * each, oneDNN's 0.27-0.29; its 14x14 256 -> 1024 0.35-0.37 -> 0.34-0.35.
+ * Outputs unchanged: a panel's width is not in any sum. */
+static int64_t kc_pw_panel_width(int64_t left)
+{
+    if (left == 5)
+        return 3;
+    return left < 4 ? left : 4;
+}
+
 /* By pixels: part `part`'s run of pixels, a chunk at a time against
  * every panel (of KC_PW_NR channels); strided, each chunk's input pixels
  * gathered first into this thread's buffer. */
@@ -530,8 +583,8 @@ static void kc_pw_pixels_job(void *arg, int part)
             chunk.in = buf;
             chunk.in_p0 = c0;
         }
-        for (int64_t v0 = 0; v0 < st->vectors; v0 += KC_PW_NR / 16) {
-            int64_t nv = st->vectors - v0 < KC_PW_NR / 16 ? st->vectors - v0 : KC_PW_NR / 16;
+        for (int64_t v0 = 0, nv; v0 < st->vectors; v0 += nv) {
+            nv = kc_pw_panel_width(st->vectors - v0);
             kc_pw_panel(&chunk, v0, (int)nv, none, c0, c1);
         }
     }

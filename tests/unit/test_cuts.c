@@ -1873,6 +1873,13 @@ static void test_pw_layers(void **state)
          20, 1, 1, 1, 1, 0, 0, "relu6", 1},
         {"1x1 256 -> 48 on one 7x7: 48 filters on few pixels", "Conv2D", KC_CONV_PLAIN, 2, 1, 7,
          7, 256, 48, 1, 1, 1, 1, 0, 0, "relu", 1},
+        /* by pixels, panels of 4 vectors in blocks of 6 pixels, the last
+         * five vectors as 3 + 2 (kc_pw_panel_width): 9 vectors, the last
+         * one partly zeros, a residual sum; 5 vectors */
+        {"1x1 96 -> 136 + sum on one 13x11: panels of 4, 3 and 2", "Conv2D", KC_CONV_PLAIN, 2,
+         1, 13, 11, 96, 136, 1, 1, 1, 1, 0, 1, "relu", 1},
+        {"1x1 128 -> 80 on two 9x9: panels of 3 and 2", "Conv2D", KC_CONV_PLAIN, 2, 2, 9, 9,
+         128, 80, 1, 1, 1, 1, 0, 0, "relu6", 1},
     };
     static const int want_parts[][3] = {{1, 2, 3}, {1, 2, 3}, {1, 2, 3}, {1, 2, 3},
                                         {1, 1, 1}, {1, 2, 3}, {0, 0, 0}, {1, 2, 3},
@@ -1880,7 +1887,8 @@ static void test_pw_layers(void **state)
                                         {1, 2, 2}, {1, 2, 3}, {1, 1, 1}, {1, 1, 1},
                                         {1, 2, 3}, {1, 2, 3}, {1, 2, 3}, {1, 2, 3},
                                         {1, 2, 3}, {1, 2, 3}, {1, 2, 3}, {1, 2, 3},
-                                        {0, 0, 0}, {1, 2, 3}, {1, 2, 3}, {0, 0, 0}};
+                                        {0, 0, 0}, {1, 2, 3}, {1, 2, 3}, {0, 0, 0},
+                                        {1, 2, 3}, {1, 2, 3}};
     if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
         skip();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
