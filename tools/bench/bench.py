@@ -349,16 +349,40 @@ def cpu_flags():
     return set()
 
 
+def amd_core(family, model):
+    """The AMD core generation of a CPU family and model, or None. Why: the
+    environment's "model name" is "AMD EPYC" alone, and the bench machines
+    have been Zen 4 (two 256-bit multiply-add halves) and Zen 5 (two
+    512-bit pipes), whose ratios differ (bench/README.md)."""
+    if family == 0x1A:
+        return "Zen 5"
+    if family == 0x19:
+        return "Zen 4" if 0x10 <= model <= 0x1F or 0x60 <= model <= 0x7F or 0xA0 <= model <= 0xAF else "Zen 3"
+    if family == 0x17:
+        return "Zen 2" if model >= 0x30 else "Zen"
+    return None
+
+
 def machine_info():
     info = {"cpu": platform.processor() or "", "cores": os.cpu_count()}
+    fields = {}
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
+                if not line.strip():
+                    break  # the first CPU's block only
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError:
         pass
+    if fields.get("model name"):
+        info["cpu"] = fields["model name"]
+    try:
+        family, model = int(fields["cpu family"]), int(fields["model"])
+    except (KeyError, ValueError):
+        return info
+    core = amd_core(family, model) if fields.get("vendor_id") == "AuthenticAMD" else None
+    info["cpu"] += " (family %d model %d%s)" % (family, model, ": " + core if core else "")
     return info
 
 
