@@ -452,9 +452,10 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
     } while (0)
 
 /* The panel of nv vectors from v0 over pixels [p0, p1), in blocks of at
- * most KC_PW_MR evened out (as kc_wino_simd's product: a block of one or two
- * pixels has too few accumulator chains to cover the multiply-add's
- * latency); `fetch` (the next panel) a share per block. */
+ * most KC_PW_MR (KC_PW_MR4 for 4 vectors) evened out (as kc_wino_simd's
+ * product: a block of one or two pixels has too few accumulator chains
+ * to cover the multiply-add's latency); `fetch` (the next panel) a
+ * share per block. */
 __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, int64_t v0, int nv,
                                                            kc_pw_fetch fetch, int64_t p0,
                                                            int64_t p1)
@@ -559,7 +560,7 @@ static int64_t kc_pw_panel_width(int64_t left)
 }
 
 /* By pixels: part `part`'s run of pixels, a chunk at a time against
- * every panel (of KC_PW_NR channels); strided, each chunk's input pixels
+ * every panel (kc_pw_panel_width); strided, each chunk's input pixels
  * gathered first into this thread's buffer. */
 static void kc_pw_pixels_job(void *arg, int part)
 {
