@@ -342,8 +342,10 @@ kc_pw_act(__m512 v, int act, __m512 zero, __m512 six)
 /* GCC 12 cannot see that `done` is stored (k0 past the first chunk)
  * before it is read (k0 past the second) once the fetch's counters are
  * gone from the loop, and warns. */
+#if defined(__GNUC__) && !defined(__clang__) /* clang (the fuzz build) has no such warning */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 __attribute__((target("avx512f"), always_inline)) static inline void
 kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, int nv,
             __mmask16 last, kc_pw_fetch fetch, int fetching)
@@ -423,7 +425,9 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
         }
 }
 
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 #define KC_PW_NVS(mr_, f_)                                                                         \
     do {                                                                                           \
