@@ -29,11 +29,13 @@ void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg);
 void kc_parallel_timed(int n, void (*fn)(void *arg, int index), void *arg, double *seconds);
 
 /* first(arg, i) for every index, then, once all have returned, second(arg,
- * i) for every index (adding its time to seconds[i], where seconds is not
- * NULL): two passes in one team, a barrier between them instead of a
- * second fork and join. */
+ * i) for every index: two passes in one team, a barrier between them
+ * instead of a second fork and join. Each pass's time for index i is
+ * added to first_seconds[i] / second_seconds[i], where those are not
+ * NULL (what kc_balance cuts by). */
 void kc_parallel_two(int n, void (*first)(void *arg, int index),
-                     void (*second)(void *arg, int index), void *arg, double *seconds);
+                     void (*second)(void *arg, int index), void *arg, double *first_seconds,
+                     double *second_seconds);
 
 /* How many of kc_parallel's indexes run side by side from here: 1 inside
  * a team (a batch lane, lane 0 included), else kc_threads_max(). */

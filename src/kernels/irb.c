@@ -802,7 +802,7 @@ static kc_status kc_irb_execute(const kc_exec_ctx *ctx, kc_irb_state *st)
                                             sizeof(float));
         if (!run.partial)
             return kc_fail(KC_ERR_NOMEM, "out of memory for a fused block's rows");
-        kc_parallel_two(run.n_parts, kc_irb_chan_job, kc_irb_sum_job, &run, NULL);
+        kc_parallel_two(run.n_parts, kc_irb_chan_job, kc_irb_sum_job, &run, NULL, NULL);
         return kc_irb_check(&run);
     }
     if (in_place && run.n_parts > 1 && g->n == 1) {
@@ -814,7 +814,7 @@ static kc_status kc_irb_execute(const kc_exec_ctx *ctx, kc_irb_state *st)
     }
     double seconds[KC_BALANCE_MAX_PARTS] = {0};
     if (run.halo)
-        kc_parallel_two(run.n_parts, kc_irb_halo_job, kc_irb_job, &run, seconds);
+        kc_parallel_two(run.n_parts, kc_irb_halo_job, kc_irb_job, &run, NULL, seconds);
     else
         kc_parallel_timed(run.n_parts, kc_irb_job, &run, seconds);
     KC_TRY(kc_irb_check(&run));

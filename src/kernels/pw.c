@@ -61,7 +61,6 @@
 
 #include "base/balance.h"
 #include "base/claims.h"
-#include "base/clock.h"
 #include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
@@ -161,7 +160,6 @@ typedef struct kc_pw_io {
     int *failed;       /* by pixels: a part found no memory for its gathered pixels */
     int64_t in_p0;     /* the pixel `in` starts at (a chunk gathered: its first) */
     float *y;          /* with a head: the Dense's output */
-    double *seconds;   /* with a head: the parts' times over their panels */
 } kc_pw_io;
 
 /* ------------------------------------------------------------ geometry */
@@ -514,19 +512,11 @@ static void kc_pw_vectors_job(void *arg, int part)
     }
 }
 
-/* With a head, the two passes of one team (kc_parallel_two): the
- * panels, timed for the cut; then each thread a share of the Dense's
- * outputs from every block's sums. Summed by the calling thread alone,
- * after the team, they took 22 us a run in MobileNetV2 (the sums of the
- * other thread's blocks in its L2), the other thread idle. */
-static void kc_pw_head_panels_job(void *arg, int part)
-{
-    const kc_pw_io *io = arg;
-    double start = kc_now();
-    kc_pw_vectors_job(arg, part);
-    io->seconds[part] += kc_now() - start;
-}
-
+/* With a head, the second pass of one team (kc_parallel_two, after the
+ * panels, which are timed for the cut): each thread a share of the
+ * Dense's outputs from every block's sums. Summed by the calling thread
+ * alone, after the team, they took 22 us a run in MobileNetV2 (the sums
+ * of the other thread's blocks in its L2), the other thread idle. */
 static void kc_pw_head_total_job(void *arg, int part)
 {
     const kc_pw_io *io = arg;
@@ -810,8 +800,8 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     int64_t units[KC_BALANCE_MAX_PARTS];
     if (st->head) {
         io.y = ctx->out[0];
-        io.seconds = seconds;
-        kc_parallel_two(st->cut.parts, kc_pw_head_panels_job, kc_pw_head_total_job, &io, NULL);
+        kc_parallel_two(st->cut.parts, kc_pw_vectors_job, kc_pw_head_total_job, &io, seconds,
+                        NULL);
     } else
         kc_parallel_timed(st->cut.parts, kc_pw_vectors_job, &io, seconds);
     kc_claims_units(&panels, units);

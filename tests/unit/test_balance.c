@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/balance.h"
@@ -245,7 +246,8 @@ static void test_update_units(void **state)
 /* kc_parallel_two: every first pass done before any second pass starts
  * (each second pass sees all the firsts' marks), every index once in
  * each, the seconds' times added; the same with more indexes than
- * threads, and from inside a team (run in order on one thread). */
+ * threads, and from inside a team (run in order on one thread); the
+ * first pass timed where asked (pw.c's panels before its head's sums). */
 typedef struct two_run {
     atomic_int first[8], second[8], firsts_seen[8];
 } two_run;
@@ -256,6 +258,14 @@ static void two_first(void *arg, int i)
 {
     two_run *r = arg;
     atomic_fetch_add(&r->first[i], 1);
+}
+
+/* two_first, taking at least 2 ms */
+static void two_first_slow(void *arg, int i)
+{
+    struct timespec pause = {0, 2000000};
+    nanosleep(&pause, NULL);
+    two_first(arg, i);
 }
 
 static void two_second(void *arg, int i)
@@ -283,7 +293,7 @@ static void two_nested(void *arg, int i)
 {
     (void)arg;
     if (i == 0)
-        kc_parallel_two(5, two_first, two_second, two_now, NULL);
+        kc_parallel_two(5, two_first, two_second, two_now, NULL, NULL);
 }
 
 static void test_parallel_two(void **state)
@@ -294,10 +304,20 @@ static void test_parallel_two(void **state)
         two_run r;
         memset(&r, 0, sizeof r);
         double seconds[8] = {0};
-        kc_parallel_two(n, two_first, two_second, &r, seconds);
+        kc_parallel_two(n, two_first, two_second, &r, NULL, seconds);
         two_check(&r, n);
         for (int i = 0; i < n; i++)
             assert_true(seconds[i] >= 0);
+    }
+    for (int n = 1; n <= 3; n++) {
+        two_run r;
+        memset(&r, 0, sizeof r);
+        double firsts[3] = {0};
+        kc_parallel_two(n, two_first_slow, two_second, &r, firsts, NULL);
+        two_check(&r, n);
+        for (int i = 0; i < n; i++)
+            if (firsts[i] < 1e-3)
+                fail_msg("index %d of %d: first pass timed %g s, slept 2 ms", i, n, firsts[i]);
     }
     two_run r;
     memset(&r, 0, sizeof r);
