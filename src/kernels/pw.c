@@ -46,6 +46,18 @@
  * oneDNN's; InceptionV3 1.014 and 1.008 and MobileNetV2 batch 8 0.998,
  * within the noise; the same output bits.
  *
+ * Kernels of several taps that no Winograd kernel takes (strided, or
+ * (1, k) / (k, 1) on images too small for wino.c's 1-D kernel) run here
+ * on at most KC_PW_MAX_PIXELS_TAPS output pixels an image as the 1x1
+ * convolution over their taps laid side by side (kc_pw_taps_geometry,
+ * kc_pw_gather): InceptionV3's 8x8 layers, which were 10 of its 13
+ * oneDNN executions a run at batch 1 (allocations 104 -> 24, batch 8
+ * 192 -> 32), time level (batch 1 0.986 over 16 alternating pairs,
+ * batch 8 1.005 over 5, the Zen 5 of 12-05). By vectors each thread
+ * gathers every pixel's taps into its own buffer: into one shared
+ * buffer, half of it from the other core's cache, the (1, 3) layers
+ * were ~10% slower than oneDNN's.
+ *
  * The sums: over the input channels in order, in chunks of KC_PW_CHUNK,
  * the bias then the residual added after (the residual first where
  * oneDNN would take its direct kernel: kc_pw_residual_order), as
@@ -70,6 +82,7 @@
 #include "kernels/pw_head.h"
 #include "kernels/wino.h"
 #include "kernels/wino_tx.h"
+#include "ops/conv.h"
 #include "ops/pool.h"
 
 #define KC_PW_MR 8           /* pixels a register block */
@@ -92,6 +105,18 @@
  * the run. */
 #define KC_PW_MAX_PIXELS 64
 #define KC_PW_MAX_PIXELS_STRIDED 256
+/* A kernel of several taps (kc_pw_taps_geometry): at most this many
+ * output pixels an image (by vectors on one image, by pixels in a lane:
+ * the kernel an image's layer gets does not depend on the batch's
+ * lanes); a 2-D kernel over at most this many input channels. oneDNN
+ * 2.6's brgconv sums such a layer's taps and channels in one chain
+ * (test_pw_taps_layers: 3x3 stride 2 over 144 to 384 channels, (1, 3)
+ * and (3, 1) over 384 to 1024), but a 3x3 over 512 channels otherwise,
+ * and 288 on 17x17 outputs too (InceptionV3's Mixed_6a, 289 pixels):
+ * those stay on oneDNN. */
+#define KC_PW_MAX_PIXELS_TAPS 64
+#define KC_PW_TAPS_MAX_CHANNELS 384
+#define KC_PW_TAPS_MAX_CHANNELS_1D 1024 /* (1, k), (k, 1): as far as was checked */
 /* At least this many input and output channels: below, the weights are
  * small enough to stay in cache and the product too thin. By pixels
  * (larger images) KC_PW_MIN_OUTPUTS output channels will do: there each
@@ -118,6 +143,11 @@ typedef struct kc_pw_state {
     /* strided: the input's rows and columns, the stride; its pixels taken
      * into `gathered` (pixels x k) before the product */
     int64_t in_h, in_w, out_h, out_w, stride;
+    /* a kernel of several taps (kc_pw_taps_geometry): its rows and
+     * columns, the padding before the image, the input's channels (k is
+     * then kh * kw * c, the taps of a pixel gathered side by side) */
+    int64_t kh, kw, pad_t, pad_l, c;
+    int64_t sum_chunk;       /* the sums over k in chunks of this many (KC_PW_CHUNK; taps: k) */
     float *gathered;
     int64_t vectors;         /* of 16 output channels, the last maybe partly zeros */
     float *w;                /* packed: vector v's k rows of 16 at w + k * 16 * v */
@@ -220,8 +250,70 @@ static int kc_pw_residual_order(const kc_conv_attrs *a, const kc_shape *in, cons
     return !st->residual_first || st->k <= 64;
 }
 
-/* A plain 2-D 1x1 convolution, unpadded, equal strides, of at most
- * KC_PW_MAX_PIXELS output pixels in all (NHWC); with a head
+/* A 1x1 kernel: unpadded, equal strides. */
+static int kc_pw_1x1_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
+                              kc_pw_state *st)
+{
+    for (int i = 0; i < 2; i++)
+        if (a->kernel[i] != 1 || a->strides[i] != st->stride || st->stride < 1 ||
+            a->dilation[i] != 1 || a->pad_before[i] || a->pad_after[i] ||
+            out->dims[1 + i] != (in->dims[1 + i] + st->stride - 1) / st->stride)
+            return 0; /* a 1x1 kernel pads nothing: "same" and "valid" agree */
+    st->in_h = in->dims[1];
+    st->in_w = in->dims[2];
+    st->kh = st->kw = 1;
+    st->c = in->dims[3];
+    return 1;
+}
+
+/* A kernel of several taps, equal strides, undilated ("valid" or
+ * "same", with any padding fused into it), run as the 1x1 convolution
+ * over its taps laid side by side: Keras's (kh, kw, c, n) kernel read as
+ * (kh * kw * c, n) is that 1x1 convolution's, and each output pixel's
+ * taps are gathered into a row of k (kc_pw_gather; zeros outside the
+ * image). Only on images of at most KC_PW_MAX_PIXELS_TAPS output pixels
+ * and without a residual sum, pooling or head. KC_PW_TAPS=0: never. */
+static int kc_pw_taps_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
+                               kc_pw_state *st)
+{
+    /* a 2-D kernel of stride 1 is the Winograd kernels' (wino.c,
+     * wino_fly.c); beyond KC_PW_TAPS_MAX_CHANNELS a 2-D kernel's sums are
+     * not oneDNN's, nor known to be beyond _1D a 1-D one's */
+    int one_d = a->kernel[0] == 1 || a->kernel[1] == 1;
+    if (kc_env_off("KC_PW_TAPS") || a->accumulate || a->pre_pool || a->post_head ||
+        a->padding == 2 || (st->stride == 1 && !one_d) || in->dims[3] < KC_PW_MIN_CHANNELS ||
+        in->dims[3] > (one_d ? KC_PW_TAPS_MAX_CHANNELS_1D : KC_PW_TAPS_MAX_CHANNELS))
+        return 0;
+    int64_t dims[KC_MAX_RANK];
+    memcpy(dims, in->dims, sizeof dims);
+    kc_conv_data_shape(a, dims, in->rank);
+    int64_t pad[2];
+    for (int i = 0; i < 2; i++) {
+        if (a->kernel[i] < 1 || a->strides[i] != st->stride || st->stride < 1 ||
+            a->dilation[i] != 1 || a->pad_before[i] < 0 || a->pad_after[i] < 0 ||
+            dims[1 + i] < 1 || out->dims[1 + i] < 1)
+            return 0;
+        /* TensorFlow's "same": the extra pixel after */
+        pad[i] = kc_conv_pad_before(in->dims[1 + i], out->dims[1 + i], a->kernel[i],
+                                    a->strides[i], a->padding) +
+                 a->pad_before[i];
+    }
+    st->in_h = dims[1];
+    st->in_w = dims[2];
+    st->kh = a->kernel[0];
+    st->kw = a->kernel[1];
+    st->pad_t = pad[0];
+    st->pad_l = pad[1];
+    st->c = in->dims[3];
+    return out->dims[1] * out->dims[2] <= KC_PW_MAX_PIXELS_TAPS; /* an image: lanes too */
+}
+
+/* Whether the product reads gathered rows rather than the input: a
+ * strided layer's pixels, or the taps of a kernel of several. */
+static int kc_pw_gathers(const kc_pw_state *st) { return st->stride > 1 || st->kh * st->kw > 1; }
+
+/* A plain 2-D convolution, 1x1 (or of several taps: kc_pw_taps_geometry),
+ * of at most KC_PW_MAX_PIXELS output pixels in all (NHWC); with a head
  * (post_head), stride 1, one image, no residual sum and an activation
  * of the kernel's own. */
 static int kc_pw_geometry_of(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
@@ -231,19 +323,17 @@ static int kc_pw_geometry_of(const kc_conv_attrs *a, const kc_shape *in, const k
         a->post_pw || in->rank != 4 || out->rank != 4 || (a->pre_pool && a->post_head))
         return 0;
     st->stride = a->strides[0];
-    for (int i = 0; i < 2; i++)
-        if (a->kernel[i] != 1 || a->strides[i] != st->stride || st->stride < 1 ||
-            a->dilation[i] != 1 || a->pad_before[i] || a->pad_after[i] ||
-            out->dims[1 + i] != (in->dims[1 + i] + st->stride - 1) / st->stride)
-            return 0; /* a 1x1 kernel pads nothing: "same" and "valid" agree */
-    st->in_h = in->dims[1];
-    st->in_w = in->dims[2];
+    int taps = a->kernel[0] * a->kernel[1] > 1;
+    if (taps ? !kc_pw_taps_geometry(a, in, out, st) : !kc_pw_1x1_geometry(a, in, out, st))
+        return 0;
     st->out_h = out->dims[1];
     st->out_w = out->dims[2];
     st->pixels = out->dims[0] * out->dims[1] * out->dims[2];
-    st->k = in->dims[3];
+    st->k = st->kh * st->kw * st->c;
+    /* oneDNN's brgconv sums a kernel of several taps in one chain */
+    st->sum_chunk = st->kh * st->kw > 1 ? st->k : KC_PW_CHUNK;
     st->n = out->dims[3];
-    int64_t most = st->stride > 1 ? KC_PW_MAX_PIXELS_STRIDED : KC_PW_MAX_PIXELS;
+    int64_t most = kc_pw_gathers(st) ? KC_PW_MAX_PIXELS_STRIDED : KC_PW_MAX_PIXELS;
     if (st->pixels < 1 || st->k < KC_PW_MIN_CHANNELS || st->n < KC_PW_MIN_OUTPUTS ||
         out->dims[0] != in->dims[0])
         return 0;
@@ -349,7 +439,7 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
             __mmask16 last, kc_pw_fetch fetch, int fetching)
 {
     const kc_pw_state *st = io->st;
-    int64_t k = st->k, ldc = st->n;
+    int64_t k = st->k, ldc = st->n, sum_chunk = st->sum_chunk;
     __m512 acc[KC_PW_MR][4];
     #pragma GCC unroll 8
     for (int i = 0; i < mr; i++)
@@ -362,14 +452,14 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
     int64_t issued = 0;
     /* the sums of the chunks before the last (KC_PW_CHUNK) */
     __attribute__((aligned(64))) float done[KC_PW_MR][4][16];
-    for (int64_t k0 = 0; k0 < k; k0 += KC_PW_CHUNK) {
-        int64_t k1 = k - k0 > KC_PW_CHUNK ? k0 + KC_PW_CHUNK : k;
+    for (int64_t k0 = 0; k0 < k; k0 += sum_chunk) {
+        int64_t k1 = k - k0 > sum_chunk ? k0 + sum_chunk : k;
         if (k0 > 0) {
             #pragma GCC unroll 8
             for (int i = 0; i < mr; i++)
                 #pragma GCC unroll 4
                 for (int j = 0; j < nv; j++) {
-                    if (k0 > KC_PW_CHUNK)
+                    if (k0 > sum_chunk)
                         acc[i][j] = _mm512_add_ps(_mm512_load_ps(done[i][j]), acc[i][j]);
                     _mm512_store_ps(done[i][j], acc[i][j]);
                     acc[i][j] = _mm512_setzero_ps();
@@ -392,7 +482,7 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
             }
         }
     }
-    if (k > KC_PW_CHUNK) {
+    if (k > sum_chunk) {
         #pragma GCC unroll 8
         for (int i = 0; i < mr; i++)
             #pragma GCC unroll 4
@@ -485,14 +575,59 @@ __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, i
     }
 }
 
+/* Output pixels [p0, p1)'s taps into buf, a row of k for each: for
+ * each kernel row, its columns' input pixels side by side (zeros for
+ * those outside the image), for the product to read as a stride-1 1x1
+ * convolution's input. A 1x1 kernel: the strided layer's input pixel. */
+static void kc_pw_gather(const kc_pw_state *st, const float *in, int64_t p0, int64_t p1,
+                         float *buf)
+{
+    int64_t c = st->c, row = st->kw * c;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t x = p % st->out_w, y = p / st->out_w % st->out_h, img = p / st->out_w / st->out_h;
+        int64_t y0 = y * st->stride - st->pad_t, x0 = x * st->stride - st->pad_l;
+        /* the kernel's columns inside the image: [kx0, kx1) */
+        int64_t kx0 = x0 < 0 ? -x0 : 0;
+        int64_t kx1 = st->in_w - x0 < st->kw ? st->in_w - x0 : st->kw;
+        float *to = buf + (p - p0) * st->k;
+        for (int64_t ky = 0; ky < st->kh; ky++, to += row) {
+            int64_t iy = y0 + ky;
+            if (iy < 0 || iy >= st->in_h || kx1 <= kx0) {
+                memset(to, 0, (size_t)row * sizeof *to);
+                continue;
+            }
+            const float *from = in + ((img * st->in_h + iy) * st->in_w + x0 + kx0) * c;
+            memset(to, 0, (size_t)(kx0 * c) * sizeof *to);
+            memcpy(to + kx0 * c, from, (size_t)((kx1 - kx0) * c) * sizeof *from);
+            memset(to + kx1 * c, 0, (size_t)((st->kw - kx1) * c) * sizeof *to);
+        }
+    }
+}
+
 /* Part `part`'s panels over all the pixels: its run of vectors, then
  * what is left of the others' (base/claims.h), each panel fetching the
  * next into L2 as it runs; with a head, the panel's channels then pooled
  * and multiplied into the Dense's rows for them, fetched as it ran. */
 static void kc_pw_vectors_job(void *arg, int part)
 {
-    const kc_pw_io *io = arg;
-    const kc_pw_state *st = io->st;
+    const kc_pw_io *in_io = arg;
+    const kc_pw_state *st = in_io->st;
+    kc_pw_io taps_io;
+    const kc_pw_io *io = in_io;
+    /* taps: each thread gathers them all into its own buffer (shared,
+     * half the pixels from the other core's cache, the product ran slower) */
+    if (kc_pw_gathers(st) && !st->gathered) {
+        float *buf = kc_dnnl_workspace(KC_DNNL_SLOT_SRC,
+                                       (size_t)(st->pixels * st->k) * sizeof(float));
+        if (!buf) {
+            in_io->failed[part] = 1;
+            return;
+        }
+        kc_pw_gather(st, in_io->in, 0, st->pixels, buf);
+        taps_io = *in_io;
+        taps_io.in = buf;
+        io = &taps_io;
+    }
     kc_claim next;
     for (kc_claim now = kc_claims_next(io->panels, part, &next); now.count > 0;
          now = kc_claims_next(io->panels, part, &next)) {
@@ -523,19 +658,6 @@ static void kc_pw_head_total_job(void *arg, int part)
     kc_pw_head_total(io->st->head, io->y, part, io->st->cut.parts);
 }
 
-/* Strided: output pixels [p0, p1)'s input pixels into buf (rows of k),
- * for the product to read as stride 1. */
-static void kc_pw_gather(const kc_pw_state *st, const float *in, int64_t p0, int64_t p1,
-                         float *buf)
-{
-    for (int64_t p = p0; p < p1; p++) {
-        int64_t x = p % st->out_w, y = p / st->out_w % st->out_h, img = p / st->out_w / st->out_h;
-        const float *from =
-            in + ((img * st->in_h + y * st->stride) * st->in_w + x * st->stride) * st->k;
-        memcpy(buf + (p - p0) * st->k, from, (size_t)st->k * sizeof *from);
-    }
-}
-
 /* The vectors of the next panel by pixels, `left` of them to go: four
  * (blocks of KC_PW_MR4 pixels), the last ones as 3 + 2 rather than 4 + 1
  * (a one-vector panel has 8 accumulators for 9 loads a step: bound by
@@ -562,10 +684,11 @@ static void kc_pw_pixels_job(void *arg, int part)
     const kc_pw_state *st = io->st;
     int64_t p_lo = st->cut.lo[part] * KC_PW_MR, p_hi = st->cut.lo[part + 1] * KC_PW_MR;
     p_hi = p_hi > st->pixels ? st->pixels : p_hi;
-    float *buf = st->stride > 1 ? kc_dnnl_workspace(KC_DNNL_SLOT_SRC,
-                                                    (size_t)(st->chunk * st->k) * sizeof(float))
-                                : NULL;
-    if (st->stride > 1 && !buf) {
+    int gathers = kc_pw_gathers(st);
+    float *buf = gathers ? kc_dnnl_workspace(KC_DNNL_SLOT_SRC,
+                                             (size_t)(st->chunk * st->k) * sizeof(float))
+                         : NULL;
+    if (gathers && !buf) {
         io->failed[part] = 1;
         return;
     }
@@ -638,7 +761,7 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
     st->pool_for = a->pre_pool;
     if (packed == KC_OK && a->post_head)
         packed = kc_pw_head_new(a->post_head, st->n, st->pixels, &st->head);
-    if (packed == KC_OK && st->stride > 1 && !st->by_pixels &&
+    if (packed == KC_OK && st->kh * st->kw == 1 && st->stride > 1 && !st->by_pixels &&
         !(st->gathered = kc_calloc((size_t)(st->pixels * st->k), sizeof(float))))
         packed = KC_ERR_NOMEM;
     if (packed != KC_OK) {
@@ -789,9 +912,10 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     float *pool_buf = kc_pw_pool_buffer(st, &no_buffer);
     if (no_buffer)
         return kc_fail(KC_ERR_NOMEM, "out of memory for a 1x1 convolution's pooling buffer");
+    int failed[KC_BALANCE_MAX_PARTS] = {0};
     kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL,
                    st->head ? st->head->conv : pool_buf ? pool_buf : ctx->out[0], NULL, NULL,
-                   &panels, NULL, 0};
+                   &panels, failed, 0};
     if (st->gathered) {
         kc_parallel(st->cut.parts, kc_pw_gather_job, &io);
         io.in = st->gathered;
@@ -804,6 +928,9 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
                         NULL);
     } else
         kc_parallel_timed(st->cut.parts, kc_pw_vectors_job, &io, seconds);
+    for (int k = 0; k < st->cut.parts; k++)
+        if (failed[k])
+            return kc_fail(KC_ERR_NOMEM, "out of memory for a convolution's gathered taps");
     kc_claims_units(&panels, units);
     if (st->cut.parts > 1)
         kc_balance_update_units(&st->cut, seconds, units);

@@ -1786,6 +1786,60 @@ static void expect_same_as_onednn(conv_run *r, int threads, const char *what)
     free(onednn);
 }
 
+/* Each case on kc_pw_conv: the parts expected on 1 to 3 threads
+ * (want_parts; 0: not taken), outputs as the plain path's, on 1 and 2
+ * threads equal to oneDNN's bit for bit; then for the first case
+ * `first`'s checks of what keeps the kernel off. */
+static void check_pw_cases(const conv_case *cases, size_t n, const int (*want_parts)[3],
+                           void (*first)(conv_run *, const float *, float *, float))
+{
+    for (size_t i = 0; i < n; i++) {
+        const conv_case *c = &cases[i];
+        conv_run r;
+        setup(c, &r);
+        float *want = plain_output(&r);
+        float *got = malloc((size_t)r.out_count * sizeof *got);
+        float peak = peak_of(want, r.out_count);
+        expect_parts_1_to_3(&r, want, got, peak, kc_pw_parts, kc_pw_balance, want_parts[i],
+                            c->what);
+        for (int t = 1; t <= 2; t++)
+            if (want_parts[i][t - 1] > 0)
+                expect_same_as_onednn(&r, t, c->what);
+        if (i == 0)
+            first(&r, want, got, peak);
+        kc_threads_enter(0);
+        free(want);
+        free(got);
+        teardown(&r);
+    }
+}
+
+/* KC_PW=0, KC_ISA=avx2 and a whole run keep r's 1x1 layer off kc_pw_conv. */
+static void pw_kept_off(conv_run *r, const float *want, float *got, float peak)
+{
+    const char *what = r->layer.name;
+    setenv("KC_PW", "0", 1);
+    expect_count_close(r, want, got, peak, 2, kc_pw_parts, 0, "parts, KC_PW=0", what);
+    unsetenv("KC_PW");
+    /* its sums equal oneDNN's AVX-512 ones: not under kerasc's AVX2 */
+    setenv("KC_ISA", "avx2", 1);
+    expect_count_close(r, want, got, peak, 2, kc_pw_parts, 0, "parts, KC_ISA=avx2", what);
+    unsetenv("KC_ISA");
+    kc_threads_enter(2);
+    if (run(r, 0, 1, got) != 1) /* oneDNN's, whole */
+        fail_msg("%s: not run whole when told to", what);
+    expect_close(got, want, r->out_count, 1e-4f * peak, "%s, whole", what);
+}
+
+/* KC_PW_TAPS=0 keeps r's layer of several taps off kc_pw_conv. */
+static void pw_taps_kept_off(conv_run *r, const float *want, float *got, float peak)
+{
+    setenv("KC_PW_TAPS", "0", 1);
+    expect_count_close(r, want, got, peak, 2, kc_pw_parts, 0, "parts, KC_PW_TAPS=0",
+                       r->layer.name);
+    unsetenv("KC_PW_TAPS");
+}
+
 /* 1x1 layers of at most 64 output pixels (256 strided), 64+ input
  * channels (beyond 1280 summed in chunks of 1280, as oneDNN does) and
  * 64+ output channels (16+ on larger images) run on kc_pw_conv when cut
@@ -1891,38 +1945,69 @@ static void test_pw_layers(void **state)
                                         {1, 2, 3}, {1, 2, 3}};
     if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
         skip();
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const conv_case *c = &cases[i];
-        conv_run r;
-        setup(c, &r);
-        float *want = plain_output(&r);
-        float *got = malloc((size_t)r.out_count * sizeof *got);
-        float peak = peak_of(want, r.out_count);
-        expect_parts_1_to_3(&r, want, got, peak, kc_pw_parts, kc_pw_balance, want_parts[i],
-                            c->what);
-        for (int t = 1; t <= 2; t++)
-            if (want_parts[i][t - 1] > 0)
-                expect_same_as_onednn(&r, t, c->what);
-        if (i == 0) {
-            setenv("KC_PW", "0", 1);
-            expect_count_close(&r, want, got, peak, 2, kc_pw_parts, 0, "parts, KC_PW=0",
-                               c->what);
-            unsetenv("KC_PW");
-            /* its sums equal oneDNN's AVX-512 ones: not under kerasc's AVX2 */
-            setenv("KC_ISA", "avx2", 1);
-            expect_count_close(&r, want, got, peak, 2, kc_pw_parts, 0, "parts, KC_ISA=avx2",
-                               c->what);
-            unsetenv("KC_ISA");
-            kc_threads_enter(2);
-            if (run(&r, 0, 1, got) != 1) /* oneDNN's, whole */
-                fail_msg("%s: not run whole when told to", c->what);
-            expect_close(got, want, r.out_count, 1e-4f * peak, "%s, whole", c->what);
-        }
-        kc_threads_enter(0);
-        free(want);
-        free(got);
-        teardown(&r);
-    }
+    check_pw_cases(cases, sizeof cases / sizeof cases[0], want_parts, pw_kept_off);
+}
+
+/* Kernels of several taps on images of at most 64 output pixels that
+ * no Winograd kernel takes (strided, or (1, k) and (k, 1) below its 100
+ * pixels) run on kc_pw_conv as the 1x1 convolution over their taps laid
+ * side by side, each output pixel's taps gathered into a row (zeros
+ * outside the image): "same" and "valid", strides 1 to 3, one to four
+ * images (one thread, a lane, by pixels), padding folded in from a
+ * ZeroPadding, (1, 3), (3, 1), 3x3, 5x5 and 2x2 kernels, 64 to 1024
+ * input channels, output channels that are not whole vectors, an
+ * activation the caller applies (elu). Outputs as the plain path's and
+ * equal to oneDNN's bit for bit (its brgconv sums every tap and channel
+ * in one chain), so that no output depends on which of the two ran it;
+ * KC_PW_TAPS=0 keeps them on oneDNN, and a 2-D kernel over more than
+ * 384 channels (oneDNN sums those otherwise), a residual sum, fewer than
+ * 64 input channels, more than 64 pixels an image or a 2-D kernel of
+ * stride 1 (the Winograd kernels') keep them off. */
+static void test_pw_taps_layers(void **state)
+{
+    (void)state;
+    static const conv_case cases[] = {
+        {"(1, 3) 384 -> 384 same on one 8x8 (InceptionV3's Mixed_7b)", "Conv2D",
+         KC_CONV_PLAIN, 2, 1, 8, 8, 384, 384, 1, 1, 1, 1, 0, 0, "relu", 1, 3},
+        {"(3, 1) 384 -> 384 same on one 8x8", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 384, 384, 3,
+         1, 1, 1, 0, 0, "relu", 1, 1},
+        {"3x3 192 -> 320 stride 2 valid on one 17x17 (Mixed_7a)", "Conv2D", KC_CONV_PLAIN, 2, 1,
+         17, 17, 192, 320, 3, 2, 1, 0, 0, 0, "relu", 1, 0},
+        {"3x3 288 -> 120 stride 2 same on two 14x14", "Conv2D", KC_CONV_PLAIN, 2, 2, 14, 14, 288,
+         120, 3, 2, 1, 1, 0, 0, "relu6", 1, 0},
+        {"3x3 384 -> 128 stride 2 valid on one 9x9: 3456 taps", "Conv2D", KC_CONV_PLAIN, 2, 1,
+         9, 9, 384, 128, 3, 2, 1, 0, 0, 0, "linear", 1, 0},
+        {"(1, 3) 1024 -> 136 same on one 8x8: 3072 taps", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8,
+         1024, 136, 1, 1, 1, 1, 0, 0, "linear", 1, 3},
+        {"5x5 64 -> 136 stride 3 same on one 20x17, elu", "Conv2D", KC_CONV_PLAIN, 2, 1, 20, 17,
+         64, 136, 5, 3, 1, 1, 0, 0, "elu", 1, 0},
+        {"2x2 96 -> 128 stride 2 valid on four 8x8", "Conv2D", KC_CONV_PLAIN, 2, 4, 8, 8, 96,
+         128, 2, 2, 1, 0, 0, 0, "relu", 1, 0},
+        {"3x3 128 -> 128 stride 2, a ZeroPadding of 1 folded in, on one 13x13", "Conv2D",
+         KC_CONV_PLAIN, 2, 1, 13, 13, 128, 128, 3, 2, 1, 0, 1, 0, "relu", 1, 0},
+        {"(1, 7) 160 -> 192 same on one 7x7", "Conv2D", KC_CONV_PLAIN, 2, 1, 7, 7, 160, 192, 1,
+         1, 1, 1, 0, 0, "relu", 1, 7},
+        /* kept off: a 2-D kernel over more than 384 channels (oneDNN sums
+         * those in another order); a residual sum; 48 channels in; 81
+         * pixels; a 2-D kernel of stride 1 (Winograd's, or --exact's) */
+        {"3x3 512 -> 128 stride 2 valid on one 9x9: 512 channels in", "Conv2D", KC_CONV_PLAIN,
+         2, 1, 9, 9, 512, 128, 3, 2, 1, 0, 0, 0, "linear", 1, 0},
+        {"3x3 128 -> 128 stride 2 + sum on one 16x16", "Conv2D", KC_CONV_PLAIN, 2, 1, 16, 16,
+         128, 128, 3, 2, 1, 1, 0, 1, "relu", 1, 0},
+        {"(1, 3) 48 -> 64 same on one 8x8: 48 channels in", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8,
+         48, 64, 1, 1, 1, 1, 0, 0, "relu", 1, 3},
+        {"(1, 3) 128 -> 128 same on one 9x9: 81 pixels", "Conv2D", KC_CONV_PLAIN, 2, 1, 9, 9,
+         128, 128, 1, 1, 1, 1, 0, 0, "relu", 1, 3},
+        {"3x3 128 -> 128 same on one 8x8: stride 1", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 128, 128,
+         3, 1, 1, 1, 0, 0, "relu", 1, 0},
+    };
+    static const int want_parts[][3] = {{1, 2, 3}, {1, 2, 3}, {1, 2, 3}, {1, 2, 2},
+                                        {1, 2, 2}, {1, 2, 2}, {1, 2, 2}, {1, 2, 2},
+                                        {1, 2, 2}, {1, 2, 3}, {0, 0, 0}, {0, 0, 0},
+                                        {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
+    if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
+        skip();
+    check_pw_cases(cases, sizeof cases / sizeof cases[0], want_parts, pw_taps_kept_off);
 }
 
 /* A state of kc_pw_conv built for the team is built again when the
@@ -3820,6 +3905,7 @@ int main(void)
         cmocka_unit_test(test_wino1d_layers),
         cmocka_unit_test(test_wino2d_layers),
         cmocka_unit_test(test_pw_layers),
+        cmocka_unit_test(test_pw_taps_layers),
         cmocka_unit_test(test_pw_state_follows_width),
         cmocka_unit_test(test_wino_fly_layers),
         cmocka_unit_test(test_wino_fly_blocks_claimed),
