@@ -48,12 +48,12 @@
  *
  * Kernels of several taps that no Winograd kernel takes (strided, or
  * (1, k) / (k, 1) on images too small for wino.c's 1-D kernel) run here
- * on at most KC_PW_MAX_PIXELS_TAPS output pixels an image as the 1x1
- * convolution over their taps laid side by side (kc_pw_taps_geometry,
- * kc_pw_gather): InceptionV3's 8x8 layers, which were 10 of its 13
- * oneDNN executions a run at batch 1 (allocations 104 -> 24, batch 8
- * 192 -> 32), time level (batch 1 0.986 over 16 alternating pairs,
- * batch 8 1.005 over 5, the Zen 5 of 12-05). By vectors each thread
+ * on small images as the 1x1 convolution over their taps laid side by
+ * side (kc_pw_taps_geometry, kc_pw_gather): InceptionV3's 8x8 layers and
+ * its Mixed_6a 96 -> 96, which were 11 of its 13 oneDNN executions a run
+ * at batch 1 (allocations 104 -> 24 -> 8, batch 8 192 -> 32 -> 16), time
+ * level (the 8x8 ones: batch 1 0.986 over 16 alternating pairs, batch 8
+ * 1.005 over 5, the Zen 5 of 12-05). By vectors each thread
  * gathers every pixel's taps into its own buffer: into one shared
  * buffer, half of it from the other core's cache, the (1, 3) layers
  * were ~10% slower than oneDNN's.
@@ -105,18 +105,26 @@
  * the run. */
 #define KC_PW_MAX_PIXELS 64
 #define KC_PW_MAX_PIXELS_STRIDED 256
-/* A kernel of several taps (kc_pw_taps_geometry): at most this many
- * output pixels an image (by vectors on one image, by pixels in a lane:
- * the kernel an image's layer gets does not depend on the batch's
- * lanes); a 2-D kernel over at most this many input channels. oneDNN
- * 2.6's brgconv sums such a layer's taps and channels in one chain
- * (test_pw_taps_layers: 3x3 stride 2 over 144 to 384 channels, (1, 3)
- * and (3, 1) over 384 to 1024), but a 3x3 over 512 channels otherwise,
- * and 288 on 17x17 outputs too (InceptionV3's Mixed_6a, 289 pixels):
- * those stay on oneDNN. */
-#define KC_PW_MAX_PIXELS_TAPS 64
+/* A kernel of several taps (kc_pw_taps_geometry), by the output pixels
+ * of an image (not of the batch: the kernel an image's layer gets does
+ * not depend on the batch's lanes). oneDNN 2.6's brgconv sums such a
+ * layer's taps and channels in one chain where its input has few
+ * channels for the image's size, and so does this kernel there: on at
+ * most KC_PW_MAX_PIXELS_TAPS_SMALL pixels over at most
+ * KC_PW_TAPS_MAX_CHANNELS (_1D for (1, k) and (k, 1) kernels), on up to
+ * KC_PW_MAX_PIXELS_TAPS (strided) over at most KC_PW_TAPS_MAX_CHANNELS_WIDE
+ * (test_pw_taps_layers: the same bits as oneDNN's at 4x4 to 56x56
+ * outputs over 64 to 192 channels, 7x7 and 8x8 over up to 384, 1-D over
+ * up to 1024). Past those it sums otherwise (a 3x3 over 512 channels onto
+ * 4x4; over 288 onto 17x17: InceptionV3's Mixed_6a) in an order not
+ * worked out, and the layer stays on oneDNN. Time measured up to 17x17
+ * (InceptionV3's Mixed_6a 96 -> 96: 0.15-0.16 ms against oneDNN's
+ * 0.17-0.21), hence the bound on larger images. */
+#define KC_PW_MAX_PIXELS_TAPS_SMALL 64
+#define KC_PW_MAX_PIXELS_TAPS 289
 #define KC_PW_TAPS_MAX_CHANNELS 384
-#define KC_PW_TAPS_MAX_CHANNELS_1D 1024 /* (1, k), (k, 1): as far as was checked */
+#define KC_PW_TAPS_MAX_CHANNELS_1D 1024
+#define KC_PW_TAPS_MAX_CHANNELS_WIDE 192
 /* At least this many input and output channels: below, the weights are
  * small enough to stay in cache and the product too thin. By pixels
  * (larger images) KC_PW_MIN_OUTPUTS output channels will do: there each
@@ -271,18 +279,24 @@ static int kc_pw_1x1_geometry(const kc_conv_attrs *a, const kc_shape *in, const 
  * over its taps laid side by side: Keras's (kh, kw, c, n) kernel read as
  * (kh * kw * c, n) is that 1x1 convolution's, and each output pixel's
  * taps are gathered into a row of k (kc_pw_gather; zeros outside the
- * image). Only on images of at most KC_PW_MAX_PIXELS_TAPS output pixels
- * and without a residual sum, pooling or head. KC_PW_TAPS=0: never. */
+ * image). Only on images of at most KC_PW_MAX_PIXELS_TAPS output pixels,
+ * over few enough channels (above), and without a residual sum, pooling
+ * or head. KC_PW_TAPS=0: never. */
 static int kc_pw_taps_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
                                kc_pw_state *st)
 {
     /* a 2-D kernel of stride 1 is the Winograd kernels' (wino.c,
-     * wino_fly.c); beyond KC_PW_TAPS_MAX_CHANNELS a 2-D kernel's sums are
-     * not oneDNN's, nor known to be beyond _1D a 1-D one's */
+     * wino_fly.c); the channels' bound is where the sums are oneDNN's */
     int one_d = a->kernel[0] == 1 || a->kernel[1] == 1;
+    int64_t pixels = out->dims[1] * out->dims[2], c = in->dims[3];
+    int64_t most = pixels > KC_PW_MAX_PIXELS_TAPS_SMALL ? KC_PW_TAPS_MAX_CHANNELS_WIDE
+                   : one_d                              ? KC_PW_TAPS_MAX_CHANNELS_1D
+                                                        : KC_PW_TAPS_MAX_CHANNELS;
+    /* beyond KC_PW_MAX_PIXELS_TAPS_SMALL strided kernels only: checked so */
+    int wide = pixels > KC_PW_MAX_PIXELS_TAPS_SMALL;
     if (kc_env_off("KC_PW_TAPS") || a->accumulate || a->pre_pool || a->post_head ||
-        a->padding == 2 || (st->stride == 1 && !one_d) || in->dims[3] < KC_PW_MIN_CHANNELS ||
-        in->dims[3] > (one_d ? KC_PW_TAPS_MAX_CHANNELS_1D : KC_PW_TAPS_MAX_CHANNELS))
+        a->padding == 2 || (st->stride == 1 && (!one_d || wide)) || c < KC_PW_MIN_CHANNELS ||
+        c > most || pixels > KC_PW_MAX_PIXELS_TAPS)
         return 0;
     int64_t dims[KC_MAX_RANK];
     memcpy(dims, in->dims, sizeof dims);
@@ -304,8 +318,8 @@ static int kc_pw_taps_geometry(const kc_conv_attrs *a, const kc_shape *in, const
     st->kw = a->kernel[1];
     st->pad_t = pad[0];
     st->pad_l = pad[1];
-    st->c = in->dims[3];
-    return out->dims[1] * out->dims[2] <= KC_PW_MAX_PIXELS_TAPS; /* an image: lanes too */
+    st->c = c;
+    return 1;
 }
 
 /* Whether the product reads gathered rows rather than the input: a

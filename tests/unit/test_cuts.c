@@ -1945,11 +1945,13 @@ static void test_pw_layers(void **state)
                                         {1, 2, 3}, {1, 2, 3}};
     if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
         skip();
+    _Static_assert(sizeof cases / sizeof cases[0] == sizeof want_parts / sizeof want_parts[0],
+                   "a want_parts row per case");
     check_pw_cases(cases, sizeof cases / sizeof cases[0], want_parts, pw_kept_off);
 }
 
-/* Kernels of several taps on images of at most 64 output pixels that
- * no Winograd kernel takes (strided, or (1, k) and (k, 1) below its 100
+/* Kernels of several taps on small images that no Winograd kernel
+ * takes (strided, or (1, k) and (k, 1) below its 100
  * pixels) run on kc_pw_conv as the 1x1 convolution over their taps laid
  * side by side, each output pixel's taps gathered into a row (zeros
  * outside the image): "same" and "valid", strides 1 to 3, one to four
@@ -1959,10 +1961,12 @@ static void test_pw_layers(void **state)
  * activation the caller applies (elu). Outputs as the plain path's and
  * equal to oneDNN's bit for bit (its brgconv sums every tap and channel
  * in one chain), so that no output depends on which of the two ran it;
- * KC_PW_TAPS=0 keeps them on oneDNN, and a 2-D kernel over more than
- * 384 channels (oneDNN sums those otherwise), a residual sum, fewer than
- * 64 input channels, more than 64 pixels an image or a 2-D kernel of
- * stride 1 (the Winograd kernels') keep them off. */
+ * Up to 64 output pixels an image over up to 384 channels (1-D: 1024),
+ * up to 289 over up to 192 (strided). KC_PW_TAPS=0 keeps them on oneDNN, and a
+ * 2-D kernel over more channels (oneDNN sums those otherwise: 512 onto
+ * 4x4, 288 onto 17x17), a residual sum, fewer than 64 input channels,
+ * more than 289 pixels an image, more than 64 unstrided or a 2-D kernel
+ * of stride 1 (the Winograd kernels') keep them off. */
 static void test_pw_taps_layers(void **state)
 {
     (void)state;
@@ -1987,26 +1991,40 @@ static void test_pw_taps_layers(void **state)
          KC_CONV_PLAIN, 2, 1, 13, 13, 128, 128, 3, 2, 1, 0, 1, 0, "relu", 1, 0},
         {"(1, 7) 160 -> 192 same on one 7x7", "Conv2D", KC_CONV_PLAIN, 2, 1, 7, 7, 160, 192, 1,
          1, 1, 1, 0, 0, "relu", 1, 7},
+        /* larger images over at most 192 channels: by pixels from 257 */
+        {"3x3 96 -> 96 stride 2 valid on one 35x35 (Mixed_6a): 289 pixels", "Conv2D",
+         KC_CONV_PLAIN, 2, 1, 35, 35, 96, 96, 3, 2, 1, 0, 0, 0, "relu", 1, 0},
+        {"3x3 192 -> 136 stride 2 same on one 33x33: 289 pixels", "Conv2D", KC_CONV_PLAIN, 2, 1,
+         33, 33, 192, 136, 3, 2, 1, 1, 0, 0, "relu6", 1, 0},
+        {"3x3 64 -> 128 stride 2 valid on two 21x21: 100 pixels an image", "Conv2D",
+         KC_CONV_PLAIN, 2, 2, 21, 21, 64, 128, 3, 2, 1, 0, 0, 0, "relu", 1, 0},
         /* kept off: a 2-D kernel over more than 384 channels (oneDNN sums
          * those in another order); a residual sum; 48 channels in; 81
          * pixels; a 2-D kernel of stride 1 (Winograd's, or --exact's) */
         {"3x3 512 -> 128 stride 2 valid on one 9x9: 512 channels in", "Conv2D", KC_CONV_PLAIN,
          2, 1, 9, 9, 512, 128, 3, 2, 1, 0, 0, 0, "linear", 1, 0},
+        {"3x3 288 -> 96 stride 2 valid on one 35x35: 288 channels onto 17x17", "Conv2D",
+         KC_CONV_PLAIN, 2, 1, 35, 35, 288, 96, 3, 2, 1, 0, 0, 0, "relu", 1, 0},
+        {"3x3 96 -> 96 stride 2 valid on one 37x37: 324 pixels", "Conv2D", KC_CONV_PLAIN, 2, 1,
+         37, 37, 96, 96, 3, 2, 1, 0, 0, 0, "relu", 1, 0},
         {"3x3 128 -> 128 stride 2 + sum on one 16x16", "Conv2D", KC_CONV_PLAIN, 2, 1, 16, 16,
          128, 128, 3, 2, 1, 1, 0, 1, "relu", 1, 0},
         {"(1, 3) 48 -> 64 same on one 8x8: 48 channels in", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8,
          48, 64, 1, 1, 1, 1, 0, 0, "relu", 1, 3},
-        {"(1, 3) 128 -> 128 same on one 9x9: 81 pixels", "Conv2D", KC_CONV_PLAIN, 2, 1, 9, 9,
-         128, 128, 1, 1, 1, 1, 0, 0, "relu", 1, 3},
+        {"(1, 3) 128 -> 128 same on one 9x9: 81 pixels, stride 1", "Conv2D", KC_CONV_PLAIN, 2,
+         1, 9, 9, 128, 128, 1, 1, 1, 1, 0, 0, "relu", 1, 3},
         {"3x3 128 -> 128 same on one 8x8: stride 1", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 128, 128,
          3, 1, 1, 1, 0, 0, "relu", 1, 0},
     };
     static const int want_parts[][3] = {{1, 2, 3}, {1, 2, 3}, {1, 2, 3}, {1, 2, 2},
                                         {1, 2, 2}, {1, 2, 2}, {1, 2, 2}, {1, 2, 2},
-                                        {1, 2, 2}, {1, 2, 3}, {0, 0, 0}, {0, 0, 0},
-                                        {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
+                                        {1, 2, 2}, {1, 2, 3}, {1, 2, 3}, {1, 2, 3},
+                                        {1, 2, 2}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0},
+                                        {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
     if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
         skip();
+    _Static_assert(sizeof cases / sizeof cases[0] == sizeof want_parts / sizeof want_parts[0],
+                   "a want_parts row per case");
     check_pw_cases(cases, sizeof cases / sizeof cases[0], want_parts, pw_taps_kept_off);
 }
 
