@@ -47,6 +47,20 @@ void kc_geom_init(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_geom *g)
     }
 }
 
+void kc_conv_window_2d(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
+                       int64_t data[2], int64_t pad[2])
+{
+    int64_t dims[KC_MAX_RANK];
+    memcpy(dims, in->dims, sizeof dims);
+    kc_conv_data_shape(a, dims, in->rank);
+    for (int i = 0; i < 2; i++) {
+        data[i] = dims[1 + i];
+        pad[i] = kc_conv_pad_before(in->dims[1 + i], out->dims[1 + i], a->kernel[i],
+                                    a->strides[i], a->padding) +
+                 a->pad_before[i];
+    }
+}
+
 /* One image's patch rows [r0, r1) of the output, channels [c0, c0+cg). */
 static void kc_im2col(const kc_geom *g, const float *img, int64_t r0, int64_t r1, int64_t c0,
                       int64_t cg, float *cols)

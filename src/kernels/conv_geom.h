@@ -18,4 +18,12 @@ typedef struct kc_geom {
  * folded ZeroPadding's. */
 void kc_geom_init(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_geom *g);
 
+/* A 2-D layer's window from value shape `in` to `out` (NHWC), for the
+ * kernels that check its geometry themselves: the rows and columns of
+ * the data it reads (`in` less a folded ZeroPadding) into data, and the
+ * padding before each axis (TensorFlow's "same": the extra pixel after;
+ * plus the folded ZeroPadding's) into pad. */
+void kc_conv_window_2d(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
+                       int64_t data[2], int64_t pad[2]);
+
 #endif

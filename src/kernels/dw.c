@@ -26,6 +26,7 @@
 #include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
+#include "kernels/conv_geom.h"
 #include "kernels/dnnl_common.h"
 #include "kernels/isa.h"
 #include "kernels/wino_tx.h"
@@ -84,24 +85,19 @@ int kc_dw_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *o
             a->strides[i] > max_stride || a->strides[i] > 2 || a->dilation[i] != 1 ||
             a->pad_before[i] < 0 || a->pad_after[i] < 0)
             return 0;
-    int64_t dims[KC_MAX_RANK];
-    memcpy(dims, in->dims, sizeof dims);
-    kc_conv_data_shape(a, dims, in->rank);
-    int64_t pad[2], s = a->strides[0];
-    for (int i = 0; i < 2; i++) /* TensorFlow's "same": the extra pixel after */
-        pad[i] = kc_conv_pad_before(in->dims[1 + i], out->dims[1 + i], 3, s, a->padding) +
-                 a->pad_before[i];
+    int64_t dims[2], pad[2], s = a->strides[0];
+    kc_conv_window_2d(a, in, out, dims, pad);
     /* at most one pixel of padding on each side, as oneDNN's jit_dw:avx2
      * runs the layer (with a wider folded ZeroPadding it summed
      * otherwise); a stride may leave the last row and column unread */
     for (int i = 0; i < 2; i++) {
-        int64_t after = (out->dims[1 + i] - 1) * s + 3 - dims[1 + i] - pad[i];
+        int64_t after = (out->dims[1 + i] - 1) * s + 3 - dims[i] - pad[i];
         if (pad[i] > 1 || after < 1 - s || after > 1)
             return 0;
     }
-    if (dims[1] < 1 || dims[2] < 1 || out->dims[2] < KC_DW_MIN_WIDTH || out->dims[1] < 1)
+    if (dims[0] < 1 || dims[1] < 1 || out->dims[2] < KC_DW_MIN_WIDTH || out->dims[1] < 1)
         return 0;
-    *g = (kc_dw_geom){dims[1], dims[2], in->dims[3], out->dims[1], out->dims[2], pad[0], pad[1],
+    *g = (kc_dw_geom){dims[0], dims[1], in->dims[3], out->dims[1], out->dims[2], pad[0], pad[1],
                       kc_wino_act(a->activation), s};
     return 1;
 }

@@ -23,6 +23,7 @@
 #include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
+#include "kernels/conv_geom.h"
 #include "kernels/dnnl_common.h"
 #include "kernels/isa.h"
 #include "kernels/wino_tx.h"
@@ -74,21 +75,15 @@ static int kc_narrow_geometry(const kc_conv_attrs *a, const kc_shape *in, const 
         if (a->kernel[i] < 1 || a->strides[i] < 1 || a->dilation[i] != 1 ||
             a->pad_before[i] < 0 || a->pad_after[i] < 0)
             return 0;
-    int64_t dims[KC_MAX_RANK];
-    memcpy(dims, in->dims, sizeof dims);
-    kc_conv_data_shape(a, dims, in->rank);
-    if (dims[1] < 1 || dims[2] < 1 || out->dims[1] < 1 || out->dims[2] < 1)
+    int64_t dims[2], pad[2];
+    kc_conv_window_2d(a, in, out, dims, pad);
+    if (dims[0] < 1 || dims[1] < 1 || out->dims[1] < 1 || out->dims[2] < 1)
         return 0;
-    int64_t pad[2];
-    for (int i = 0; i < 2; i++) /* TensorFlow's "same": the extra pixel after */
-        pad[i] = kc_conv_pad_before(in->dims[1 + i], out->dims[1 + i], a->kernel[i],
-                                    a->strides[i], a->padding) +
-                 a->pad_before[i];
     /* every output's window must overlap the image */
     for (int i = 0; i < 2; i++)
-        if (pad[i] >= a->kernel[i] || (out->dims[1 + i] - 1) * a->strides[i] - pad[i] >= dims[1 + i])
+        if (pad[i] >= a->kernel[i] || (out->dims[1 + i] - 1) * a->strides[i] - pad[i] >= dims[i])
             return 0;
-    *g = (kc_narrow_geom){.in_h = dims[1], .in_w = dims[2], .c = in->dims[3],
+    *g = (kc_narrow_geom){.in_h = dims[0], .in_w = dims[1], .c = in->dims[3],
                           .out_h = out->dims[1], .out_w = out->dims[2], .f = out->dims[3],
                           .kh = a->kernel[0], .kw = a->kernel[1], .sy = a->strides[0],
                           .sx = a->strides[1], .pad_t = pad[0], .pad_l = pad[1],

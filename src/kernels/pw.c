@@ -76,13 +76,13 @@
 #include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
+#include "kernels/conv_geom.h"
 #include "kernels/dnnl_common.h"
 #include "kernels/dnnl_conv.h"
 #include "kernels/isa.h"
 #include "kernels/pw_head.h"
 #include "kernels/wino.h"
 #include "kernels/wino_tx.h"
-#include "ops/conv.h"
 #include "ops/pool.h"
 
 #define KC_PW_MR 8           /* pixels a register block */
@@ -155,7 +155,6 @@ typedef struct kc_pw_state {
      * columns, the padding before the image, the input's channels (k is
      * then kh * kw * c, the taps of a pixel gathered side by side) */
     int64_t kh, kw, pad_t, pad_l, c;
-    int64_t sum_chunk;       /* the sums over k in chunks of this many (KC_PW_CHUNK; taps: k) */
     float *gathered;
     int64_t vectors;         /* of 16 output channels, the last maybe partly zeros */
     float *w;                /* packed: vector v's k rows of 16 at w + k * 16 * v */
@@ -195,7 +194,7 @@ typedef struct kc_pw_io {
     const float *pooled;  /* with a pooling after: its input (the product), whole */
     float *pool_out;      /* and its output */
     kc_claims *panels; /* the parts' runs of vectors, claimed a panel at a time */
-    int *failed;       /* by pixels: a part found no memory for its gathered pixels */
+    int *failed;       /* a part found no memory for the rows it gathers (kc_pw_gathered_all) */
     int64_t in_p0;     /* the pixel `in` starts at (a chunk gathered: its first) */
     float *y;          /* with a head: the Dense's output */
 } kc_pw_io;
@@ -289,31 +288,26 @@ static int kc_pw_taps_geometry(const kc_conv_attrs *a, const kc_shape *in, const
      * wino_fly.c); the channels' bound is where the sums are oneDNN's */
     int one_d = a->kernel[0] == 1 || a->kernel[1] == 1;
     int64_t pixels = out->dims[1] * out->dims[2], c = in->dims[3];
-    int64_t most = pixels > KC_PW_MAX_PIXELS_TAPS_SMALL ? KC_PW_TAPS_MAX_CHANNELS_WIDE
-                   : one_d                              ? KC_PW_TAPS_MAX_CHANNELS_1D
-                                                        : KC_PW_TAPS_MAX_CHANNELS;
     /* beyond KC_PW_MAX_PIXELS_TAPS_SMALL strided kernels only: checked so */
     int wide = pixels > KC_PW_MAX_PIXELS_TAPS_SMALL;
+    int64_t most = wide    ? KC_PW_TAPS_MAX_CHANNELS_WIDE
+                   : one_d ? KC_PW_TAPS_MAX_CHANNELS_1D
+                           : KC_PW_TAPS_MAX_CHANNELS;
     if (kc_env_off("KC_PW_TAPS") || a->accumulate || a->pre_pool || a->post_head ||
         a->padding == 2 || (st->stride == 1 && (!one_d || wide)) || c < KC_PW_MIN_CHANNELS ||
         c > most || pixels > KC_PW_MAX_PIXELS_TAPS)
         return 0;
-    int64_t dims[KC_MAX_RANK];
-    memcpy(dims, in->dims, sizeof dims);
-    kc_conv_data_shape(a, dims, in->rank);
-    int64_t pad[2];
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2; i++)
         if (a->kernel[i] < 1 || a->strides[i] != st->stride || st->stride < 1 ||
             a->dilation[i] != 1 || a->pad_before[i] < 0 || a->pad_after[i] < 0 ||
-            dims[1 + i] < 1 || out->dims[1 + i] < 1)
+            out->dims[1 + i] < 1)
             return 0;
-        /* TensorFlow's "same": the extra pixel after */
-        pad[i] = kc_conv_pad_before(in->dims[1 + i], out->dims[1 + i], a->kernel[i],
-                                    a->strides[i], a->padding) +
-                 a->pad_before[i];
-    }
-    st->in_h = dims[1];
-    st->in_w = dims[2];
+    int64_t data[2], pad[2];
+    kc_conv_window_2d(a, in, out, data, pad);
+    if (data[0] < 1 || data[1] < 1)
+        return 0;
+    st->in_h = data[0];
+    st->in_w = data[1];
     st->kh = a->kernel[0];
     st->kw = a->kernel[1];
     st->pad_t = pad[0];
@@ -325,6 +319,14 @@ static int kc_pw_taps_geometry(const kc_conv_attrs *a, const kc_shape *in, const
 /* Whether the product reads gathered rows rather than the input: a
  * strided layer's pixels, or the taps of a kernel of several. */
 static int kc_pw_gathers(const kc_pw_state *st) { return st->stride > 1 || st->kh * st->kw > 1; }
+
+/* The sums over k run in chunks of this many, as oneDNN's: its
+ * brgconv_1x1 in chunks of KC_PW_CHUNK, its brgconv a kernel of several
+ * taps in one chain. */
+static int64_t kc_pw_sum_chunk(const kc_pw_state *st)
+{
+    return st->kh * st->kw > 1 ? st->k : KC_PW_CHUNK;
+}
 
 /* A plain 2-D convolution, 1x1 (or of several taps: kc_pw_taps_geometry),
  * of at most KC_PW_MAX_PIXELS output pixels in all (NHWC); with a head
@@ -344,8 +346,6 @@ static int kc_pw_geometry_of(const kc_conv_attrs *a, const kc_shape *in, const k
     st->out_w = out->dims[2];
     st->pixels = out->dims[0] * out->dims[1] * out->dims[2];
     st->k = st->kh * st->kw * st->c;
-    /* oneDNN's brgconv sums a kernel of several taps in one chain */
-    st->sum_chunk = st->kh * st->kw > 1 ? st->k : KC_PW_CHUNK;
     st->n = out->dims[3];
     int64_t most = kc_pw_gathers(st) ? KC_PW_MAX_PIXELS_STRIDED : KC_PW_MAX_PIXELS;
     if (st->pixels < 1 || st->k < KC_PW_MIN_CHANNELS || st->n < KC_PW_MIN_OUTPUTS ||
@@ -453,7 +453,7 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
             __mmask16 last, kc_pw_fetch fetch, int fetching)
 {
     const kc_pw_state *st = io->st;
-    int64_t k = st->k, ldc = st->n, sum_chunk = st->sum_chunk;
+    int64_t k = st->k, ldc = st->n, sum_chunk = kc_pw_sum_chunk(st);
     __m512 acc[KC_PW_MR][4];
     #pragma GCC unroll 8
     for (int i = 0; i < mr; i++)
@@ -464,7 +464,7 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
     const char *pf0 = fetch.run[0].at, *pf1 = fetch.run[1].at;
     const int64_t n_pf0 = fetch.run[0].n, n_pf = n_pf0 + fetch.run[1].n;
     int64_t issued = 0;
-    /* the sums of the chunks before the last (KC_PW_CHUNK) */
+    /* the sums of the chunks before the last (kc_pw_sum_chunk) */
     __attribute__((aligned(64))) float done[KC_PW_MR][4][16];
     for (int64_t k0 = 0; k0 < k; k0 += sum_chunk) {
         int64_t k1 = k - k0 > sum_chunk ? k0 + sum_chunk : k;
@@ -849,6 +849,16 @@ static void kc_pw_pool_after(kc_pw_io *io, float *buf, float *out)
     kc_parallel(io->st->cut.parts, kc_pw_pool_job, io);
 }
 
+/* Whether every part found memory for the rows it gathers (failed[part]
+ * set where not). */
+static kc_status kc_pw_gathered_all(const kc_pw_state *st, const int *failed)
+{
+    for (int k = 0; k < st->cut.parts; k++)
+        if (failed[k])
+            return kc_fail(KC_ERR_NOMEM, "out of memory for a convolution's gathered inputs");
+    return KC_OK;
+}
+
 /* By pixels: the parts' runs, timed, the cut moved by their speeds
  * (one part, as in a lane: the states are shared, nothing to move). */
 static kc_status kc_pw_run_pixels(const kc_exec_ctx *ctx, kc_pw_state *st, int *handled,
@@ -864,9 +874,7 @@ static kc_status kc_pw_run_pixels(const kc_exec_ctx *ctx, kc_pw_state *st, int *
                    pool_buf ? pool_buf : ctx->out[0], NULL, NULL, NULL, failed, 0};
     double seconds[KC_BALANCE_MAX_PARTS] = {0};
     kc_parallel_timed(st->cut.parts, kc_pw_pixels_job, &io, seconds);
-    for (int k = 0; k < st->cut.parts; k++)
-        if (failed[k])
-            return kc_fail(KC_ERR_NOMEM, "out of memory for a 1x1 convolution's gathered pixels");
+    KC_TRY(kc_pw_gathered_all(st, failed));
     if (st->cut.parts > 1)
         kc_balance_update(&st->cut, seconds);
     if (pool_buf)
@@ -942,9 +950,7 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
                         NULL);
     } else
         kc_parallel_timed(st->cut.parts, kc_pw_vectors_job, &io, seconds);
-    for (int k = 0; k < st->cut.parts; k++)
-        if (failed[k])
-            return kc_fail(KC_ERR_NOMEM, "out of memory for a convolution's gathered taps");
+    KC_TRY(kc_pw_gathered_all(st, failed));
     kc_claims_units(&panels, units);
     if (st->cut.parts > 1)
         kc_balance_update_units(&st->cut, seconds, units);
