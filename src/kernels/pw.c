@@ -102,7 +102,29 @@
  * and 1.5-3x its time at 28x28 and 56x56 (README, Performance); the next
  * block's output lines fetched ahead (PREFETCHW) 0.92-0.99x at
  * 14x14 but 1.07x on the 7x7 512 -> 2048 layers, within the noise over
- * the run. */
+ * the run.
+ * Tried on the Zen 5 of 12-05 (ResNet50, `--stats`, alternating runs,
+ * means per layer of each kind), none landed:
+ * - by vectors up to 196 pixels (without the fetch's counters): its
+ *   14x14 1024 -> 256 0.28-0.29 ms against 0.29-0.30 by pixels, but
+ *   256 -> 1024 with a residual sum 0.35-0.36 against 0.32-0.35
+ *   (probably: half of each part's residual rows then come from the
+ *   other core's cache);
+ * - by pixels, the next panel fetched into L2 in a burst at each
+ *   block's start: 14x14 256 -> 1024 with a sum 0.351-0.353 against
+ *   0.343-0.364, level (the hardware's fetch keeps up with the kernel
+ *   coming from memory);
+ * - batch 8 (lanes), 56x56 64 -> 256 with a sum (0.39-0.46 ms an image
+ *   here, ONNX Runtime's 0.29): the next block's residual lines fetched
+ *   a block ahead 0.48-0.49 against 0.46; chunks of 24 pixels 0.41-0.43
+ *   against 0.40-0.45, of 6 (each output row's lines in order) 0.37-0.40
+ *   against 0.39-0.40;
+ * - chunks of up to 640 KB of input rather than KC_PW_CHUNK_BYTES (no
+ *   short last chunk that reads the whole kernel for a few pixels): level.
+ * The kernel's own loop (6 pixels x 4 vectors) reaches 190-200 GFLOP/s
+ * of the core's 222 on these shapes with its data in cache (one thread,
+ * measured apart); in the network each part runs 15-30% slower, and a
+ * team's fork and join alone take 2.9 us here. */
 #define KC_PW_MAX_PIXELS 64
 #define KC_PW_MAX_PIXELS_STRIDED 256
 /* A kernel of several taps (kc_pw_taps_geometry), by the output pixels
