@@ -120,7 +120,21 @@
  *   against 0.40-0.45, of 6 (each output row's lines in order) 0.37-0.40
  *   against 0.39-0.40;
  * - chunks of up to 640 KB of input rather than KC_PW_CHUNK_BYTES (no
- *   short last chunk that reads the whole kernel for a few pixels): level.
+ *   short last chunk that reads the whole kernel for a few pixels): level;
+ * - where batch 8 loses to ONNX Runtime: in a lane (one thread, four
+ *   images) the residual sums come from memory. Dropping their read (a
+ *   timing probe, wrong output) made the 56x56 64 -> 256 layers 0.39 ->
+ *   0.29-0.34 ms an image, the 28x28 128 -> 512 ones 0.35 -> 0.26, the
+ *   run 16.7 -> 15.5 ms. A block reads 64 bytes of each of its rows per
+ *   vector, rows st->n * 4 bytes apart: its reads step by kilobytes and
+ *   cross a 4 KB page nearly every block, where the hardware's fetch
+ *   stops. Fetching the next block's residual lines (T1) in a lane:
+ *   those layers 0.41-0.49 -> 0.38-0.42, but the run 0.976, 0.982,
+ *   1.010 and 1.002 of the time over 6, 8, 8 and 10 alternating pairs;
+ *   two or four blocks ahead 0.978 and 1.000, into L1 (T0) slower. Apart
+ *   (one core, 3132 pixels, 64 -> 256), the residual read cost nothing
+ *   when this core had written the sums, 2% from memory, 38% when the
+ *   other core had (513 us fetched two blocks ahead, against 664).
  * The kernel's own loop (6 pixels x 4 vectors) reaches 190-200 GFLOP/s
  * of the core's 222 on these shapes with its data in cache (one thread,
  * measured apart); in the network each part runs 15-30% slower, and a
