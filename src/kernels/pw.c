@@ -18,8 +18,8 @@
  * busy times in ResNet50's nine such layers at batch 1 then differed by
  * 102 us a run in all, from 234 (means over 93 runs), but the layers'
  * times stayed level (ten alternating pairs; a chain of 7x7 2048 <-> 512
- * layers too: much of the difference was the second thread's later start). A strided layer first gathers
- * the pixels it reads into a buffer of its own, its threads a share each.
+ * layers too: much of the difference was the second thread's later start). A strided layer's threads first
+ * gather the pixels it reads, each all of them into a buffer of its own.
  * On the 2-core Zen 5 of bench/results, ResNet50 batch 1, `--stats`,
  * alternating: its 7x7 1024 -> 2048 shortcut 0.75-0.77 -> 0.62-0.69 ms
  * (oneDNN on the subsampled input, dnnl_conv.c's gather), its 14x14
@@ -184,14 +184,13 @@ typedef struct kc_pw_state {
     kc_kernel_state base;
     kc_shape in_shape;
     int64_t pixels, k, n;    /* output pixels, input channels, output channels */
-    /* strided: the input's rows and columns, the stride; its pixels taken
-     * into `gathered` (pixels x k) before the product */
+    /* the input's rows and columns, the output's, the stride (strided:
+     * the pixels read gathered into rows of k before the product) */
     int64_t in_h, in_w, out_h, out_w, stride;
     /* a kernel of several taps (kc_pw_taps_geometry): its rows and
      * columns, the padding before the image, the input's channels (k is
      * then kh * kw * c, the taps of a pixel gathered side by side) */
     int64_t kh, kw, pad_t, pad_l, c;
-    float *gathered;
     int64_t vectors;         /* of 16 output channels, the last maybe partly zeros */
     float *w;                /* packed: vector v's k rows of 16 at w + k * 16 * v */
     int act;                 /* kc_wino_act's codes; 3: applied by the caller */
@@ -434,7 +433,6 @@ static void kc_pw_free(kc_kernel_state *s)
 {
     kc_pw_state *st = (kc_pw_state *)s;
     kc_free_weights(st->w);
-    free(st->gathered);
     kc_pw_head_free(st->head);
     free(st);
 }
@@ -664,9 +662,13 @@ static void kc_pw_vectors_job(void *arg, int part)
     const kc_pw_state *st = in_io->st;
     kc_pw_io taps_io;
     const kc_pw_io *io = in_io;
-    /* taps: each thread gathers them all into its own buffer (shared,
-     * half the pixels from the other core's cache, the product ran slower) */
-    if (kc_pw_gathers(st) && !st->gathered) {
+    /* strided or taps: each thread gathers every pixel's row into its
+     * own buffer (one buffer shared, each part gathering a share: the
+     * (1, 3) layers' product read half its rows from the other core's
+     * cache and ran ~10% slower; ResNet50's strided 1x1 layers were
+     * level either way, 1.53-1.59 ms against 1.55-1.68 in all for its
+     * four at batch 1, four alternating `--stats` runs) */
+    if (kc_pw_gathers(st)) {
         float *buf = kc_dnnl_workspace(KC_DNNL_SLOT_SRC,
                                        (size_t)(st->pixels * st->k) * sizeof(float));
         if (!buf) {
@@ -758,18 +760,7 @@ static void kc_pw_pixels_job(void *arg, int part)
     }
 }
 
-/* Strided: part `part`'s share of the output pixels' input pixels into
- * the gathered buffer (rows of k), for the product to read as stride 1. */
-static void kc_pw_gather_job(void *arg, int part)
-{
-    const kc_pw_io *io = arg;
-    const kc_pw_state *st = io->st;
-    int64_t lo = st->pixels * part / st->cut.parts, hi = st->pixels * (part + 1) / st->cut.parts;
-    kc_pw_gather(st, io->in, lo, hi, st->gathered + lo * st->k);
-}
-
-/* The state for geometry *probe: the kernel packed, the cut even, the
- * gather buffer of a strided layer. */
+/* The state for geometry *probe: the kernel packed, the cut even. */
 static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, kc_pw_state **out)
 {
     kc_pw_state *st = kc_calloc(1, sizeof *st);
@@ -780,8 +771,7 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
     st->in_shape = ctx->in_shape[0];
     st->prefetch = !kc_env_off("KC_PW_PREFETCH");
     /* alone (one thread, a lane): by pixels in one part, strided pixels
-     * gathered into the thread's own buffer. The lanes share the state,
-     * and by vectors they gathered into its one buffer side by side; a
+     * gathered into the thread's own buffer. The lanes share the state; a
      * state built for the team is built again for a lane (kc_pw_conv).
      * One thread takes every layer the team does. Why: a lane's oneDNN
      * executions allocate as the team's do (MobileNetV2's last 1x1 at
@@ -811,9 +801,6 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
     st->pool_for = a->pre_pool;
     if (packed == KC_OK && a->post_head)
         packed = kc_pw_head_new(a->post_head, st->n, st->pixels, &st->head);
-    if (packed == KC_OK && st->kh * st->kw == 1 && st->stride > 1 && !st->by_pixels &&
-        !(st->gathered = kc_calloc((size_t)(st->pixels * st->k), sizeof(float))))
-        packed = KC_ERR_NOMEM;
     if (packed != KC_OK) {
         kc_pw_free(&st->base);
         return packed;
@@ -939,8 +926,8 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         return KC_OK;
     }
     /* a state built for the team is not a lane's (a lane's image has the
-     * shape of a batch of one; the team's strided state gathers into one
-     * buffer, which two lanes would write at once), nor the reverse */
+     * shape of a batch of one, and a lane's state runs by pixels in one
+     * part), nor the reverse */
     if (!mine || !kc_shape_equal(&st->in_shape, &ctx->in_shape[0]) ||
         st->head_for != (const void *)a->post_head || st->pool_for != (const void *)a->pre_pool ||
         st->alone != (kc_parallel_width() < 2)) {
@@ -974,10 +961,6 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL,
                    st->head ? st->head->conv : pool_buf ? pool_buf : ctx->out[0], NULL, NULL,
                    &panels, failed, 0};
-    if (st->gathered) {
-        kc_parallel(st->cut.parts, kc_pw_gather_job, &io);
-        io.in = st->gathered;
-    }
     double seconds[KC_BALANCE_MAX_PARTS] = {0};
     int64_t units[KC_BALANCE_MAX_PARTS];
     if (st->head) {
