@@ -15,7 +15,27 @@
  * even their times (kc_balance). Each output is the sum over its taps
  * inside the image in order, then the bias: the same bits on any rows,
  * threads, lane or instruction set, so where this kernel is on it takes
- * the layer everywhere, alone on one thread too. */
+ * the layer everywhere, alone on one thread too.
+ *
+ * Kernels wider than 3x3 (ResNet's 7x7 stride-2 conv1, 147 taps) run on
+ * the wide loop (stem.h): each kernel row's kw x c taps are one run of a
+ * padded input row, so a block's pixels are offsets of one pointer and
+ * its 64 channels of another, with no table of taps. The same sums
+ * (oneDNN's brgconv sums them in this order too: ResNet50's outputs kept
+ * their bits). Why: ResNet50 then makes no oneDNN call, and no heap
+ * allocation in a run (16 an inference at batch 1, 64 at batch 8, each
+ * oneDNN execution allocating). On the Zen 5 of 12-06 at batch 1
+ * (`--stats`, alternating runs): conv1 0.70-0.74 ms against oneDNN's
+ * 0.70-0.72, and the max pooling after it 0.09 against 0.15 ms (it read
+ * oneDNN's output back as from memory: 110 us a thread, 37 us apart on
+ * an input in cache); the run level (1.000 over 10 alternating pairs).
+ * Tried, not landed: ResNet's overlapping 3x3 stride-2 pooling run
+ * inside the layer as the non-overlapping ones are (kc_stem_pooled_rows),
+ * the convolution's rows kept in a ring of three: conv1 and its pooling
+ * 0.74-0.80 ms, but the first block's 64 -> 256 layer with the residual
+ * sum then 0.05 ms slower (0.35 against 0.30, in every pair, even cuts
+ * too), the run 1.015-1.018 at batch 1, level at batch 8 and on one
+ * thread. */
 #include "kernels/stem.h"
 
 #include <stdlib.h>
@@ -36,16 +56,21 @@
 #define KC_STEM_MAX_CHANNELS 4
 /* At least this many output channels: one vector. */
 #define KC_STEM_MIN_FILTERS 16
-/* At most this kernel extent. ResNet50's 7x7 3 -> 64 took 0.76-0.92 ms
- * here against oneDNN's 0.61-0.62 (147 taps and four vectors, in two
- * passes of two; 0.71-0.73 against 0.63 in one pass of 6 pixels x 4
- * vectors), so it stays on oneDNN; the 3x3 stems are level with
- * it (MobileNetV2's 0.099-0.102 against 0.101-0.104 ms, InceptionV3's
- * 3 -> 32 on 299x299 0.19-0.21 against 0.19-0.20). */
+/* At most this kernel extent on the loop of taps (stem_simd.inc's
+ * kc_stem_rows): the 3x3 stems are level with oneDNN there
+ * (MobileNetV2's 0.099-0.102 against 0.101-0.104 ms, InceptionV3's
+ * 3 -> 32 on 299x299 0.19-0.21 against 0.19-0.20). ResNet50's 7x7
+ * 3 -> 64 took 0.76-0.92 ms on it against oneDNN's 0.61-0.62 (147 taps,
+ * each an offset from a table, and four vectors in two passes of two;
+ * 0.71-0.73 in one pass of 6 pixels x 4 vectors). Wider kernels, up to
+ * KC_STEM_WIDE_MAX_KERNEL, run on the wide loop instead (stem.h), whose
+ * taps are runs of a padded row (see kc_stem_wide_wanted). */
 #define KC_STEM_MAX_KERNEL 3
 
 typedef void (*kc_stem_rows_fn)(const kc_stem_geom *, const kc_stem_kernel *, const float *,
                                 float *, int64_t, int64_t);
+typedef void (*kc_stem_wide_fn)(const kc_stem_geom *, const float *, const float *, const float *,
+                                kc_stem_ring *, float *, int64_t, int64_t);
 
 /* A max pooling run inside the layer (kc_conv_attrs.post_pool): its
  * window (= its strides) and the pooled rows and columns; kh 0: none. */
@@ -62,6 +87,11 @@ typedef struct kc_stem_state {
     kc_stem_rows_fn rows;
     float *w, *bias;
     int32_t *off;
+    /* a kernel wider than 3x3: the wide loop, its kernel in groups of
+     * `wide_nv` vectors (stem.h); NULL: the loop of taps */
+    kc_stem_wide_fn wide;
+    float *w4;
+    int64_t wide_nv;
     kc_balance cut; /* parts: runs of output rows over the batch */
     int width;      /* the threads the cut was made for */
 } kc_stem_state;
@@ -72,6 +102,7 @@ static void kc_stem_free(kc_kernel_state *s)
     free(st->w);
     free(st->bias);
     free(st->off);
+    free(st->w4);
     free(st);
 }
 
@@ -81,8 +112,9 @@ int kc_stem_owns(const kc_kernel_state *state) { return state && state->free == 
  * into g; 0 when the layer does not qualify (stem.h). The layers a may
  * carry (post_dw, post_pw) aside: kc_stem_geometry refuses those. */
 static int kc_stem_geometry_alone(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
-                                  kc_stem_geom *g)
+                                  int wide_ok, kc_stem_geom *g)
 {
+    int64_t most = wide_ok ? KC_STEM_WIDE_MAX_KERNEL : KC_STEM_MAX_KERNEL;
     if (a->kind != KC_CONV_PLAIN || a->spatial != 2 || a->groups != 1 || a->padding == 2 ||
         a->accumulate || a->pre_pool || in->rank != 4 ||
         out->rank != 4 || out->dims[0] != in->dims[0] || in->dims[3] < 1 ||
@@ -90,7 +122,7 @@ static int kc_stem_geometry_alone(const kc_conv_attrs *a, const kc_shape *in, co
         return 0;
     int64_t s = a->strides[0];
     for (int i = 0; i < 2; i++)
-        if (a->kernel[i] < 1 || a->kernel[i] > KC_STEM_MAX_KERNEL || a->strides[i] != s ||
+        if (a->kernel[i] < 1 || a->kernel[i] > most || a->strides[i] != s ||
             s < 1 || a->dilation[i] != 1 || a->pad_before[i] < 0 || a->pad_after[i] < 0)
             return 0;
     int64_t dims[2], pad[2];
@@ -109,14 +141,21 @@ static int kc_stem_geometry_alone(const kc_conv_attrs *a, const kc_shape *in, co
     return 1;
 }
 
-/* kc_stem_geometry_alone for a layer run alone: one that carries a block
- * (post_dw, post_pw) is the block kernel's (kc_stem_block_takes). */
+/* Whether geometry g runs on the wide loop: a kernel wider than 3x3. */
+static int kc_stem_wide_wanted(const kc_stem_geom *g)
+{
+    return g->kh > KC_STEM_MAX_KERNEL || g->kw > KC_STEM_MAX_KERNEL;
+}
+
+/* kc_stem_geometry_alone for a layer run alone (wide kernels too): one
+ * that carries a block (post_dw, post_pw) is the block kernel's
+ * (kc_stem_block_takes). */
 static int kc_stem_geometry(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out,
                             kc_stem_geom *g)
 {
     if (a->post_dw || a->post_pw)
         return 0;
-    return kc_stem_geometry_alone(a, in, out, g);
+    return kc_stem_geometry_alone(a, in, out, 1, g);
 }
 
 /* The max pooling p over a convolution output of `out` (NHWC) into
@@ -170,9 +209,29 @@ static kc_status kc_stem_pack_into(const kc_stem_geom *g, const float *w, const 
     return KC_OK;
 }
 
+/* The wide loop's copy of Keras's kernel (stem.h: groups of nv vectors,
+ * each tap's nv * 16 channels side by side, zeros past f), into *pw4,
+ * allocated where NULL. */
+static kc_status kc_stem_pack_wide(const kc_stem_geom *g, const float *w, int64_t nv, float **pw4)
+{
+    int64_t width = 16 * nv, groups = (g->f + width - 1) / width;
+    if (!*pw4)
+        *pw4 = kc_calloc((size_t)(groups * g->taps * width), sizeof **pw4);
+    if (!*pw4)
+        return KC_ERR_NOMEM;
+    for (int64_t q = 0; q < groups; q++)
+        for (int64_t t = 0; t < g->taps; t++)
+            for (int64_t l = 0; l < width; l++) {
+                int64_t fo = q * width + l;
+                (*pw4)[(q * g->taps + t) * width + l] = fo < g->f ? w[t * g->f + fo] : 0.0f;
+            }
+    return KC_OK;
+}
+
 static kc_status kc_stem_pack(kc_stem_state *st, const float *w, const float *bias)
 {
-    return kc_stem_pack_into(&st->g, w, bias, &st->w, &st->bias, &st->off);
+    KC_TRY(kc_stem_pack_into(&st->g, w, bias, &st->w, &st->bias, &st->off));
+    return st->wide ? kc_stem_pack_wide(&st->g, w, st->wide_nv, &st->w4) : KC_OK;
 }
 
 /* The tap offsets are int32: an image too wide for them stays on oneDNN. */
@@ -198,6 +257,10 @@ static kc_status kc_stem_build(const kc_exec_ctx *ctx, const kc_stem_geom *g,
     st->pool = *pool;
     st->post_pool = a->post_pool;
     st->rows = isa == KC_ISA_AVX512 ? kc_stem_rows_avx512 : kc_stem_rows_avx2;
+    if (kc_stem_wide_wanted(g)) {
+        st->wide = isa == KC_ISA_AVX512 ? kc_stem_wide_rows_avx512 : kc_stem_wide_rows_avx2;
+        st->wide_nv = isa == KC_ISA_AVX512 ? 4 : 1; /* stem_simd.inc's KC_STEM_WIDE_NV */
+    }
     st->width = 0; /* the cut is made at the first run */
     if (kc_stem_pack(st, w, bias) != KC_OK) {
         kc_stem_free(&st->base);
@@ -217,16 +280,52 @@ typedef struct kc_stem_job {
     int failed; /* a part found no memory for its rows (pooled runs) */
 } kc_stem_job;
 
+/* The wide loop's ring of padded input rows (stem.h) in this thread's
+ * workspace, empty; 0 without memory. */
+static int kc_stem_ring_init(const kc_stem_geom *g, kc_stem_ring *ring)
+{
+    ring->row_floats = ((g->out_w - 1) * g->s + g->kw) * g->c;
+    size_t floats = (size_t)((g->kh + 1) * ring->row_floats);
+    float *buf = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, floats * sizeof(float));
+    if (!buf)
+        return 0;
+    float *zeros = buf + g->kh * ring->row_floats;
+    memset(zeros, 0, (size_t)ring->row_floats * sizeof *zeros);
+    ring->rows = buf;
+    ring->zeros = zeros;
+    ring->image = NULL;
+    for (int k = 0; k < KC_STEM_WIDE_MAX_KERNEL; k++)
+        ring->iy[k] = -1;
+    return 1;
+}
+
+/* Output rows [y0, y1) of image `in` into `out` (at row y0), on the wide
+ * loop (with `ring`) or the loop of taps. */
+static void kc_stem_conv_rows(const kc_stem_state *st, const float *in, kc_stem_ring *ring,
+                              float *out, int64_t y0, int64_t y1)
+{
+    if (st->wide) {
+        st->wide(&st->g, st->w4, st->bias, in, ring, out, y0, y1);
+        return;
+    }
+    kc_stem_kernel kernel = {st->w, st->bias, st->off};
+    st->rows(&st->g, &kernel, in, out, y0, y1);
+}
+
 /* One image's run of output rows. */
 static void kc_stem_image_rows(void *arg, int64_t img, int64_t y0, int64_t y1)
 {
-    const kc_stem_job *job = arg;
+    kc_stem_job *job = arg;
     const kc_stem_state *st = job->st;
     const kc_stem_geom *g = &st->g;
-    kc_stem_kernel kernel = {st->w, st->bias, st->off};
+    kc_stem_ring ring;
+    if (st->wide && !kc_stem_ring_init(g, &ring)) {
+        __atomic_store_n(&job->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
     int64_t in_image = g->in_h * g->in_w * g->c, out_image = g->out_h * g->out_w * g->f;
-    st->rows(g, &kernel, job->in + img * in_image,
-             job->out + img * out_image + y0 * g->out_w * g->f, y0, y1);
+    kc_stem_conv_rows(st, job->in + img * in_image, &ring,
+                      job->out + img * out_image + y0 * g->out_w * g->f, y0, y1);
 }
 
 /* One image's run of pooled rows [p0, p1): for each, the convolution's
@@ -239,7 +338,6 @@ static void kc_stem_pooled_rows(void *arg, int64_t img, int64_t p0, int64_t p1)
     const kc_stem_state *st = job->st;
     const kc_stem_geom *g = &st->g;
     const kc_stem_pool *pool = &st->pool;
-    kc_stem_kernel kernel = {st->w, st->bias, st->off};
     int64_t row = g->out_w * g->f;
     float *strip = kc_dnnl_workspace(KC_DNNL_SLOT_DST, (size_t)(pool->kh * row) * sizeof(float));
     if (!strip) {
@@ -251,8 +349,13 @@ static void kc_stem_pooled_rows(void *arg, int64_t img, int64_t p0, int64_t p1)
                           .sw = pool->kw};
     const float *in = job->in + img * g->in_h * g->in_w * g->c;
     float *out = job->out + img * pool->out_h * pool->out_w * g->f;
+    kc_stem_ring ring;
+    if (st->wide && !kc_stem_ring_init(g, &ring)) {
+        __atomic_store_n(&job->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
     for (int64_t py = p0; py < p1; py++) {
-        st->rows(g, &kernel, in, strip, py * pool->kh, (py + 1) * pool->kh);
+        kc_stem_conv_rows(st, in, &ring, strip, py * pool->kh, (py + 1) * pool->kh);
         kc_maxpool_nhwc(strip, out + py * pool->out_w * g->f, &mg);
     }
 }
@@ -364,7 +467,7 @@ int kc_stem_block_takes(const kc_conv_attrs *a, const kc_shape *in, kc_stem_geom
         out.dims[1 + i] = kc_conv_out_len(in->dims[1 + i], a->kernel[i], a->strides[i],
                                           a->dilation[i], a->padding != 0);
     out.dims[3] = a->filters;
-    return kc_stem_geometry_alone(a, in, &out, g) && kc_stem_offsets_fit(g) && g->act != 3;
+    return kc_stem_geometry_alone(a, in, &out, 0, g) && kc_stem_offsets_fit(g) && g->act != 3;
 }
 
 kc_status kc_stem_loop_build(const kc_stem_geom *g, const float *w, const float *bias,

@@ -39,6 +39,33 @@ void kc_stem_rows_avx512(const kc_stem_geom *g, const kc_stem_kernel *k, const f
 void kc_stem_rows_avx2(const kc_stem_geom *g, const kc_stem_kernel *k, const float *in,
                        float *out, int64_t y0, int64_t y1);
 
+/* Kernels wider than 3x3 (ResNet's 7x7 stride-2 conv1) run on the wide
+ * loop: blocks of 6 pixels x 64 channels (AVX-512), each kernel row's
+ * taps (kw x c) read in a run from the image's row padded with zeros.
+ * The padded rows a thread reads: a ring of kh of them (an input row
+ * stays while the output rows under it run: at stride 2 each output row
+ * pads two new ones), and a row of zeros for those outside the image. */
+#define KC_STEM_WIDE_MAX_KERNEL 11
+typedef struct kc_stem_ring {
+    float *rows;              /* kh rows of row_floats */
+    const float *zeros;       /* row_floats zeros */
+    int64_t row_floats;       /* ((out_w - 1) * s + kw) * c */
+    int64_t iy[KC_STEM_WIDE_MAX_KERNEL]; /* the input row each slot holds */
+    const float *image;       /* the image they are from (NULL: none) */
+} kc_stem_ring;
+
+/* Output rows [y0, y1) of one image as kc_stem_rows's, for a kernel of
+ * up to KC_STEM_WIDE_MAX_KERNEL rows: `w4` the kernel in groups of the
+ * wide block's vectors (AVX-512: 4), group q's tap t's 16 * 4 channels
+ * at w4 + (q * taps + t) * 64 (AVX2: 1 vector, 16), zeros past f. The
+ * same sums as kc_stem_rows's. */
+void kc_stem_wide_rows_avx512(const kc_stem_geom *g, const float *w4, const float *bias,
+                              const float *in, kc_stem_ring *ring, float *out, int64_t y0,
+                              int64_t y1);
+void kc_stem_wide_rows_avx2(const kc_stem_geom *g, const float *w4, const float *bias,
+                            const float *in, kc_stem_ring *ring, float *out, int64_t y0,
+                            int64_t y1);
+
 /* The loop inside another kernel: irb.c's block whose expansion is a
  * stem (MobileNetV2's Conv1 before its first depthwise layer), whose rows
  * it computes band by band into the core's cache instead of writing the

@@ -978,8 +978,11 @@ static void stem_reference(const conv_case *c, const conv_run *r, float *out)
  * Its outputs within the fidelity tolerance of the plain path and, but
  * for tanh, equal to the scalar sum in its order (stem_reference): the
  * same bits on any threads and instruction set, under the residency
- * manager and with streamed weights too. Not ResNet50's 7x7, 5 input
- * channels, 8 filters, dilation, a fused sum or KC_STEM=0. */
+ * manager and with streamed weights too. Kernels up to 11x11 run on the
+ * wide loop (ResNet50's 7x7 conv1, AlexNet's 11x11 stride 4, a 5x5 of 40
+ * filters, a (7, 5) kernel): every tap read from rows padded with zeros,
+ * the same bits as the taps inside alone. Not a 13x13, 5 input channels,
+ * 8 filters, dilation, a fused sum or KC_STEM=0. */
 static void stem_layers_isa(void)
 {
     static const struct {
@@ -1006,8 +1009,19 @@ static void stem_layers_isa(void)
           0, 0, 0, "linear", 1, 2}, 1, 1},
         {{"1x1, 3 -> 16, 5x6", "Conv2D", KC_CONV_PLAIN, 2, 1, 5, 6, 3, 16, 1, 1, 1, 1, 0, 0,
           "relu", 1, 0}, 1, 1},
+        /* kernels wider than 3x3: the wide loop (stem.h), rows padded */
         {{"7x7 stride 2 after a ZeroPadding of 3 (ResNet50's conv1)", "Conv2D", KC_CONV_PLAIN, 2, 1,
-          32, 32, 3, 64, 7, 2, 1, 0, 3, 0, "relu", 1, 0}, 1, 0},
+          32, 32, 3, 64, 7, 2, 1, 0, 3, 0, "relu", 1, 0}, 1, 1},
+        {{"7x7 stride 2 same, 3 -> 128 relu6, two 23x19 images", "Conv2D", KC_CONV_PLAIN, 2, 2, 23,
+          19, 3, 128, 7, 2, 1, 1, 0, 0, "relu6", 1, 0}, 1, 1},
+        {{"5x5 same stride 1, 3 -> 40 (a vector and a half past 64), no bias, 9x14", "Conv2D",
+          KC_CONV_PLAIN, 2, 1, 9, 14, 3, 40, 5, 1, 1, 1, 0, 0, "linear", 1, 0}, 0, 1},
+        {{"11x11 valid stride 4, 3 -> 96 relu (AlexNet's), 39x43", "Conv2D", KC_CONV_PLAIN, 2, 1,
+          39, 43, 3, 96, 11, 4, 1, 0, 0, 0, "relu", 1, 0}, 1, 1},
+        {{"(7, 5) kernel valid stride 2, 1 -> 16 tanh (applied after), 15x12", "Conv2D",
+          KC_CONV_PLAIN, 2, 1, 15, 12, 1, 16, 7, 2, 1, 0, 0, 0, "tanh", 1, 5}, 1, 1},
+        {{"13x13: past the wide loop's 11", "Conv2D", KC_CONV_PLAIN, 2, 1, 20, 20, 3, 16, 13, 1, 1,
+          1, 0, 0, "relu", 1, 0}, 1, 0},
         {{"5 input channels", "Conv2D", KC_CONV_PLAIN, 2, 1, 12, 12, 5, 32, 3, 1, 1, 1, 0, 0,
           "relu", 1, 0}, 1, 0},
         {{"8 filters", "Conv2D", KC_CONV_PLAIN, 2, 1, 12, 12, 3, 8, 3, 1, 1, 1, 0, 0, "relu", 1,

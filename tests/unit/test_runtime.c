@@ -392,6 +392,31 @@ static void test_maxpool_fused_in_stem(void **state)
     fused_pair_free(&p);
 }
 
+/* ResNet50's stem: conv1_pad, the 7x7 stride-2 conv1 (its
+ * BatchNormalization and ReLU folded), pool1_pad and the overlapping 3x3
+ * stride-2 pool1 (not fused); and a 7x7 "same" convolution whose 2x2 max
+ * pooling runs inside it. Both 7x7 layers run on the stem's wide loop
+ * (kernels/stem.c) where it runs (AVX-512), and then the model makes no
+ * heap allocation in a run (tests/alloc/steady_state.sh); the paddings
+ * fold; every output the bits of the run without the pooling fused,
+ * within 1e-4 of the NumPy reference. */
+static void test_resnet_stem(void **state)
+{
+    (void)state;
+    fused_pair p;
+    fused_pair_run(&p, "fusion/resnet_stem.keras", "fusion/resnet_stem_input.npy", 2,
+                   "KC_FUSE_POOL");
+    int stem = kc_isa() == KC_ISA_AVX512 && kc_dnnl_ready();
+    assert_true(fused_away(p.fused, "conv1_pad"));
+    assert_true(fused_away(p.fused, "pool1_pad"));
+    assert_false(fused_away(p.fused, "pool1_pool")); /* overlapping */
+    assert_int_equal(fused_away(p.fused, "p2"), stem);
+    assert_false(fused_away(p.plain, "p2"));
+    fused_pair_expect(&p, 0, "fusion/resnet_stem_expected_0.npy", 1e-4f, 0.0f);
+    fused_pair_expect(&p, 1, "fusion/resnet_stem_expected_1.npy", 1e-4f, 0.0f);
+    fused_pair_free(&p);
+}
+
 /* A global average pooling and the Dense after it run inside the 1x1
  * convolution before them (kernels/pw_head.c, MobileNetV2's classifier)
  * at batch 1 where kerasc's 1x1 kernel runs (AVX-512): both nodes
@@ -1994,6 +2019,7 @@ int main(void)
         cmocka_unit_test(test_folded_kernels_released_after_packing),
         cmocka_unit_test(test_layer_scale_folded),
         cmocka_unit_test(test_maxpool_fused_in_stem),
+        cmocka_unit_test(test_resnet_stem),
         cmocka_unit_test(test_head_fused),
         cmocka_unit_test(test_head_fused_released),
         cmocka_unit_test(test_rescaling_folded),

@@ -76,6 +76,13 @@ transpose_alloc (the model alone): a Conv2DTranspose 64 -> 32 3x3 stride
 2 on 32x32 images, whose product (1.2 MB) the old path allocated on
 every run (tests/alloc/steady_state.sh).
 
+resnet_stem: ResNet50's stem on two 45x39 images: ZeroPadding2D(3), a
+7x7 stride-2 convolution of 64 filters, BatchNormalization and ReLU,
+ZeroPadding2D(1), MaxPooling2D(3, strides=2) (the paddings folded, the
+normalisation too; the convolution on kernels/stem.c's wide loop); and a
+"same" 7x7 convolution of 24 filters with a relu then MaxPooling2D(2),
+run inside it (test_runtime's test_resnet_stem).
+
 transpose_dyn: a Conv2DTranspose 3x3 stride 2 "same" relu on images of
 any size (test_runtime's test_conv_transpose_shapes: other sizes, an
 empty one, then the first again).
@@ -287,3 +294,17 @@ g3 = g.layer("GlobalAveragePooling2D", c3, name="g3")
 d3 = g.layer("Dense", g3, name="d3", units=5)
 outs = [d1, d2, d3, g3]
 save_fixture("conv_gap_dense", g.model(outs), data, outs)
+
+rng = np.random.default_rng(19)
+data = rng.uniform(-1, 1, size=(2, 45, 39, 3)).astype(np.float32)
+g = appgraph.Graph("resnet_stem", 3, appgraph.Weights("tests/resnet_stem"))
+x = g.input((45, 39, 3), data)
+z1 = g.layer("ZeroPadding2D", x, name="conv1_pad", padding=[[3, 3], [3, 3]])
+c1 = g.layer("Conv2D", z1, name="conv1_conv", filters=64, kernel_size=7, strides=2)
+b1 = g.layer("BatchNormalization", c1, name="conv1_bn", epsilon=1.001e-5)
+r1 = g.layer("Activation", b1, name="conv1_relu", activation="relu")
+z2 = g.layer("ZeroPadding2D", r1, name="pool1_pad", padding=[[1, 1], [1, 1]])
+p1 = g.layer("MaxPooling2D", z2, name="pool1_pool", pool_size=3, strides=2)
+c2 = g.layer("Conv2D", x, name="c2", filters=24, kernel_size=7, padding="same", activation="relu")
+p2 = g.layer("MaxPooling2D", c2, name="p2", pool_size=2)
+save_fixture("resnet_stem", g.model([p1, p2]), data, [p1, p2])
