@@ -135,6 +135,31 @@
  *   (one core, 3132 pixels, 64 -> 256), the residual read cost nothing
  *   when this core had written the sums, 2% from memory, 38% when the
  *   other core had (513 us fetched two blocks ahead, against 664).
+ * Tried on the same Zen 5 on 12-06 (ResNet50 batch 1; each layer's wall
+ * time and its parts' busy times summed over the 27 layers run by
+ * pixels, alternating runs), none landed:
+ * - where their time goes: a part starts 2.3-2.9 us after the team is
+ *   asked for, the call returns 2.3-2.5 us after the last part ends, and
+ *   the parts end 21 us apart on average (15-17 us with the cut in single
+ *   pixels rather than blocks of 8, the runs level): the wall time of the
+ *   27 is 0.45 ms over their slower parts', 0.1 ms of it the cut;
+ * - each part's run claimed a piece at a time (base/claims.h, pieces a
+ *   quarter of what is left, a unit a block against one panel), a part
+ *   done early taking blocks from the back of the other's run: the parts
+ *   then ended within 2-3 us (slower part 0.05-0.08 ms over the mean
+ *   over the 27, from 0.29-0.34), but the mean rose by as much (the taken
+ *   blocks read the other core's rows and residual sums; with taking off
+ *   the mean stayed level): the run 1.000 and 1.002 over 10 + 10 pairs;
+ * - each block's own residual lines fetched into L1 as it starts (PREFETCH
+ *   T0), or also the output lines of layers without a sum (PREFETCHW):
+ *   0.989, 1.003 and 0.992 of the time over 8, 10 and 8 pairs;
+ * - the parts going through the panels from different ends (part k from
+ *   panel k * panels / parts), so that the second to read a panel finds
+ *   it in the other core's cache or L3 rather than memory: 1.001 over 10
+ *   pairs (one thread apart, 96 pixels x 1024 outputs took 8-10% longer
+ *   than 192 x 512 with the kernel coming from memory: the one kernel
+ *   read twice per layer by pixels costs, but not at this size);
+ * - the chunks of a part's run evened out (no short last chunk): level.
  * The kernel's own loop (6 pixels x 4 vectors) reaches 190-200 GFLOP/s
  * of the core's 222 on these shapes with its data in cache (one thread,
  * measured apart); in the network each part runs 15-30% slower, and a

@@ -319,7 +319,18 @@ static kc_wf_piece kc_wf_next_piece(const kc_wf_state *st, int64_t v0, int nv, i
  * run 23.1-23.7 -> 22.4-22.8 ms (a slow phase); batch 8 and InceptionV3
  * level. The same lines fetched in bursts, a product's share at once
  * before it, gained nothing: the core stalled on its outstanding
- * misses. KC_WINOFLY_PREFETCH=0: none. */
+ * misses. KC_WINOFLY_PREFETCH=0: none.
+ * Where the 7x7 layers' time goes now (ResNet50 batch 1, F(2x2), 12-06,
+ * each thread's times summed over the three layers a run): the kernel's
+ * transform 0.40-0.43 ms (0.84-0.86 without this fetch), the products
+ * 1.13-1.19 ms (~170 GFLOP/s a core; ~200 with their data in cache), the
+ * input and output transforms 0.1 ms. A thread streams 4.7 MB of 3x3
+ * kernel a layer; the transform still waits on ~2/3 of it. Tried, worse:
+ * fetching two pieces ahead (the transform 0.49-0.57 ms: the L2 holds
+ * the thread's transformed inputs, 524 KB, and its 197 KB piece), pieces
+ * of 32 or 16 input channels (the products 1.31-1.37 and 1.67 ms, the
+ * transform level). Routing 28x28 images here rather than to wino.c
+ * (its kept kernel): ResNet50's 128 -> 128 layers 0.27 -> 0.44 ms. */
 static kc_wino2d_lines kc_wf_fetch_share(const kc_wf_state *st, const kc_wf_piece *q, int p,
                                          int products)
 {
