@@ -277,18 +277,24 @@ typedef struct kc_stem_job {
     const kc_stem_state *st;
     const float *in;
     float *out;
-    int failed; /* a part found no memory for its rows (pooled runs) */
+    int failed; /* a part found no memory for its rows (pooled runs, the wide loop's ring) */
 } kc_stem_job;
 
 /* The wide loop's ring of padded input rows (stem.h) in this thread's
- * workspace, empty; 0 without memory. */
-static int kc_stem_ring_init(const kc_stem_geom *g, kc_stem_ring *ring)
+ * workspace, empty: 1, or 0 with job->failed set when there is no
+ * memory; 1 at once for the loop of taps, which has none. */
+static int kc_stem_ring_init(kc_stem_job *job, kc_stem_ring *ring)
 {
+    const kc_stem_geom *g = &job->st->g;
+    if (!job->st->wide)
+        return 1;
     ring->row_floats = ((g->out_w - 1) * g->s + g->kw) * g->c;
     size_t floats = (size_t)((g->kh + 1) * ring->row_floats);
     float *buf = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, floats * sizeof(float));
-    if (!buf)
+    if (!buf) {
+        __atomic_store_n(&job->failed, 1, __ATOMIC_RELAXED);
         return 0;
+    }
     float *zeros = buf + g->kh * ring->row_floats;
     memset(zeros, 0, (size_t)ring->row_floats * sizeof *zeros);
     ring->rows = buf;
@@ -319,10 +325,8 @@ static void kc_stem_image_rows(void *arg, int64_t img, int64_t y0, int64_t y1)
     const kc_stem_state *st = job->st;
     const kc_stem_geom *g = &st->g;
     kc_stem_ring ring;
-    if (st->wide && !kc_stem_ring_init(g, &ring)) {
-        __atomic_store_n(&job->failed, 1, __ATOMIC_RELAXED);
+    if (!kc_stem_ring_init(job, &ring))
         return;
-    }
     int64_t in_image = g->in_h * g->in_w * g->c, out_image = g->out_h * g->out_w * g->f;
     kc_stem_conv_rows(st, job->in + img * in_image, &ring,
                       job->out + img * out_image + y0 * g->out_w * g->f, y0, y1);
@@ -350,10 +354,8 @@ static void kc_stem_pooled_rows(void *arg, int64_t img, int64_t p0, int64_t p1)
     const float *in = job->in + img * g->in_h * g->in_w * g->c;
     float *out = job->out + img * pool->out_h * pool->out_w * g->f;
     kc_stem_ring ring;
-    if (st->wide && !kc_stem_ring_init(g, &ring)) {
-        __atomic_store_n(&job->failed, 1, __ATOMIC_RELAXED);
+    if (!kc_stem_ring_init(job, &ring))
         return;
-    }
     for (int64_t py = p0; py < p1; py++) {
         kc_stem_conv_rows(st, in, &ring, strip, py * pool->kh, (py + 1) * pool->kh);
         kc_maxpool_nhwc(strip, out + py * pool->out_w * g->f, &mg);
@@ -450,7 +452,7 @@ kc_status kc_stem_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         kc_balanced_image_rows(&st->cut, &st->width, width, st->in_shape.dims[0], st->g.out_h,
                                kc_stem_image_rows, &job);
     if (job.failed)
-        return kc_fail(KC_ERR_NOMEM, "out of memory for a pooled convolution's rows");
+        return kc_fail(KC_ERR_NOMEM, "out of memory for a stem convolution's rows");
     *handled = 1;
     *act_done = st->g.act != 3;
     return KC_OK;
