@@ -1856,3 +1856,39 @@ int kc_dnnl_conv_sum_direct(const kc_conv_attrs *a, const kc_shape *in, const kc
     kc_dnnl_window_of(in, out, a, &g);
     return a->accumulate && !kc_dnnl_add_after(a, &g) && kc_dnnl_wide_sum(a, &g, 1);
 }
+
+dnnl_primitive_desc_t kc_dnnl_conv_image_pd(const kc_conv_attrs *a, const kc_shape *in,
+                                            const kc_shape *out)
+{
+    if (!kc_dnnl_ready() || a->kind != KC_CONV_PLAIN || a->spatial != 2 || a->groups != 1 ||
+        a->post_dw || a->pre_pool || in->rank != 4 || out->rank != 4)
+        return NULL;
+    kc_dnnl_conv_part part = {0};
+    kc_dnnl_conv_state *st = kc_calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    st->part = &part;
+    st->has_bias = a->use_bias;
+    kc_dnnl_window whole, one;
+    kc_dnnl_window_of(in, out, a, &whole);
+    const kc_dnnl_window *g = kc_dnnl_one_image(&whole, &part, &one);
+    dnnl_primitive_desc_t pd = NULL;
+    int fused = 0;
+    dnnl_primitive_attr_t attr =
+        kc_dnnl_descs(g, 1, a->kernel, st, &part) == KC_OK
+            ? kc_dnnl_post_ops_attr(a->activation, a->accumulate, NULL, NULL, &fused)
+            : NULL;
+    dnnl_memory_desc_t w_any = st->w_md;
+    w_any.format_kind = dnnl_format_kind_any;
+    dnnl_convolution_desc_t desc;
+    if (attr && dnnl_dilated_convolution_forward_desc_init(
+                    &desc, dnnl_forward_inference, dnnl_convolution_direct, &part.src_md, &w_any,
+                    st->has_bias ? &st->b_md : NULL, &part.dst_md, g->strides, g->dilates,
+                    g->pad_l, g->pad_r) == dnnl_success)
+        pd = kc_dnnl_conv_pd(&desc, attr, kc_dnnl_preferred_impl(a, g, a->accumulate));
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    kc_error_clear();
+    free(st);
+    return pd;
+}

@@ -2,6 +2,8 @@
 #ifndef KC_DNNL_CONV_H
 #define KC_DNNL_CONV_H
 
+#include <oneapi/dnnl/dnnl.h>
+
 #include "kernels/kernel.h"
 
 /* Run the convolution with oneDNN when it supports it; *handled = 0 means
@@ -66,5 +68,13 @@ int kc_dnnl_conv_pool_fusable(const struct kc_conv_attrs *a, const kc_layer *poo
  * bias first. kernels/pw.c sums as the one oneDNN would take. */
 int kc_dnnl_conv_sum_direct(const struct kc_conv_attrs *a, const kc_shape *in,
                             const kc_shape *out);
+
+/* The primitive descriptor of the direct convolution oneDNN gives one
+ * image of layer a (input shape in, output out; their first dimension
+ * ignored), built as a part of it would be (the same post-ops, the same
+ * preferred implementation, weights in oneDNN's layout); NULL when none.
+ * For kernels/dnnl_order.c, which runs it to learn how it sums. */
+dnnl_primitive_desc_t kc_dnnl_conv_image_pd(const struct kc_conv_attrs *a, const kc_shape *in,
+                                            const kc_shape *out);
 
 #endif

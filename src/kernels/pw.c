@@ -79,6 +79,7 @@
 #include "kernels/conv_geom.h"
 #include "kernels/dnnl_common.h"
 #include "kernels/dnnl_conv.h"
+#include "kernels/dnnl_order.h"
 #include "kernels/isa.h"
 #include "kernels/pw_head.h"
 #include "kernels/wino.h"
@@ -176,9 +177,10 @@
  * KC_PW_MAX_PIXELS_TAPS (strided) over at most KC_PW_TAPS_MAX_CHANNELS_WIDE
  * (test_pw_taps_layers: the same bits as oneDNN's at 4x4 to 56x56
  * outputs over 64 to 192 channels, 7x7 and 8x8 over up to 384, 1-D over
- * up to 1024). Past those it sums otherwise (a 3x3 over 512 channels onto
- * 4x4; over 288 onto 17x17: InceptionV3's Mixed_6a) in an order not
- * worked out, and the layer stays on oneDNN. Time measured up to 17x17
+ * up to 1024); to KC_PW_TAPS_MAX_CHANNELS_ASKED in oneDNN's runs of
+ * channels (below). Past those it sums otherwise (a 3x3 over 512
+ * channels onto 4x4) in an order not worked out, and the layer stays on
+ * oneDNN. Time measured up to 17x17
  * (InceptionV3's Mixed_6a 96 -> 96: 0.15-0.16 ms against oneDNN's
  * 0.17-0.21), hence the bound on larger images. */
 #define KC_PW_MAX_PIXELS_TAPS_SMALL 64
@@ -186,6 +188,19 @@
 #define KC_PW_TAPS_MAX_CHANNELS 384
 #define KC_PW_TAPS_MAX_CHANNELS_1D 1024
 #define KC_PW_TAPS_MAX_CHANNELS_WIDE 192
+/* From there to this many on larger images, oneDNN's brgconv sums in
+ * runs of input channels (one chain over each run's taps, the chains
+ * added in order) whose length it picks from the image, the filters and
+ * the caches: kernels/dnnl_order.c asks it, running the layer once at
+ * build, and the layer stays on oneDNN when no run length gives its bits.
+ * InceptionV3's Mixed_6a 288 -> 384 (runs of 272, then 16 on the Zen 5),
+ * its last oneDNN execution: level, 1.58-1.82 ms against oneDNN's
+ * 1.61-1.80 (batch 1, `--stats`, seven alternating pairs; whole runs
+ * 1.007 over 10 pairs at batch 1, 0.998 over 6 at batch 8), and
+ * InceptionV3 makes no allocation in a run (8 -> 0 at batch 1, 16 -> 0 at
+ * batch 8), the same bits. Held to 384 channels, beyond what was
+ * measured. */
+#define KC_PW_TAPS_MAX_CHANNELS_ASKED 384
 /* At least this many input and output channels: below, the weights are
  * small enough to stay in cache and the product too thin. By pixels
  * (larger images) KC_PW_MIN_OUTPUTS output channels will do: there each
@@ -216,6 +231,11 @@ typedef struct kc_pw_state {
      * columns, the padding before the image, the input's channels (k is
      * then kh * kw * c, the taps of a pixel gathered side by side) */
     int64_t kh, kw, pad_t, pad_l, c;
+    /* the input channels a chain of its sums runs over (kc_pw_sum_chunk):
+     * c, or fewer where oneDNN's kernel sums in runs of fewer
+     * (kc_dnnl_taps_run); then a pixel's row holds the taps run by run,
+     * each run's (kh, kw, channels) side by side */
+    int64_t c_run;
     int64_t vectors;         /* of 16 output channels, the last maybe partly zeros */
     float *w;                /* packed: vector v's k rows of 16 at w + k * 16 * v */
     int act;                 /* kc_wino_act's codes; 3: applied by the caller */
@@ -329,7 +349,7 @@ static int kc_pw_1x1_geometry(const kc_conv_attrs *a, const kc_shape *in, const 
     st->in_h = in->dims[1];
     st->in_w = in->dims[2];
     st->kh = st->kw = 1;
-    st->c = in->dims[3];
+    st->c = st->c_run = in->dims[3];
     return 1;
 }
 
@@ -353,9 +373,11 @@ static int kc_pw_taps_geometry(const kc_conv_attrs *a, const kc_shape *in, const
     int64_t most = wide    ? KC_PW_TAPS_MAX_CHANNELS_WIDE
                    : one_d ? KC_PW_TAPS_MAX_CHANNELS_1D
                            : KC_PW_TAPS_MAX_CHANNELS;
+    /* past `most` (wide): oneDNN's runs asked of it (kc_pw_geometry_of) */
+    int64_t asked = wide ? KC_PW_TAPS_MAX_CHANNELS_ASKED : most;
     if (kc_env_off("KC_PW_TAPS") || a->accumulate || a->pre_pool || a->post_head ||
         a->padding == 2 || (st->stride == 1 && (!one_d || wide)) || c < KC_PW_MIN_CHANNELS ||
-        c > most || pixels > KC_PW_MAX_PIXELS_TAPS)
+        c > asked || pixels > KC_PW_MAX_PIXELS_TAPS)
         return 0;
     for (int i = 0; i < 2; i++)
         if (a->kernel[i] < 1 || a->strides[i] != st->stride || st->stride < 1 ||
@@ -373,6 +395,7 @@ static int kc_pw_taps_geometry(const kc_conv_attrs *a, const kc_shape *in, const
     st->pad_t = pad[0];
     st->pad_l = pad[1];
     st->c = c;
+    st->c_run = c > most ? 0 : c;
     return 1;
 }
 
@@ -385,7 +408,7 @@ static int kc_pw_gathers(const kc_pw_state *st) { return st->stride > 1 || st->k
  * taps in one chain. */
 static int64_t kc_pw_sum_chunk(const kc_pw_state *st)
 {
-    return st->kh * st->kw > 1 ? st->k : KC_PW_CHUNK;
+    return st->kh * st->kw > 1 ? st->kh * st->kw * st->c_run : KC_PW_CHUNK;
 }
 
 /* A plain 2-D convolution, 1x1 (or of several taps: kc_pw_taps_geometry),
@@ -426,6 +449,9 @@ static int kc_pw_geometry_of(const kc_conv_attrs *a, const kc_shape *in, const k
         return 0;
     if (!kc_pw_residual_order(a, in, out, st))
         return 0;
+    /* last, as it builds and runs oneDNN's primitive (once a process) */
+    if (!st->c_run && !(st->c_run = kc_dnnl_taps_run(a, in, out)))
+        return 0;
     /* by pixels: a pass's rows of input within KC_PW_CHUNK_BYTES (L2),
      * whole register blocks */
     st->chunk = KC_PW_CHUNK_BYTES / (st->k * (int64_t)sizeof(float)) / KC_PW_MR * KC_PW_MR;
@@ -462,6 +488,19 @@ static void kc_pw_free(kc_kernel_state *s)
     free(st);
 }
 
+/* The row of Keras's (kh, kw, c, n) kernel, read as (k, n), that row r
+ * of a gathered pixel holds: r itself, but where the sums run over runs
+ * of fewer than c channels, run after run (kc_pw_gather_runs). */
+static int64_t kc_pw_keras_row(const kc_pw_state *st, int64_t r)
+{
+    if (st->c_run >= st->c)
+        return r;
+    int64_t taps = st->kh * st->kw, c0 = r / (taps * st->c_run) * st->c_run;
+    int64_t run = st->c - c0 < st->c_run ? st->c - c0 : st->c_run;
+    int64_t in_run = r - c0 * taps, tap = in_run / run;
+    return tap * st->c + c0 + in_run % run;
+}
+
 /* Keras's (1, 1, k, n) kernel into vectors: vector v's k rows of 16
  * floats, one per input channel, zeros past the last output channel. A
  * panel of nv vectors reads nv streams, which keeps the packing the same
@@ -477,7 +516,8 @@ static kc_status kc_pw_pack(const kc_exec_ctx *ctx, kc_pw_state *st)
     for (int64_t v = 0; v < st->vectors; v++) {
         int64_t n0 = 16 * v, nn = st->n - n0 < 16 ? st->n - n0 : 16;
         for (int64_t r = 0; r < st->k; r++)
-            memcpy(st->w + (v * st->k + r) * 16, w + r * st->n + n0, (size_t)nn * sizeof *w);
+            memcpy(st->w + (v * st->k + r) * 16, w + kc_pw_keras_row(st, r) * st->n + n0,
+                   (size_t)nn * sizeof *w);
     }
     return KC_OK;
 }
@@ -652,9 +692,15 @@ __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, i
  * each kernel row, its columns' input pixels side by side (zeros for
  * those outside the image), for the product to read as a stride-1 1x1
  * convolution's input. A 1x1 kernel: the strided layer's input pixel. */
+static void kc_pw_gather_runs(const kc_pw_state *st, const float *in, int64_t p0, int64_t p1,
+                              float *buf);
 static void kc_pw_gather(const kc_pw_state *st, const float *in, int64_t p0, int64_t p1,
                          float *buf)
 {
+    if (st->c_run < st->c) {
+        kc_pw_gather_runs(st, in, p0, p1, buf);
+        return;
+    }
     int64_t c = st->c, row = st->kw * c;
     for (int64_t p = p0; p < p1; p++) {
         int64_t x = p % st->out_w, y = p / st->out_w % st->out_h, img = p / st->out_w / st->out_h;
@@ -673,6 +719,32 @@ static void kc_pw_gather(const kc_pw_state *st, const float *in, int64_t p0, int
             memset(to, 0, (size_t)(kx0 * c) * sizeof *to);
             memcpy(to + kx0 * c, from, (size_t)((kx1 - kx0) * c) * sizeof *from);
             memset(to + kx1 * c, 0, (size_t)((st->kw - kx1) * c) * sizeof *to);
+        }
+    }
+}
+
+/* kc_pw_gather where the sums run over runs of st->c_run channels: each
+ * pixel's row holds run after run, each run's taps (kernel row, kernel
+ * column, its channels) side by side, zeros for taps outside the image. */
+static void kc_pw_gather_runs(const kc_pw_state *st, const float *in, int64_t p0, int64_t p1,
+                              float *buf)
+{
+    int64_t c = st->c;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t x = p % st->out_w, y = p / st->out_w % st->out_h, img = p / st->out_w / st->out_h;
+        int64_t y0 = y * st->stride - st->pad_t, x0 = x * st->stride - st->pad_l;
+        float *to = buf + (p - p0) * st->k;
+        for (int64_t c0 = 0; c0 < c; c0 += st->c_run) {
+            int64_t run = c - c0 < st->c_run ? c - c0 : st->c_run;
+            for (int64_t ky = 0; ky < st->kh; ky++)
+                for (int64_t kx = 0; kx < st->kw; kx++, to += run) {
+                    int64_t iy = y0 + ky, ix = x0 + kx;
+                    if (iy < 0 || iy >= st->in_h || ix < 0 || ix >= st->in_w)
+                        memset(to, 0, (size_t)run * sizeof *to);
+                    else
+                        memcpy(to, in + ((img * st->in_h + iy) * st->in_w + ix) * c + c0,
+                               (size_t)run * sizeof *to);
+                }
         }
     }
 }

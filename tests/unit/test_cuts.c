@@ -27,6 +27,7 @@
 #include "kernels/dnnl_common.h"
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_matmul.h"
+#include "kernels/dnnl_order.h"
 #include "kernels/dnnl_pool.h"
 #include "kernels/dw.h"
 #include "kernels/irb.h"
@@ -1964,6 +1965,32 @@ static void test_pw_layers(void **state)
     check_pw_cases(cases, sizeof cases / sizeof cases[0], want_parts, pw_kept_off);
 }
 
+/* kc_dnnl_taps_run, asked of oneDNN for InceptionV3's Mixed_6a (288 ->
+ * 384, 3x3 stride 2 onto 17x17): a run of whole vectors of channels, or
+ * all 288 (one chain); the same answer asked again (kept for the
+ * process). A residual sum, whose order it does not learn, or a dilated
+ * kernel: 0. Where oneDNN runs without AVX-512 (no brgconv): 0 too. */
+static void test_dnnl_taps_run(void **state)
+{
+    (void)state;
+    static const conv_case mixed_6a = {"Mixed_6a", "Conv2D", KC_CONV_PLAIN, 2, 1, 35, 35, 288,
+                                       384, 3, 2, 1, 0, 0, 0, "relu", 1, 0};
+    conv_run r;
+    setup(&mixed_6a, &r);
+    int64_t run = kc_dnnl_taps_run(&r.a, &r.in_shape, &r.out_shape);
+    if (!kc_dnnl_avx512())
+        assert_int_equal(run, 0);
+    else if (run != 288 && (run < 16 || run > 288 || run % 16))
+        fail_msg("Mixed_6a: runs of %lld channels", (long long)run);
+    assert_int_equal(kc_dnnl_taps_run(&r.a, &r.in_shape, &r.out_shape), run);
+    r.a.accumulate = 1;
+    assert_int_equal(kc_dnnl_taps_run(&r.a, &r.in_shape, &r.out_shape), 0);
+    r.a.accumulate = 0;
+    r.a.dilation[0] = 2;
+    assert_int_equal(kc_dnnl_taps_run(&r.a, &r.in_shape, &r.out_shape), 0);
+    teardown(&r);
+}
+
 /* Kernels of several taps on small images that no Winograd kernel
  * takes (strided, or (1, k) and (k, 1) below its 100
  * pixels) run on kc_pw_conv as the 1x1 convolution over their taps laid
@@ -1974,13 +2001,15 @@ static void test_pw_layers(void **state)
  * input channels, output channels that are not whole vectors, an
  * activation the caller applies (elu). Outputs as the plain path's and
  * equal to oneDNN's bit for bit (its brgconv sums every tap and channel
- * in one chain), so that no output depends on which of the two ran it;
- * Up to 64 output pixels an image over up to 384 channels (1-D: 1024),
- * up to 289 over up to 192 (strided). KC_PW_TAPS=0 keeps them on oneDNN, and a
- * 2-D kernel over more channels (oneDNN sums those otherwise: 512 onto
- * 4x4, 288 onto 17x17), a residual sum, fewer than 64 input channels,
- * more than 289 pixels an image, more than 64 unstrided or a 2-D kernel
- * of stride 1 (the Winograd kernels') keep them off. */
+ * in one chain, or over 192 channels on larger images a chain per run of
+ * channels, the runs asked of it), so that no output depends on which of
+ * the two ran it. Up to 64 output pixels an image over up to 384
+ * channels (1-D: 1024), up to 289 over up to 384 (strided).
+ * KC_PW_TAPS=0 keeps them on oneDNN, and a 2-D kernel over more channels
+ * (oneDNN sums those otherwise: 512 onto 4x4), a residual sum, fewer than
+ * 64 input channels, more than 289 pixels an image, more than 64
+ * unstrided or a 2-D kernel of stride 1 (the Winograd kernels') keep
+ * them off. */
 static void test_pw_taps_layers(void **state)
 {
     (void)state;
@@ -2012,13 +2041,24 @@ static void test_pw_taps_layers(void **state)
          33, 33, 192, 136, 3, 2, 1, 1, 0, 0, "relu6", 1, 0},
         {"3x3 64 -> 128 stride 2 valid on two 21x21: 100 pixels an image", "Conv2D",
          KC_CONV_PLAIN, 2, 2, 21, 21, 64, 128, 3, 2, 1, 0, 0, 0, "relu", 1, 0},
+        /* 192 to 384 channels on larger images: in oneDNN's runs, asked
+         * of it (kc_dnnl_taps_run; on the Zen 5 Mixed_6a's 272 + 16
+         * channels, with 96 filters 256 + 32) */
+        {"3x3 288 -> 384 stride 2 valid on one 35x35 (InceptionV3's Mixed_6a)", "Conv2D",
+         KC_CONV_PLAIN, 2, 1, 35, 35, 288, 384, 3, 2, 1, 0, 0, 0, "relu", 1, 0},
+        {"3x3 288 -> 96 stride 2 valid on one 35x35: 288 channels onto 17x17", "Conv2D",
+         KC_CONV_PLAIN, 2, 1, 35, 35, 288, 96, 3, 2, 1, 0, 0, 0, "relu", 1, 0},
+        {"3x3 384 -> 128 stride 2 same on one 20x20: 100 pixels", "Conv2D", KC_CONV_PLAIN, 2, 1,
+         20, 20, 384, 128, 3, 2, 1, 1, 0, 0, "relu6", 1, 0},
+        {"3x3 320 -> 200 stride 2 same on one 29x29, elu", "Conv2D", KC_CONV_PLAIN, 2, 1, 29, 29,
+         320, 200, 3, 2, 1, 1, 0, 0, "elu", 1, 0},
         /* kept off: a 2-D kernel over more than 384 channels (oneDNN sums
          * those in another order); a residual sum; 48 channels in; 81
          * pixels; a 2-D kernel of stride 1 (Winograd's, or --exact's) */
         {"3x3 512 -> 128 stride 2 valid on one 9x9: 512 channels in", "Conv2D", KC_CONV_PLAIN,
          2, 1, 9, 9, 512, 128, 3, 2, 1, 0, 0, 0, "linear", 1, 0},
-        {"3x3 288 -> 96 stride 2 valid on one 35x35: 288 channels onto 17x17", "Conv2D",
-         KC_CONV_PLAIN, 2, 1, 35, 35, 288, 96, 3, 2, 1, 0, 0, 0, "relu", 1, 0},
+        {"3x3 416 -> 96 stride 2 valid on one 35x35: 416 channels onto 17x17", "Conv2D",
+         KC_CONV_PLAIN, 2, 1, 35, 35, 416, 96, 3, 2, 1, 0, 0, 0, "relu", 1, 0},
         {"3x3 96 -> 96 stride 2 valid on one 37x37: 324 pixels", "Conv2D", KC_CONV_PLAIN, 2, 1,
          37, 37, 96, 96, 3, 2, 1, 0, 0, 0, "relu", 1, 0},
         {"3x3 128 -> 128 stride 2 + sum on one 16x16", "Conv2D", KC_CONV_PLAIN, 2, 1, 16, 16,
@@ -2030,10 +2070,10 @@ static void test_pw_taps_layers(void **state)
         {"3x3 128 -> 128 same on one 8x8: stride 1", "Conv2D", KC_CONV_PLAIN, 2, 1, 8, 8, 128, 128,
          3, 1, 1, 1, 0, 0, "relu", 1, 0},
     };
-    static const int want_parts[][3] = {{1, 2, 3}, {1, 2, 3}, {1, 2, 3}, {1, 2, 2},
-                                        {1, 2, 2}, {1, 2, 2}, {1, 2, 2}, {1, 2, 2},
-                                        {1, 2, 2}, {1, 2, 3}, {1, 2, 3}, {1, 2, 3},
-                                        {1, 2, 2}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0},
+    static const int want_parts[][3] = {{1, 2, 3}, {1, 2, 3}, {1, 2, 3}, {1, 2, 2}, {1, 2, 2},
+                                        {1, 2, 2}, {1, 2, 2}, {1, 2, 2}, {1, 2, 2}, {1, 2, 3},
+                                        {1, 2, 3}, {1, 2, 3}, {1, 2, 2}, {1, 2, 3}, {1, 2, 3},
+                                        {1, 2, 2}, {1, 2, 3}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0},
                                         {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
     if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
         skip();
@@ -3937,6 +3977,7 @@ int main(void)
         cmocka_unit_test(test_wino1d_layers),
         cmocka_unit_test(test_wino2d_layers),
         cmocka_unit_test(test_pw_layers),
+        cmocka_unit_test(test_dnnl_taps_run),
         cmocka_unit_test(test_pw_taps_layers),
         cmocka_unit_test(test_pw_state_follows_width),
         cmocka_unit_test(test_wino_fly_layers),
