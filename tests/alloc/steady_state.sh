@@ -8,7 +8,8 @@
 #    batch 1 (and 4, two lanes), reduced and nsfwjs's real one: its RGB
 #    stem (stem.c), its blocks (irb.c), its last 1x1 (pw.c, alone in a
 #    lane too), a pooling window the whole image (nsfwjs's), Dense;
-#    ResNet50's stem (stem.c's wide loop: its 7x7 conv1);
+#    ResNet50's stem (stem.c's wide loop: its 7x7 conv1); InceptionV3's
+#    Mixed_6a 288-channel 3x3 stride 2 (pw.c, dnnl_order.c);
 #  - models with oneDNN primitives (the reduced application models:
 #    convolutions, residual sums, pooling, concatenation, at batch 1, 3
 #    and 4 (two batch lanes)): 0 allocations of 64 KiB or more.
@@ -43,6 +44,10 @@ if grep -qw avx512f /proc/cpuinfo && [[ -z "${ONEDNN_MAX_CPU_ISA:-}${KC_ISA:-}" 
   # ResNet50's stem (7x7 stride-2 conv1, pool1) on stem.c's wide loop: on
   # oneDNN it made 16 allocations an inference (ResNet50's last ones)
   zero+=("data/fusion/resnet_stem.keras 1" "data/fusion/resnet_stem.keras 4")
+  # InceptionV3's Mixed_6a 3x3 stride 2 over 288 channels onto 17x17 on
+  # pw.c in oneDNN's runs of channels (dnnl_order.c): on oneDNN it made
+  # 16 allocations an inference (InceptionV3's last ones)
+  zero+=("data/fusion/mixed6a_alloc.keras 1" "data/fusion/mixed6a_alloc.keras 4")
   nsfw="${KC_NSFWJS_DIR:-$HERE/../tools/node_modules/nsfwjs/dist/models}/mobilenet_v2/model.min.js"
   [[ -f "$nsfw" ]] && zero+=("$nsfw 1") || echo "skip $nsfw (not installed)"
 else

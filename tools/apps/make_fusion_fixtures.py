@@ -76,6 +76,11 @@ transpose_alloc (the model alone): a Conv2DTranspose 64 -> 32 3x3 stride
 2 on 32x32 images, whose product (1.2 MB) the old path allocated on
 every run (tests/alloc/steady_state.sh).
 
+mixed6a_alloc (the model alone): InceptionV3's Mixed_6a 3x3 stride-2
+convolution over 288 channels onto 17x17, with 16 filters; kernels/pw.c
+runs it in the runs of channels oneDNN sums it in (kernels/dnnl_order.c),
+where on oneDNN it allocated on every run (tests/alloc/steady_state.sh).
+
 resnet_stem: ResNet50's stem on two 45x39 images: ZeroPadding2D(3), a
 7x7 stride-2 convolution of 64 filters, BatchNormalization and ReLU,
 ZeroPadding2D(1), MaxPooling2D(3, strides=2) (the paddings folded, the
@@ -230,6 +235,15 @@ t = g.layer("Conv2DTranspose", x, name="t", filters=32, kernel_size=3, strides=2
 appgraph.write_keras_zip(os.path.join(out, "transpose_alloc.keras"), g.model(t), "3.6.0",
                          libver=make_apps.LIBVER)
 print("transpose_alloc", t.value.shape)
+
+rng = np.random.default_rng(23)
+data = rng.uniform(-1, 1, size=(1, 35, 35, 288)).astype(np.float32)
+g = appgraph.Graph("mixed6a_alloc", 3, appgraph.Weights("tests/mixed6a_alloc"))
+x = g.input((35, 35, 288), data)
+c = g.layer("Conv2D", x, name="c", filters=16, kernel_size=3, strides=2, activation="relu")
+appgraph.write_keras_zip(os.path.join(out, "mixed6a_alloc.keras"), g.model(c), "3.6.0",
+                         libver=make_apps.LIBVER)
+print("mixed6a_alloc", c.value.shape)
 
 
 class NegGamma(appgraph.Weights):
