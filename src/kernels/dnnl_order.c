@@ -30,7 +30,7 @@
 /* A probe's layer, as the answer's key. */
 typedef struct kc_order_key {
     int64_t in[4], out[4], kernel[2], strides[2], pad_before[2], pad_after[2];
-    int padding, use_bias;
+    int padding, use_bias, kind, groups, pre_pool, post_dw;
     char act[16];
 } kc_order_key;
 
@@ -77,6 +77,10 @@ static void kc_order_key_of(const kc_conv_attrs *a, const kc_shape *in, const kc
     }
     k->padding = a->padding;
     k->use_bias = a->use_bias;
+    k->kind = (int)a->kind;
+    k->groups = (int)a->groups;
+    k->pre_pool = a->pre_pool != NULL;
+    k->post_dw = a->post_dw != NULL;
     if (a->activation)
         strncpy(k->act, a->activation, sizeof k->act - 1);
 }
@@ -222,8 +226,13 @@ static int kc_order_run(const_dnnl_primitive_desc_t pd, kc_order_probe *p, float
 /* The probe itself (no memo): 0 when no run length matches. */
 static int64_t kc_order_find(const kc_conv_attrs *a, const kc_shape *in, const kc_shape *out)
 {
-    kc_order_probe p = {.a = a, .c = in->dims[3], .oh = out->dims[1], .ow = out->dims[2], .n = out->dims[3],
-                        .kh = a->kernel[0], .kw = a->kernel[1]};
+    kc_order_probe p = {.a = a,
+                        .c = in->dims[3],
+                        .oh = out->dims[1],
+                        .ow = out->dims[2],
+                        .n = out->dims[3],
+                        .kh = a->kernel[0],
+                        .kw = a->kernel[1]};
     dnnl_primitive_desc_t pd = kc_dnnl_conv_image_pd(a, in, out);
     const char *impl = NULL;
     if (!pd || dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) !=

@@ -198,8 +198,8 @@
  * 1.61-1.80 (batch 1, `--stats`, seven alternating pairs; whole runs
  * 1.007 over 10 pairs at batch 1, 0.998 over 6 at batch 8), and
  * InceptionV3 makes no allocation in a run (8 -> 0 at batch 1, 16 -> 0 at
- * batch 8), the same bits. Held to 384 channels, beyond what was
- * measured. */
+ * batch 8), the same bits. Held to 384 channels: wider layers were not
+ * timed. */
 #define KC_PW_TAPS_MAX_CHANNELS_ASKED 384
 /* At least this many input and output channels: below, the weights are
  * small enough to stay in cache and the product too thin. By pixels
@@ -405,7 +405,8 @@ static int kc_pw_gathers(const kc_pw_state *st) { return st->stride > 1 || st->k
 
 /* The sums over k run in chunks of this many, as oneDNN's: its
  * brgconv_1x1 in chunks of KC_PW_CHUNK, its brgconv a kernel of several
- * taps in one chain. */
+ * taps in one chain per run of c_run channels (a pixel's row laid out
+ * run by run, kc_pw_gather_runs). */
 static int64_t kc_pw_sum_chunk(const kc_pw_state *st)
 {
     return st->kh * st->kw > 1 ? st->kh * st->kw * st->c_run : KC_PW_CHUNK;
@@ -688,12 +689,37 @@ __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, i
     }
 }
 
+/* kc_pw_gather where the sums run over runs of st->c_run channels: each
+ * pixel's row holds run after run, each run's taps (kernel row, kernel
+ * column, its channels) side by side, zeros for taps outside the image. */
+static void kc_pw_gather_runs(const kc_pw_state *st, const float *in, int64_t p0, int64_t p1,
+                              float *buf)
+{
+    int64_t c = st->c;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t x = p % st->out_w, y = p / st->out_w % st->out_h, img = p / st->out_w / st->out_h;
+        int64_t y0 = y * st->stride - st->pad_t, x0 = x * st->stride - st->pad_l;
+        float *to = buf + (p - p0) * st->k;
+        for (int64_t c0 = 0; c0 < c; c0 += st->c_run) {
+            int64_t run = c - c0 < st->c_run ? c - c0 : st->c_run;
+            for (int64_t ky = 0; ky < st->kh; ky++)
+                for (int64_t kx = 0; kx < st->kw; kx++, to += run) {
+                    int64_t iy = y0 + ky, ix = x0 + kx;
+                    if (iy < 0 || iy >= st->in_h || ix < 0 || ix >= st->in_w)
+                        memset(to, 0, (size_t)run * sizeof *to);
+                    else
+                        memcpy(to, in + ((img * st->in_h + iy) * st->in_w + ix) * c + c0,
+                               (size_t)run * sizeof *to);
+                }
+        }
+    }
+}
+
 /* Output pixels [p0, p1)'s taps into buf, a row of k for each: for
  * each kernel row, its columns' input pixels side by side (zeros for
  * those outside the image), for the product to read as a stride-1 1x1
- * convolution's input. A 1x1 kernel: the strided layer's input pixel. */
-static void kc_pw_gather_runs(const kc_pw_state *st, const float *in, int64_t p0, int64_t p1,
-                              float *buf);
+ * convolution's input. A 1x1 kernel: the strided layer's input pixel.
+ * Summed in runs of fewer channels than c: kc_pw_gather_runs. */
 static void kc_pw_gather(const kc_pw_state *st, const float *in, int64_t p0, int64_t p1,
                          float *buf)
 {
@@ -719,32 +745,6 @@ static void kc_pw_gather(const kc_pw_state *st, const float *in, int64_t p0, int
             memset(to, 0, (size_t)(kx0 * c) * sizeof *to);
             memcpy(to + kx0 * c, from, (size_t)((kx1 - kx0) * c) * sizeof *from);
             memset(to + kx1 * c, 0, (size_t)((st->kw - kx1) * c) * sizeof *to);
-        }
-    }
-}
-
-/* kc_pw_gather where the sums run over runs of st->c_run channels: each
- * pixel's row holds run after run, each run's taps (kernel row, kernel
- * column, its channels) side by side, zeros for taps outside the image. */
-static void kc_pw_gather_runs(const kc_pw_state *st, const float *in, int64_t p0, int64_t p1,
-                              float *buf)
-{
-    int64_t c = st->c;
-    for (int64_t p = p0; p < p1; p++) {
-        int64_t x = p % st->out_w, y = p / st->out_w % st->out_h, img = p / st->out_w / st->out_h;
-        int64_t y0 = y * st->stride - st->pad_t, x0 = x * st->stride - st->pad_l;
-        float *to = buf + (p - p0) * st->k;
-        for (int64_t c0 = 0; c0 < c; c0 += st->c_run) {
-            int64_t run = c - c0 < st->c_run ? c - c0 : st->c_run;
-            for (int64_t ky = 0; ky < st->kh; ky++)
-                for (int64_t kx = 0; kx < st->kw; kx++, to += run) {
-                    int64_t iy = y0 + ky, ix = x0 + kx;
-                    if (iy < 0 || iy >= st->in_h || ix < 0 || ix >= st->in_w)
-                        memset(to, 0, (size_t)run * sizeof *to);
-                    else
-                        memcpy(to, in + ((img * st->in_h + iy) * st->in_w + ix) * c + c0,
-                               (size_t)run * sizeof *to);
-                }
         }
     }
 }
