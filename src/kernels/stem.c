@@ -178,6 +178,20 @@ static int kc_stem_pool_geometry(const kc_pool_attrs *p, const kc_shape *out, kc
     return 1;
 }
 
+/* The bias (f floats) copied into *pb, allocated where NULL; nothing
+ * without one. */
+static kc_status kc_stem_copy_bias(const kc_stem_geom *g, const float *bias, float **pb)
+{
+    if (!bias)
+        return KC_OK;
+    if (!*pb)
+        *pb = kc_calloc((size_t)g->f, sizeof **pb);
+    if (!*pb)
+        return KC_ERR_NOMEM;
+    memcpy(*pb, bias, (size_t)g->f * sizeof *bias);
+    return KC_OK;
+}
+
 /* Keras's (kh, kw, c, f) kernel into 16-channel vectors of taps, the bias
  * copied, the taps' input offsets for the image's width: into *pw, *pb
  * and *poff, allocated where NULL (streamed weights are packed again
@@ -190,17 +204,14 @@ static kc_status kc_stem_pack_into(const kc_stem_geom *g, const float *w, const 
         *pw = kc_calloc((size_t)(vecs * g->taps * 16), sizeof **pw);
     if (!*poff)
         *poff = kc_calloc((size_t)g->taps, sizeof **poff);
-    if (bias && !*pb)
-        *pb = kc_calloc((size_t)g->f, sizeof **pb);
-    if (!*pw || !*poff || (bias && !*pb))
+    if (!*pw || !*poff)
         return KC_ERR_NOMEM;
+    KC_TRY(kc_stem_copy_bias(g, bias, pb));
     for (int64_t v = 0; v < vecs; v++) {
         int64_t n = g->f - 16 * v < 16 ? g->f - 16 * v : 16;
         for (int64_t t = 0; t < g->taps; t++)
             memcpy(*pw + (v * g->taps + t) * 16, w + t * g->f + 16 * v, (size_t)n * sizeof *w);
     }
-    if (bias)
-        memcpy(*pb, bias, (size_t)g->f * sizeof *bias);
     for (int64_t ky = 0; ky < g->kh; ky++)
         for (int64_t kx = 0; kx < g->kw; kx++)
             for (int64_t ci = 0; ci < g->c; ci++)
@@ -228,10 +239,15 @@ static kc_status kc_stem_pack_wide(const kc_stem_geom *g, const float *w, int64_
     return KC_OK;
 }
 
+/* The copies the layer's loop reads, the bias with them: the loop of
+ * taps' vectors and offsets, or the wide loop's groups (streamed weights
+ * are packed at every run: only those). */
 static kc_status kc_stem_pack(kc_stem_state *st, const float *w, const float *bias)
 {
-    KC_TRY(kc_stem_pack_into(&st->g, w, bias, &st->w, &st->bias, &st->off));
-    return st->wide ? kc_stem_pack_wide(&st->g, w, st->wide_nv, &st->w4) : KC_OK;
+    if (!st->wide)
+        return kc_stem_pack_into(&st->g, w, bias, &st->w, &st->bias, &st->off);
+    KC_TRY(kc_stem_copy_bias(&st->g, bias, &st->bias));
+    return kc_stem_pack_wide(&st->g, w, st->wide_nv, &st->w4);
 }
 
 /* The tap offsets are int32: an image too wide for them stays on oneDNN. */
@@ -259,7 +275,7 @@ static kc_status kc_stem_build(const kc_exec_ctx *ctx, const kc_stem_geom *g,
     st->rows = isa == KC_ISA_AVX512 ? kc_stem_rows_avx512 : kc_stem_rows_avx2;
     if (kc_stem_wide_wanted(g)) {
         st->wide = isa == KC_ISA_AVX512 ? kc_stem_wide_rows_avx512 : kc_stem_wide_rows_avx2;
-        st->wide_nv = isa == KC_ISA_AVX512 ? 4 : 1; /* stem_simd.inc's KC_STEM_WIDE_NV */
+        st->wide_nv = isa == KC_ISA_AVX512 ? KC_STEM_WIDE_NV_AVX512 : KC_STEM_WIDE_NV_AVX2;
     }
     st->width = 0; /* the cut is made at the first run */
     if (kc_stem_pack(st, w, bias) != KC_OK) {

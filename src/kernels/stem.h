@@ -46,6 +46,10 @@ void kc_stem_rows_avx2(const kc_stem_geom *g, const kc_stem_kernel *k, const flo
  * stays while the output rows under it run: at stride 2 each output row
  * pads two new ones), and a row of zeros for those outside the image. */
 #define KC_STEM_WIDE_MAX_KERNEL 11
+/* The 16-channel vectors a block of it holds (stem_simd.inc): its
+ * kernel's groups (kc_stem_wide_rows's w4) are this wide */
+#define KC_STEM_WIDE_NV_AVX512 4
+#define KC_STEM_WIDE_NV_AVX2 1
 typedef struct kc_stem_ring {
     float *rows;              /* kh rows of row_floats */
     const float *zeros;       /* row_floats zeros */
