@@ -1236,6 +1236,25 @@ static kc_status kc_dnnl_own_dw_image(kc_dnnl_conv_part *pt, int lane, void *w, 
     return KC_OK;
 }
 
+/* Direct convolution a over part pt's descriptors (window g, weights
+ * w_any, attr's post-ops, `sum` a fused residual), the implementation
+ * preferred (kc_dnnl_preferred_impl); NULL when oneDNN has none. */
+static dnnl_primitive_desc_t kc_dnnl_direct_pd(const kc_conv_attrs *a,
+                                               const kc_dnnl_conv_state *st,
+                                               const kc_dnnl_conv_part *pt,
+                                               const dnnl_memory_desc_t *w_any,
+                                               const kc_dnnl_window *g,
+                                               const_dnnl_primitive_attr_t attr, int sum)
+{
+    dnnl_convolution_desc_t desc;
+    if (dnnl_dilated_convolution_forward_desc_init(
+            &desc, dnnl_forward_inference, dnnl_convolution_direct, &pt->src_md, w_any,
+            st->has_bias ? &st->b_md : NULL, &pt->dst_md, g->strides, g->dilates, g->pad_l,
+            g->pad_r) != dnnl_success)
+        return NULL;
+    return kc_dnnl_conv_pd(&desc, attr, kc_dnnl_preferred_impl(a, g, sum));
+}
+
 static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs *a,
                                     kc_dnnl_conv_state *st, int64_t groups, int k,
                                     const kc_dnnl_window *g, int row_parts)
@@ -1278,7 +1297,6 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
      * rather than keep a packed copy outside the device budget. */
     if (!st->w_plain)
         w_any.format_kind = dnnl_format_kind_any;
-    dnnl_convolution_desc_t desc;
     dnnl_primitive_desc_t pd = NULL;
     int sum = a->accumulate && !pt->add_after; /* oneDNN's sum post-op */
     dnnl_primitive_attr_t attr = kc_dnnl_post_ops_attr(pt->add_after ? NULL : a->activation, sum,
@@ -1308,11 +1326,7 @@ static kc_status kc_dnnl_build_part(const kc_exec_ctx *ctx, const kc_conv_attrs 
             return ds;
         }
     }
-    if (!pd && (dnnl_dilated_convolution_forward_desc_init(
-                    &desc, dnnl_forward_inference, dnnl_convolution_direct, &pt->src_md, &w_any,
-                    st->has_bias ? &st->b_md : NULL, &pt->dst_md, g->strides, g->dilates,
-                    g->pad_l, g->pad_r) != dnnl_success ||
-                !(pd = kc_dnnl_conv_pd(&desc, attr, kc_dnnl_preferred_impl(a, g, sum))))) {
+    if (!pd && !(pd = kc_dnnl_direct_pd(a, st, pt, &w_any, g, attr, sum))) {
         dnnl_primitive_attr_destroy(attr);
         return kc_fail(KC_ERR_UNSUPPORTED, "oneDNN has no convolution for this configuration");
     }
@@ -1880,14 +1894,10 @@ dnnl_primitive_desc_t kc_dnnl_conv_image_pd(const kc_conv_attrs *a, const kc_sha
             : NULL;
     dnnl_memory_desc_t w_any = st->w_md;
     w_any.format_kind = dnnl_format_kind_any;
-    dnnl_convolution_desc_t desc;
-    if (attr && dnnl_dilated_convolution_forward_desc_init(
-                    &desc, dnnl_forward_inference, dnnl_convolution_direct, &part.src_md, &w_any,
-                    st->has_bias ? &st->b_md : NULL, &part.dst_md, g->strides, g->dilates,
-                    g->pad_l, g->pad_r) == dnnl_success)
-        pd = kc_dnnl_conv_pd(&desc, attr, kc_dnnl_preferred_impl(a, g, a->accumulate));
-    if (attr)
+    if (attr) {
+        pd = kc_dnnl_direct_pd(a, st, &part, &w_any, g, attr, a->accumulate);
         dnnl_primitive_attr_destroy(attr);
+    }
     kc_error_clear();
     free(st);
     return pd;

@@ -162,49 +162,6 @@ static int kc_order_window(const_dnnl_primitive_desc_t pd, kc_order_probe *p)
     return p->ih > 0 && p->iw > 0;
 }
 
-/* Execute pd once on its own stream (a probe may run while batch lanes
- * run theirs) with memories over ptrs (src, weights, dst, bias; bias
- * only where pd has one) and a scratchpad of its own; 0 on failure. */
-static int kc_order_execute(const_dnnl_primitive_desc_t pd, void *const *ptrs, int with_bias)
-{
-    static const dnnl_query_t what[4] = {dnnl_query_src_md, dnnl_query_weights_md,
-                                         dnnl_query_dst_md, dnnl_query_weights_md};
-    static const int arg[5] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS,
-                               DNNL_ARG_SCRATCHPAD};
-    dnnl_engine_t eng = kc_dnnl_engine();
-    const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    size_t sp_bytes = sp_md ? dnnl_memory_desc_get_size(sp_md) : 0;
-    void *scratch = sp_bytes ? kc_calloc(kc_dnnl_align64(sp_bytes) + 64, 1) : NULL;
-    dnnl_exec_arg_t args[5];
-    int n = 0, ok = !sp_bytes || scratch;
-    for (int i = 0; ok && i < 3 + with_bias; i++, n++) {
-        args[n].arg = arg[i];
-        ok = dnnl_memory_create(&args[n].memory,
-                                dnnl_primitive_desc_query_md(pd, what[i], i == 3), eng,
-                                ptrs[i]) == dnnl_success;
-    }
-    if (ok && sp_bytes) {
-        args[n].arg = arg[4];
-        char *aligned = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-        ok = dnnl_memory_create(&args[n++].memory, sp_md, eng, aligned) == dnnl_success;
-    }
-    dnnl_primitive_t prim = NULL;
-    dnnl_stream_t stream = NULL;
-    ok = ok && dnnl_primitive_create(&prim, pd) == dnnl_success &&
-         dnnl_stream_create(&stream, eng, dnnl_stream_default_flags) == dnnl_success &&
-         dnnl_primitive_execute(prim, stream, n, args) == dnnl_success &&
-         dnnl_stream_wait(stream) == dnnl_success;
-    if (stream)
-        dnnl_stream_destroy(stream);
-    if (prim)
-        dnnl_primitive_destroy(prim);
-    for (int i = 0; i < n; i++)
-        if (args[i].memory)
-            dnnl_memory_destroy(args[i].memory);
-    free(scratch);
-    return ok;
-}
-
 /* Run pd on the probe's data into y, its kernel reordered into pd's
  * layout and a zero bias; 0 on failure. */
 static int kc_order_run(const_dnnl_primitive_desc_t pd, kc_order_probe *p, float *y)
@@ -214,10 +171,27 @@ static int kc_order_run(const_dnnl_primitive_desc_t pd, kc_order_probe *p, float
     if (dnnl_memory_desc_init_by_tag(&w_md, 4, w_dims, dnnl_f32, dnnl_hwio))
         return 0;
     const dnnl_memory_desc_t *w_prim = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    /* NULL without a bias, then not bound */
+    const dnnl_memory_desc_t *b_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1);
+    static const int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
+    const dnnl_memory_desc_t *mds[4] = {dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
+                                        w_prim,
+                                        dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0),
+                                        b_md};
+    kc_dnnl_prim prim;
+    memset(&prim, 0, sizeof prim);
     float *packed = NULL, *bias = kc_calloc((size_t)p->n, sizeof *bias);
-    int ok = bias && w_prim && kc_dnnl_pack(&w_md, w_prim, p->w, NULL, 0, &packed) == KC_OK;
+    int ok = bias && w_prim && kc_dnnl_pack(&w_md, w_prim, p->w, NULL, 0, &packed) == KC_OK &&
+             kc_dnnl_prim_init(&prim, pd, p->a->use_bias ? 4 : 3, args, mds) == KC_OK;
+    /* its own scratchpad: the thread's workspace (kc_dnnl_run) would grow
+     * to it and stay so for a primitive no run executes */
+    void *scratch = ok && prim.scratch_bytes ? kc_calloc(prim.scratch_bytes + 64, 1) : NULL;
+    void *aligned = scratch ? (void *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63) : NULL;
     void *ptrs[4] = {(void *)p->x, packed, y, bias};
-    ok = ok && kc_order_execute(pd, ptrs, p->a->use_bias);
+    /* on the calling batch lane's stream (kc_dnnl_run_in) */
+    ok = ok && (!prim.scratch_bytes || scratch) && kc_dnnl_run_in(&prim, ptrs, 0, aligned) == KC_OK;
+    kc_dnnl_prim_destroy(&prim);
+    free(scratch);
     kc_free_weights(packed);
     free(bias);
     return ok;
