@@ -101,10 +101,15 @@ import appgraph, make_apps
 out = os.path.join(ROOT, "tests/data/fusion")
 
 
+def save_model(name, model):
+    """name.keras alone (the fixtures "the model alone" above)."""
+    appgraph.write_keras_zip(os.path.join(out, name + ".keras"), model, "3.6.0", libver=make_apps.LIBVER)
+
+
 def save_fixture(name, model, data, outputs):
     """name.keras, name_input.npy and the expected outputs (name_expected.npy
     for one, name_expected_<i>.npy for several)."""
-    appgraph.write_keras_zip(os.path.join(out, name + ".keras"), model, "3.6.0", libver=make_apps.LIBVER)
+    save_model(name, model)
     np.save(os.path.join(out, name + "_input.npy"), data)
     for i, v in enumerate(outputs):
         suffix = "" if len(outputs) == 1 else "_%d" % i
@@ -232,8 +237,7 @@ data = rng.uniform(-1, 1, size=(1, 32, 32, 64)).astype(np.float32)
 g = appgraph.Graph("transpose_alloc", 3, appgraph.Weights("tests/transpose_alloc"))
 x = g.input((32, 32, 64), data)
 t = g.layer("Conv2DTranspose", x, name="t", filters=32, kernel_size=3, strides=2, padding="same")
-appgraph.write_keras_zip(os.path.join(out, "transpose_alloc.keras"), g.model(t), "3.6.0",
-                         libver=make_apps.LIBVER)
+save_model("transpose_alloc", g.model(t))
 print("transpose_alloc", t.value.shape)
 
 rng = np.random.default_rng(23)
@@ -241,8 +245,7 @@ data = rng.uniform(-1, 1, size=(1, 35, 35, 288)).astype(np.float32)
 g = appgraph.Graph("mixed6a_alloc", 3, appgraph.Weights("tests/mixed6a_alloc"))
 x = g.input((35, 35, 288), data)
 c = g.layer("Conv2D", x, name="c", filters=16, kernel_size=3, strides=2, activation="relu")
-appgraph.write_keras_zip(os.path.join(out, "mixed6a_alloc.keras"), g.model(c), "3.6.0",
-                         libver=make_apps.LIBVER)
+save_model("mixed6a_alloc", g.model(c))
 print("mixed6a_alloc", c.value.shape)
 
 
