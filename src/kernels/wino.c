@@ -53,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/balance.h"
 #include "base/env.h"
 #include "base/mem.h"
 #include "base/threads.h"
@@ -77,7 +78,6 @@
 #define KC_WINO_PART_MIN_TILES 16
 
 typedef struct kc_w1_part {
-    int64_t lo, hi;                 /* tiles */
     kc_dnnl_prim prim;              /* the batched product, one block */
 } kc_w1_part;
 
@@ -107,6 +107,7 @@ typedef struct kc_w1_state {
     kc_wino_budget *budget;
     size_t paid;
     int n_parts;
+    kc_balance cut;                 /* parts: runs of tiles, one per thread */
     kc_w1_part part[KC_WINO_MAX_PARTS];
 } kc_w1_state;
 
@@ -503,7 +504,19 @@ static int kc_w1_pay(kc_w1_state *st, size_t kernel_bytes)
     return 1;
 }
 
-/* Parts (one per thread, tiles split evenly) and the block size. */
+/* Parts (one per thread, their runs of tiles cut where the threads'
+ * measured speeds even their times) and the largest block.
+ *
+ * Why the cut moves: on the shared 2-vCPU machines of bench/results one
+ * vCPU runs 10-30% slower than the other for the life of a process
+ * (base/balance.h). Cut evenly, ResNet50's seven layers here at batch 1
+ * waited on the slow one: their parts took 270 and 340 us, 265 and 356,
+ * 253 and 352, 316 and 289 (means over 700 calls, four processes), the
+ * calls 366, 367, 357 and 334 us; with the cut moving, the parts 309 and
+ * 306 us, 318 and 319, 295 and 304, 326 and 327, the calls 327, 360, 328
+ * and 348 (the 2-core Zen 5 of bench/results, 12-06; whole runs within
+ * their noise). A tile's sums do not depend on the part or block that
+ * runs it: the outputs keep their bits wherever the cut falls. */
 static void kc_w1_plan(kc_w1_state *st)
 {
     int threads = kc_threads_max();
@@ -514,12 +527,9 @@ static void kc_w1_plan(kc_w1_state *st)
         n = KC_WINO_MAX_PARTS;
     if (n < 1)
         n = 1;
-    st->n_parts = (int)n;
-    int64_t per = (st->tiles + n - 1) / n;
-    for (int k = 0; k < st->n_parts; k++) {
-        st->part[k].lo = k * per < st->tiles ? k * per : st->tiles;
-        st->part[k].hi = (k + 1) * per < st->tiles ? (k + 1) * per : st->tiles;
-    }
+    kc_balance_init(&st->cut, st->tiles, (int)n, KC_WINO_PART_MIN_TILES / 2);
+    st->n_parts = st->cut.parts;
+    int64_t per = (st->tiles + st->n_parts - 1) / st->n_parts;
     /* Each block reads the whole transformed kernel: where it outweighs
      * the L2-sized block, blocks as large as it (up to
      * KC_WINO_BLOCK_MAX_BYTES, from the shared cache) read it fewer times.
@@ -535,7 +545,15 @@ static void kc_w1_plan(kc_w1_state *st)
     if (max_block < 8)
         max_block = 8;
     int64_t blocks = (per + max_block - 1) / max_block;
-    st->block = (per + blocks - 1) / blocks;
+    int64_t even = (per + blocks - 1) / blocks;
+    /* room for a part up to a quarter over its even share in as many
+     * blocks (a 28x28 image's part of 25 tiles, one block, up to 31):
+     * one more block would read the transformed kernel once more */
+    st->block = even + even / 4;
+    if (st->block > max_block) /* even <= max_block */
+        st->block = max_block;
+    if (st->block > st->tiles)
+        st->block = st->tiles;
     st->v_bytes = kc_dnnl_align64((size_t)(st->prods * st->block * st->c) * sizeof(float));
     st->m_bytes = kc_dnnl_align64((size_t)(st->prods * st->block * st->mf) * sizeof(float));
 }
@@ -725,6 +743,14 @@ static void kc_w2_own_products(const kc_w1_state *st, const float *v, float *mt,
         }
 }
 
+/* Blocks a part of `tiles` tiles runs in: as few as st->block allows,
+ * evened out. */
+static int64_t kc_w1_part_blocks(const kc_w1_state *st, int64_t tiles)
+{
+    return (tiles + st->block - 1) / st->block;
+}
+
+/* Part `lane`'s run of tiles, block by block. */
 static kc_status kc_w1_run_part(const kc_w1_state *st, kc_w1_part *pt, int lane,
                                 const kc_w1_io *io)
 {
@@ -732,11 +758,13 @@ static kc_status kc_w1_run_part(const kc_w1_state *st, kc_w1_part *pt, int lane,
     float *mt = kc_dnnl_workspace(KC_DNNL_SLOT_DST, st->m_bytes);
     if (!v || !mt)
         return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
-    for (int64_t lo = pt->lo; lo < pt->hi; lo += st->block) {
-        int64_t n = pt->hi - lo < st->block ? pt->hi - lo : st->block;
+    int64_t first = st->cut.lo[lane], tiles = st->cut.lo[lane + 1] - first;
+    int64_t blocks = kc_w1_part_blocks(st, tiles);
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t lo = first + tiles * b / blocks, n = first + tiles * (b + 1) / blocks - lo;
         kc_w_inputs(st, io->in, lo, n, v);
         if (st->own) {
-            kc_w2_own_products(st, v, mt, n, lo + n < pt->hi);
+            kc_w2_own_products(st, v, mt, n, b + 1 < blocks);
         } else {
             void *ptrs[3] = {v, st->packed, mt};
             KC_TRY(kc_dnnl_run_lane(&pt->prim, ptrs, lane));
@@ -759,10 +787,12 @@ static kc_status kc_w1_execute(kc_w1_state *st, const kc_exec_ctx *ctx)
     kc_w1_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], {KC_OK}};
     if (st->n_parts == 1)
         return kc_w1_run_part(st, &st->part[0], 0, &io);
-    kc_parallel(st->n_parts, kc_w1_job, &io);
+    double seconds[KC_BALANCE_MAX_PARTS] = {0};
+    kc_parallel_timed(st->n_parts, kc_w1_job, &io, seconds);
     for (int k = 0; k < st->n_parts; k++)
         if (io.status[k] != KC_OK)
             return kc_fail(io.status[k], "part %d of a Winograd convolution failed", k);
+    kc_balance_update(&st->cut, seconds);
     return KC_OK;
 }
 
@@ -824,10 +854,16 @@ int kc_wino_blocks(const kc_kernel_state *state)
         return 0;
     const kc_w1_state *st = (const kc_w1_state *)state;
     int64_t most = 0;
-    for (int k = 0; k < st->n_parts; k++)
-        if (st->part[k].hi - st->part[k].lo > most)
-            most = st->part[k].hi - st->part[k].lo;
-    return (int)((most + st->block - 1) / st->block);
+    for (int k = 0; k < st->n_parts; k++) {
+        int64_t blocks = kc_w1_part_blocks(st, st->cut.lo[k + 1] - st->cut.lo[k]);
+        most = blocks > most ? blocks : most;
+    }
+    return (int)most;
+}
+
+kc_balance *kc_wino_balance(kc_kernel_state *state)
+{
+    return state && state->free == kc_w1_free ? &((kc_w1_state *)state)->cut : NULL;
 }
 
 int kc_wino_dims(const kc_kernel_state *state)

@@ -47,6 +47,9 @@ int kc_wino_tile(const kc_kernel_state *state);
 int kc_wino_dims(const kc_kernel_state *state);
 /* ... and how many blocks of tiles its largest part runs in turn. */
 int kc_wino_blocks(const kc_kernel_state *state);
+/* ... and its cut (its parts' runs of tiles, moved by their times after
+ * each run), NULL for another kernel's state. */
+struct kc_balance *kc_wino_balance(kc_kernel_state *state);
 /* ... and 1 when its products are kerasc's own (kc_wino_simd's product), 0
  * when oneDNN's batched matmul (or none). */
 int kc_wino_own(const kc_kernel_state *state);

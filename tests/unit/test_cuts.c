@@ -1743,6 +1743,7 @@ static void wino2d_blocks_isa(void)
     static const int want_blocks[2][2] = {{1, 1}, {5, 3}};
     if (!kc_dnnl_ready())
         skip();
+    setenv("KC_BALANCE", "0", 1); /* the even cut stays */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         conv_run r;
         setup(&cases[i], &r);
@@ -1757,12 +1758,88 @@ static void wino2d_blocks_isa(void)
         free(got);
         teardown(&r);
     }
+    unsetenv("KC_BALANCE");
 }
 
 static void test_wino2d_blocks(void **state)
 {
     (void)state;
     each_isa(wino2d_blocks_isa);
+}
+
+/* kc_wino_conv's parts follow the threads' speeds (kc_balance): run once
+ * (the even cut; the run's times recorded in the cut), then with the cut
+ * skewed (skew_cut: every part but the last at its least tiles) the last
+ * part runs its tiles in more blocks, and the outputs keep their bits (a
+ * tile's sums do not depend on the part or block that runs it). 2-D
+ * F(4x4) and 1-D F(4, 7), on 2 and 3 threads. (wino2d_blocks counts
+ * blocks on the even cut, KC_BALANCE=0: a run's times move the cut.) */
+static void wino_balanced_cut_isa(void)
+{
+    static const conv_case cases[] = {
+        {"3x3 128 -> 128 same on 28x28", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 128, 128, 3, 1,
+         1, 1, 0, 0, "relu", 1},
+        {"(1, 7) 160 -> 160 same on 17x17", "Conv2D", KC_CONV_PLAIN, 2, 1, 17, 17, 160, 160, 1,
+         1, 1, 1, 0, 0, "relu", 1, 7},
+    };
+    /* the largest part's blocks, even then skewed: 2 threads, 49 tiles
+     * cut 25 + 24 (one block, up to 31 tiles), skewed 8 + 41 (two); 3
+     * threads 17 + 16 + 16 (up to 21), skewed 8 + 8 + 33 (two). 1-D, 85
+     * tiles: 43 + 42 (up to 53), skewed 8 + 77 (two); 29 + 28 + 28 (up to
+     * 36), skewed 8 + 8 + 69 (two) */
+    static const int want_blocks[2][2][2] = {{{1, 2}, {1, 2}}, {{1, 2}, {1, 2}}};
+    if (!kc_dnnl_ready())
+        skip();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        conv_run r;
+        setup(&cases[i], &r);
+        float *want = plain_output(&r);
+        float *even = malloc((size_t)r.out_count * sizeof *even);
+        float *skewed = malloc((size_t)r.out_count * sizeof *skewed);
+        float peak = peak_of(want, r.out_count);
+        const float *ins[1] = {r.x};
+        for (int t = 2; t <= 3; t++) {
+            kc_kernel_state *state = NULL;
+            kc_threads_enter(t);
+            exec_in_slot(&r.layer, ins, &r.in_shape, 1, even, &r.out_shape, 0, 0, &state);
+            kc_balance *b = kc_wino_balance(state);
+            if (!b || b->parts != t)
+                fail_msg("%s, %d threads: not cut in %d parts", cases[i].what, t, t);
+            for (int k = 0; k < b->parts; k++)
+                if (!(b->per_unit[k] > 0.0))
+                    fail_msg("%s, %d threads: part %d's time not kept", cases[i].what, t, k);
+            expect_close(even, want, r.out_count, 1e-4f * peak, "%s, %d threads", cases[i].what,
+                         t);
+            /* that run's times moved the cut (by how busy this machine
+             * is): back to the even one to count its blocks */
+            for (int k = 0; k <= b->parts; k++)
+                b->lo[k] = b->units * k / b->parts;
+            if (kc_wino_blocks(state) != want_blocks[i][t - 2][0])
+                fail_msg("%s, %d threads: %d blocks, expected %d", cases[i].what, t,
+                         kc_wino_blocks(state), want_blocks[i][t - 2][0]);
+            skew_cut(b);
+            if (kc_wino_blocks(state) != want_blocks[i][t - 2][1])
+                fail_msg("%s, %d threads, skewed: %d blocks, expected %d", cases[i].what, t,
+                         kc_wino_blocks(state), want_blocks[i][t - 2][1]);
+            exec_in_slot(&r.layer, ins, &r.in_shape, 1, skewed, &r.out_shape, 0, 0, &state);
+            for (int64_t e = 0; e < r.out_count; e++)
+                if (memcmp(&even[e], &skewed[e], sizeof *even))
+                    fail_msg("%s, %d threads: element %lld is %.9g cut skewed, %.9g even",
+                             cases[i].what, t, (long long)e, skewed[e], even[e]);
+            state->free(state);
+        }
+        kc_threads_enter(0);
+        free(want);
+        free(even);
+        free(skewed);
+        teardown(&r);
+    }
+}
+
+static void test_wino_balanced_cut(void **state)
+{
+    (void)state;
+    each_isa(wino_balanced_cut_isa);
 }
 
 /* F(4x4, 3x3) with the kernel transformed as the layer runs
@@ -3983,6 +4060,7 @@ int main(void)
         cmocka_unit_test(test_wino_fly_layers),
         cmocka_unit_test(test_wino_fly_blocks_claimed),
         cmocka_unit_test(test_wino2d_blocks),
+        cmocka_unit_test(test_wino_balanced_cut),
         cmocka_unit_test(test_wino_state_handover),
         cmocka_unit_test(test_pool_cuts),
         cmocka_unit_test(test_maxpool_hand),
