@@ -47,6 +47,9 @@ int kc_wino_tile(const kc_kernel_state *state);
 int kc_wino_dims(const kc_kernel_state *state);
 /* ... and how many blocks of tiles its largest part runs in turn. */
 int kc_wino_blocks(const kc_kernel_state *state);
+/* ... and the floats between two of the rows a block's transformed
+ * inputs are kept in (0 for another kernel's state). */
+int64_t kc_wino_row_floats(const kc_kernel_state *state);
 /* ... and its cut (its parts' runs of tiles, moved by their times after
  * each run), NULL for another kernel's state. */
 struct kc_balance *kc_wino_balance(kc_kernel_state *state);

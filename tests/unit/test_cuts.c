@@ -1725,6 +1725,13 @@ static void expect_parts_1_to_3(conv_run *r, const float *want, float *got, floa
     }
 }
 
+/* 1 where a Winograd state's block rows are a multiple of 4 KB apart
+ * (every row a transform writes at once in one cache set), else 0. */
+static int rows_in_one_cache_set(const kc_kernel_state *state)
+{
+    return kc_wino_row_floats(state) % 1024 == 0;
+}
+
 /* A transformed kernel larger than the L2-sized block (128 -> 128: 2.4
  * MB) sets the block size instead: ResNet50's 28x28 layers run each
  * part's tiles in one block, reading that kernel once rather than once
@@ -1737,10 +1744,14 @@ static void wino2d_blocks_isa(void)
          1, 1, 0, 0, "relu", 1},
         {"3x3 32 -> 64 same on 64x64", "Conv2D", KC_CONV_PLAIN, 2, 1, 64, 64, 32, 64, 3, 1, 1,
          1, 0, 0, "relu", 1},
+        {"3x3 128 -> 128 same on 32x32", "Conv2D", KC_CONV_PLAIN, 2, 1, 32, 32, 128, 128, 3, 1,
+         1, 1, 0, 0, "relu", 1},
     };
     /* 1 and 2 threads: 49 and 25 tiles a part (128 channels); 256 and
-     * 128 (32 -> 64, 36 x 96 floats a tile: 53 a block) */
-    static const int want_blocks[2][2] = {{1, 1}, {5, 3}};
+     * 128 (32 -> 64, 36 x 96 floats a tile: 53 a block); 64 and 32 (one
+     * block each: rows of 64 x 128 and 40 x 128 floats, multiples of 4
+     * KB, kept a cache line more apart: wino.c's kc_w1_ldv) */
+    static const int want_blocks[3][2] = {{1, 1}, {5, 3}, {1, 1}};
     if (!kc_dnnl_ready())
         skip();
     setenv("KC_BALANCE", "0", 1); /* the even cut stays */
@@ -1750,9 +1761,12 @@ static void wino2d_blocks_isa(void)
         float *want = plain_output(&r);
         float *got = malloc((size_t)r.out_count * sizeof *got);
         float peak = peak_of(want, r.out_count);
-        for (int t = 1; t <= 2; t++)
+        for (int t = 1; t <= 2; t++) {
             expect_count_close(&r, want, got, peak, t, kc_wino_blocks, want_blocks[i][t - 1],
                                "blocks", cases[i].what);
+            expect_count_close(&r, want, got, peak, t, rows_in_one_cache_set, 0,
+                               "(rows a multiple of 4 KB apart)", cases[i].what);
+        }
         kc_threads_enter(0);
         free(want);
         free(got);
