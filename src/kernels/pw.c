@@ -11,8 +11,10 @@
  * owns a run of 16-channel output vectors, their kernel packed once at
  * build ([vector][input channel][16]), and reads only those, in panels of
  * up to 3 vectors over all the pixels, register blocks of 8 pixels x 48
- * channels (by pixels, below: 4 vectors, blocks of 6 pixels x 64); while a panel runs, the part's next one is fetched into L2, a
- * share of its lines in each block's loop. The parts' cut follows the
+ * channels (by pixels, below: 4 vectors, blocks of 6 pixels x 64); the
+ * panels come from memory on the hardware's own fetch (the part's next
+ * one fetched into L2 as a panel runs, KC_PW_PREFETCH=1, cost time on
+ * the Zen 5: kc_pw_build). The parts' cut follows the
  * threads' measured speeds (kc_balance), and a part done early takes
  * panels from the back of the other's run (base/claims.h): the parts'
  * busy times in ResNet50's nine such layers at batch 1 then differed by
@@ -241,7 +243,10 @@ typedef struct kc_pw_state {
     int act;                 /* kc_wino_act's codes; 3: applied by the caller */
     int residual;            /* the output holds a sum to add to */
     int residual_first;      /* ... added before the bias (kc_pw_residual_order) */
-    int prefetch;            /* the next panel fetched into L2 (KC_PW_PREFETCH=0: not) */
+    /* by vectors: the part's next panel fetched into L2 as a panel runs
+     * (KC_PW_PREFETCH=1; kc_pw_build says why not by default), and with a
+     * head the Dense rows its channels multiply (KC_PW_HEAD_PREFETCH=0: not) */
+    int prefetch_panels, prefetch_head;
     int by_pixels;           /* parts own runs of pixels, not of vectors (kc_pw_rows_wanted) */
     int alone;               /* built for one thread (a lane): by pixels, one part */
     int64_t chunk;           /* by pixels: pixels a pass over every panel */
@@ -751,8 +756,9 @@ static void kc_pw_gather(const kc_pw_state *st, const float *in, int64_t p0, int
 
 /* Part `part`'s panels over all the pixels: its run of vectors, then
  * what is left of the others' (base/claims.h), each panel fetching the
- * next into L2 as it runs; with a head, the panel's channels then pooled
- * and multiplied into the Dense's rows for them, fetched as it ran. */
+ * next into L2 as it runs where asked (KC_PW_PREFETCH=1); with a head,
+ * the panel's channels then pooled and multiplied into the Dense's rows
+ * for them, fetched as it ran. */
 static void kc_pw_vectors_job(void *arg, int part)
 {
     const kc_pw_io *in_io = arg;
@@ -781,11 +787,11 @@ static void kc_pw_vectors_job(void *arg, int part)
     for (kc_claim now = kc_claims_next(io->panels, part, &next); now.count > 0;
          now = kc_claims_next(io->panels, part, &next)) {
         kc_pw_fetch fetch = {{{NULL, 0}, {NULL, 0}}};
-        if (st->prefetch && next.count > 0) {
+        if (st->prefetch_panels && next.count > 0) {
             fetch.run[0].at = (const char *)(st->w + st->k * 16 * next.first);
             fetch.run[0].n = st->k * 16 * next.count * (int64_t)sizeof(float) / 64;
         }
-        if (st->prefetch && st->head) {
+        if (st->prefetch_head && st->head) {
             int64_t bytes;
             fetch.run[1].at = kc_pw_head_rows(st->head, now.first, now.count, &bytes);
             fetch.run[1].n = bytes / 64;
@@ -866,7 +872,15 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
     *st = *probe;
     st->base.free = kc_pw_free;
     st->in_shape = ctx->in_shape[0];
-    st->prefetch = !kc_env_off("KC_PW_PREFETCH");
+    /* The next panel's fetch, a share of its lines in each block's loop,
+     * paid on the Zen 4 this kernel was written on; on the Zen 5 of
+     * bench/results (12-06) it cost time: ResNet50 at batch 1, its nine
+     * layers by vectors (7x7 and strided 14x14) 3.71 -> 3.48 ms without
+     * it (0.935, faster in 10 of 10 alternating pairs), the run 0.986 (7
+     * of 10); InceptionV3 0.974 (5 of 8), MobileNetV2 level (0.995).
+     * The hardware's own fetch keeps up with the panels' one stream. */
+    st->prefetch_panels = kc_env_on("KC_PW_PREFETCH");
+    st->prefetch_head = !kc_env_off("KC_PW_HEAD_PREFETCH");
     /* alone (one thread, a lane): by pixels in one part, strided pixels
      * gathered into the thread's own buffer. The lanes share the state; a
      * state built for the team is built again for a lane (kc_pw_conv).
@@ -1082,6 +1096,11 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
 kc_balance *kc_pw_balance(kc_kernel_state *state)
 {
     return state && state->free == kc_pw_free ? &((kc_pw_state *)state)->cut : NULL;
+}
+
+int kc_pw_fetches_panels(const kc_kernel_state *state)
+{
+    return state && state->free == kc_pw_free && ((const kc_pw_state *)state)->prefetch_panels;
 }
 
 int kc_pw_parts(const kc_kernel_state *state)

@@ -24,6 +24,10 @@ int kc_pw_head_fusable(const kc_conv_attrs *a, const kc_shape *in, const kc_shap
  * another kernel's state. */
 int kc_pw_parts(const kc_kernel_state *state);
 
+/* For tests: 1 where a state of this kernel fetches each part's next
+ * panel of weights into L2 as a panel runs (KC_PW_PREFETCH=1), else 0. */
+int kc_pw_fetches_panels(const kc_kernel_state *state);
+
 /* For tests: the cut of a state of this kernel (its parts' runs of
  * output vectors, moved by their times after each run), NULL for another
  * kernel's state. */

@@ -1937,6 +1937,44 @@ static void pw_kept_off(conv_run *r, const float *want, float *got, float peak)
     expect_close(got, want, r->out_count, 1e-4f * peak, "%s, whole", what);
 }
 
+/* r's 1x1 layer on 2 threads: by default each part's next panel of
+ * weights is not fetched into L2 in software (slower on the Zen 5:
+ * kc_pw_build); KC_PW_PREFETCH=1 fetches it, with the same output bits. */
+static void pw_panel_fetch(conv_run *r)
+{
+    const char *what = r->layer.name;
+    const float *ins[1] = {r->x};
+    float *fetched = malloc((size_t)r->out_count * sizeof *fetched);
+    float *plain = malloc((size_t)r->out_count * sizeof *plain);
+    kc_threads_enter(2);
+    for (int on = 0; on < 2; on++) {
+        kc_kernel_state *state = NULL;
+        if (on)
+            setenv("KC_PW_PREFETCH", "1", 1);
+        float *got = on ? fetched : plain;
+        if (r->residual)
+            memcpy(got, r->residual, (size_t)r->out_count * sizeof *got);
+        exec_in_slot(&r->layer, ins, &r->in_shape, 1, got, &r->out_shape, 0, 0, &state);
+        unsetenv("KC_PW_PREFETCH");
+        if (kc_pw_parts(state) < 2 || kc_pw_fetches_panels(state) != on)
+            fail_msg("%s: %d parts, panels fetched %d, expected 2+ and %d", what,
+                     kc_pw_parts(state), kc_pw_fetches_panels(state), on);
+        state->free(state);
+    }
+    if (memcmp(fetched, plain, (size_t)r->out_count * sizeof *plain))
+        fail_msg("%s: other outputs with the panels fetched", what);
+    free(fetched);
+    free(plain);
+}
+
+/* The first case's checks: what keeps it off kc_pw_conv, the panels'
+ * fetch. */
+static void pw_first_checks(conv_run *r, const float *want, float *got, float peak)
+{
+    pw_kept_off(r, want, got, peak);
+    pw_panel_fetch(r);
+}
+
 /* KC_PW_TAPS=0 keeps r's layer of several taps off kc_pw_conv. */
 static void pw_taps_kept_off(conv_run *r, const float *want, float *got, float peak)
 {
@@ -1961,7 +1999,8 @@ static void pw_taps_kept_off(conv_run *r, const float *want, float *got, float p
  * KC_PW=0, KC_ISA=avx2 and whole runs keep the other kernels (and it
  * skips where oneDNN runs without AVX-512). Outputs as the plain
  * path's, also with the parts' cut moved as far as it goes (kc_balance),
- * and equal to oneDNN's bit for bit. */
+ * and equal to oneDNN's bit for bit; the next panel's fetch only with
+ * KC_PW_PREFETCH=1, the same bits. */
 static void test_pw_layers(void **state)
 {
     (void)state;
@@ -2053,7 +2092,7 @@ static void test_pw_layers(void **state)
         skip();
     _Static_assert(sizeof cases / sizeof cases[0] == sizeof want_parts / sizeof want_parts[0],
                    "a want_parts row per case");
-    check_pw_cases(cases, sizeof cases / sizeof cases[0], want_parts, pw_kept_off);
+    check_pw_cases(cases, sizeof cases / sizeof cases[0], want_parts, pw_first_checks);
 }
 
 /* kc_dnnl_taps_run, asked of oneDNN for InceptionV3's Mixed_6a (288 ->
