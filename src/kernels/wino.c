@@ -106,8 +106,7 @@ typedef struct kc_w1_state {
     size_t v_bytes, m_bytes;
     kc_wino_budget *budget;
     size_t paid;
-    int n_parts;
-    kc_balance cut;                 /* parts: runs of tiles, one per thread */
+    kc_balance cut;                 /* parts (cut.parts): runs of tiles, one per thread */
     kc_w1_part part[KC_WINO_MAX_PARTS];
 } kc_w1_state;
 
@@ -340,7 +339,7 @@ static void kc_w1_free(kc_kernel_state *s)
     kc_w1_state *st = (kc_w1_state *)s;
     if (st->budget && st->budget->left != SIZE_MAX)
         st->budget->left += st->paid;
-    for (int k = 0; k < st->n_parts; k++)
+    for (int k = 0; k < st->cut.parts; k++)
         kc_dnnl_prim_destroy(&st->part[k].prim);
     kc_free_weights(st->packed);
     free(st);
@@ -505,17 +504,17 @@ static int kc_w1_pay(kc_w1_state *st, size_t kernel_bytes)
 }
 
 /* The distance between two of the products' rows of a block's
- * transformed inputs (v) and of its products (mt), in floats. The own
- * products' rows are one cache line more than a block's floats apart (as
- * wino_fly.c's kc_wf_ld): a transform writes or reads its tile's alpha^2
- * rows at once, and at a distance of a multiple of 4 KB they all fall in
- * one cache set. One thread, a block's input transforms, 16 tiles of 256
- * channels (16 KB apart): 43 -> 15 us; 40 tiles of 64 (ResNet50's 56x56
- * layers) 13.8 -> 12.0 us, the output transforms 9.2 -> 7.7 us. oneDNN's
- * batched product (KC_WINO_OWN=0) reads dense rows. */
-static int64_t kc_w1_pad(const kc_w1_state *st) { return st->own ? 16 : 0; }
-static int64_t kc_w1_ldv(const kc_w1_state *st) { return st->block * st->c + kc_w1_pad(st); }
-static int64_t kc_w1_ldm(const kc_w1_state *st) { return st->block * st->mf + kc_w1_pad(st); }
+ * transformed inputs (v) and of its products (mt), in floats: for the own
+ * products one cache line more than a block's floats (kc_wino2d_ld; one
+ * thread, 40 tiles of 64 channels, ResNet50's 56x56 layers: the input
+ * transforms 13.8 -> 12.0 us a block, the output ones 9.2 -> 7.7 us).
+ * oneDNN's batched product (KC_WINO_OWN=0) reads dense rows. */
+static int64_t kc_w1_ld(const kc_w1_state *st, int64_t floats)
+{
+    return st->own ? kc_wino2d_ld(floats) : floats;
+}
+static int64_t kc_w1_ldv(const kc_w1_state *st) { return kc_w1_ld(st, st->block * st->c); }
+static int64_t kc_w1_ldm(const kc_w1_state *st) { return kc_w1_ld(st, st->block * st->mf); }
 
 /* Parts (one per thread, their runs of tiles cut where the threads'
  * measured speeds even their times) and the largest block.
@@ -541,8 +540,7 @@ static void kc_w1_plan(kc_w1_state *st)
     if (n < 1)
         n = 1;
     kc_balance_init(&st->cut, st->tiles, (int)n, KC_WINO_PART_MIN_TILES / 2);
-    st->n_parts = st->cut.parts;
-    int64_t per = (st->tiles + st->n_parts - 1) / st->n_parts;
+    int64_t per = (st->tiles + st->cut.parts - 1) / st->cut.parts;
     /* Each block reads the whole transformed kernel: where it outweighs
      * the L2-sized block, blocks as large as it (up to
      * KC_WINO_BLOCK_MAX_BYTES, from the shared cache) read it fewer times.
@@ -588,12 +586,12 @@ static kc_status kc_w1_build(const kc_exec_ctx *ctx, kc_w1_state *st)
         return kc_w1_pack_kernel(ctx, st, g, NULL);
     }
     dnnl_memory_desc_t w_md;
-    for (int k = 0; k < st->n_parts; k++)
+    for (int k = 0; k < st->cut.parts; k++)
         KC_TRY(kc_w1_prim(st, &st->part[k].prim, &w_md));
     if (!kc_w1_pay(st, dnnl_memory_desc_get_size(&w_md)))
         return kc_fail(KC_ERR_LIMIT, "the Winograd memory budget is spent");
     KC_TRY(kc_w1_pack_kernel(ctx, st, g, &w_md));
-    return st->n_parts > 1 ? kc_dnnl_lanes(st->n_parts) : KC_OK;
+    return st->cut.parts > 1 ? kc_dnnl_lanes(st->cut.parts) : KC_OK;
 }
 
 /* ------------------------------------------------------------ run */
@@ -798,11 +796,11 @@ static kc_status kc_w1_execute(kc_w1_state *st, const kc_exec_ctx *ctx)
 {
     const kc_conv_attrs *a = ctx->layer->attrs;
     kc_w1_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], {KC_OK}};
-    if (st->n_parts == 1)
+    if (st->cut.parts == 1)
         return kc_w1_run_part(st, &st->part[0], 0, &io);
     double seconds[KC_BALANCE_MAX_PARTS] = {0};
-    kc_parallel_timed(st->n_parts, kc_w1_job, &io, seconds);
-    for (int k = 0; k < st->n_parts; k++)
+    kc_parallel_timed(st->cut.parts, kc_w1_job, &io, seconds);
+    for (int k = 0; k < st->cut.parts; k++)
         if (io.status[k] != KC_OK)
             return kc_fail(io.status[k], "part %d of a Winograd convolution failed", k);
     kc_balance_update(&st->cut, seconds);
@@ -867,7 +865,7 @@ int kc_wino_blocks(const kc_kernel_state *state)
         return 0;
     const kc_w1_state *st = (const kc_w1_state *)state;
     int64_t most = 0;
-    for (int k = 0; k < st->n_parts; k++) {
+    for (int k = 0; k < st->cut.parts; k++) {
         int64_t blocks = kc_w1_part_blocks(st, st->cut.lo[k + 1] - st->cut.lo[k]);
         most = blocks > most ? blocks : most;
     }

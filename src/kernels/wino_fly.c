@@ -97,13 +97,6 @@ typedef struct kc_wf_state {
     int alone;                       /* each part transforms its own inputs */
 } kc_wf_state;
 
-/* The distance between two of the 36 products' rows in a buffer of
- * `floats` a product: one cache line more, so that the 36 rows a
- * transform writes or reads at once do not all fall in one cache set
- * (16 tiles x 256 channels is 16 KB: with the plain distance the kernel
- * transform took twice the products' time). */
-static int64_t kc_wf_ld(int64_t floats) { return floats + 16; }
-
 /* ------------------------------------------------------------ eligibility */
 
 /* KC_WINOFLY=0: not this kernel; KC_WINO2D=0: none of kerasc's own 2-D
@@ -243,7 +236,7 @@ typedef struct kc_wf_io {
 /* Bytes of a block's transformed inputs. */
 static size_t kc_wf_v_bytes(const kc_wf_state *st)
 {
-    return (size_t)(st->alpha * st->alpha * kc_wf_ld(st->block * st->c)) * sizeof(float);
+    return (size_t)(st->alpha * st->alpha * kc_wino2d_ld(st->block * st->c)) * sizeof(float);
 }
 
 /* The block's tiles lo .. hi-1 transformed into io->v. */
@@ -253,7 +246,7 @@ static void kc_wf_inputs(const kc_wf_state *st, const kc_wf_io *io, int64_t lo, 
         const float *d[36];
         kc_wino2d_cells(&st->grid, st->m, st->alpha, st->c, io->in, io->t0 + b, d);
         st->simd->in2d(st->alpha, st->bt, st->c, d, io->v + b * st->c,
-                          kc_wf_ld(io->n * st->c));
+                          kc_wino2d_ld(io->n * st->c));
     }
 }
 
@@ -276,7 +269,7 @@ static void kc_wf_outputs(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
         float *y[16];
         int vh, vw;
         kc_wino2d_dests(&st->grid, st->m, st->f, io->out + f0, io->t0 + b, y, &vh, &vw);
-        st->simd->out2d(st->m, st->alpha, st->at, f_all, mt + b * width, kc_wf_ld(io->n * width),
+        st->simd->out2d(st->m, st->alpha, st->at, f_all, mt + b * width, kc_wino2d_ld(io->n * width),
                             io->bias ? io->bias + f0 : NULL, st->act, y, vh, vw);
     }
 }
@@ -356,10 +349,10 @@ static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
     for (int64_t c0 = 0; c0 < st->c; c0 += KC_WF_KERNEL_CHANNELS) {
         int64_t cn = st->c - c0 < KC_WF_KERNEL_CHANNELS ? st->c - c0 : KC_WF_KERNEL_CHANNELS;
         kc_wf_piece next = kc_wf_next_piece(st, v0, nv, c0, then);
-        st->simd->kernel2d(st->w, st->c, st->alpha, v0, nv, c0, cn, u, kc_wf_ld(cn * 16 * nv));
+        st->simd->kernel2d(st->w, st->c, st->alpha, v0, nv, c0, cn, u, kc_wino2d_ld(cn * 16 * nv));
         for (int p = 0; p < products; p++)
-            st->simd->product(io->v + p * kc_wf_ld(io->n * st->c) + c0, st->c,
-                              u + p * kc_wf_ld(cn * width), cn, mt + p * kc_wf_ld(io->n * width),
+            st->simd->product(io->v + p * kc_wino2d_ld(io->n * st->c) + c0, st->c,
+                              u + p * kc_wino2d_ld(cn * width), cn, mt + p * kc_wino2d_ld(io->n * width),
                               width, io->n, nv, c0 == 0,
                               kc_wf_fetch_share(st, &next, p, products));
     }
@@ -371,7 +364,7 @@ static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
  * of output vectors (kc_wf_kernel_a). */
 static size_t kc_wf_u_floats(const kc_wf_state *st)
 {
-    return (size_t)(st->alpha * st->alpha * kc_wf_ld(KC_WF_KERNEL_CHANNELS * 16 * KC_WF_NV));
+    return (size_t)(st->alpha * st->alpha * kc_wino2d_ld(KC_WF_KERNEL_CHANNELS * 16 * KC_WF_NV));
 }
 
 /* Part k's output vectors over the block, up to three at a time: its
@@ -380,7 +373,7 @@ static size_t kc_wf_u_floats(const kc_wf_state *st)
 static kc_status kc_wf_part(const kc_wf_state *st, kc_wf_io *io, int k, kc_claims *vectors)
 {
     size_t u_floats = kc_wf_u_floats(st);
-    size_t m_floats = (size_t)(st->alpha * st->alpha * kc_wf_ld(io->n * 16 * KC_WF_NV));
+    size_t m_floats = (size_t)(st->alpha * st->alpha * kc_wino2d_ld(io->n * 16 * KC_WF_NV));
     float *u = kc_dnnl_workspace(KC_DNNL_SLOT_DST, (u_floats + m_floats) * sizeof(float));
     if (!u)
         return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
