@@ -1940,30 +1940,18 @@ static void pw_kept_off(conv_run *r, const float *want, float *got, float peak)
 /* r's 1x1 layer on 2 threads: by default each part's next panel of
  * weights is not fetched into L2 in software (slower on the Zen 5:
  * kc_pw_build); KC_PW_PREFETCH=1 fetches it, with the same output bits. */
-static void pw_panel_fetch(conv_run *r)
+static void pw_panel_fetch(conv_run *r, const float *want, float *got, float peak)
 {
     const char *what = r->layer.name;
-    const float *ins[1] = {r->x};
-    float *fetched = malloc((size_t)r->out_count * sizeof *fetched);
     float *plain = malloc((size_t)r->out_count * sizeof *plain);
-    kc_threads_enter(2);
-    for (int on = 0; on < 2; on++) {
-        kc_kernel_state *state = NULL;
-        if (on)
-            setenv("KC_PW_PREFETCH", "1", 1);
-        float *got = on ? fetched : plain;
-        if (r->residual)
-            memcpy(got, r->residual, (size_t)r->out_count * sizeof *got);
-        exec_in_slot(&r->layer, ins, &r->in_shape, 1, got, &r->out_shape, 0, 0, &state);
-        unsetenv("KC_PW_PREFETCH");
-        if (kc_pw_parts(state) < 2 || kc_pw_fetches_panels(state) != on)
-            fail_msg("%s: %d parts, panels fetched %d, expected 2+ and %d", what,
-                     kc_pw_parts(state), kc_pw_fetches_panels(state), on);
-        state->free(state);
-    }
-    if (memcmp(fetched, plain, (size_t)r->out_count * sizeof *plain))
+    expect_count_close(r, want, plain, peak, 2, kc_pw_fetches_panels, 0, "panels fetched",
+                       what);
+    setenv("KC_PW_PREFETCH", "1", 1);
+    expect_count_close(r, want, got, peak, 2, kc_pw_fetches_panels, 1,
+                       "panels fetched, KC_PW_PREFETCH=1", what);
+    unsetenv("KC_PW_PREFETCH");
+    if (memcmp(got, plain, (size_t)r->out_count * sizeof *plain))
         fail_msg("%s: other outputs with the panels fetched", what);
-    free(fetched);
     free(plain);
 }
 
@@ -1972,7 +1960,7 @@ static void pw_panel_fetch(conv_run *r)
 static void pw_first_checks(conv_run *r, const float *want, float *got, float peak)
 {
     pw_kept_off(r, want, got, peak);
-    pw_panel_fetch(r);
+    pw_panel_fetch(r, want, got, peak);
 }
 
 /* KC_PW_TAPS=0 keeps r's layer of several taps off kc_pw_conv. */
