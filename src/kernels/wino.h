@@ -40,6 +40,10 @@ int kc_wino_fly_tile(const kc_kernel_state *state);
 /* 1 when its threads transform the inputs each for itself, 0 when they
  * share one buffer (or for another kernel's state). */
 int kc_wino_fly_alone(const kc_kernel_state *state);
+/* 1 when those threads, each transforming the inputs for itself, first
+ * read all of the input in address order (kernels/touch.c; KC_TOUCH=0:
+ * not), 0 otherwise. */
+int kc_wino_fly_touches(const kc_kernel_state *state);
 
 /* For tests and reports: the output tile m of a node's Winograd state and
  * how many axes it spans (1 or 2); 0 when state is none. */

@@ -61,6 +61,7 @@
 #include "base/mem.h"
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
+#include "kernels/touch.h"
 #include "kernels/wino_tx.h"
 #include "ops/conv.h"
 
@@ -95,6 +96,7 @@ typedef struct kc_wf_state {
     int prefetch_l2;                 /* fetch the next piece of kernel ahead */
     const kc_wino_simd *simd;        /* the transforms and products for this CPU */
     int alone;                       /* each part transforms its own inputs */
+    int touch;                       /* ... each first reading all of them in order (kc_touch) */
 } kc_wf_state;
 
 /* ------------------------------------------------------------ eligibility */
@@ -411,6 +413,14 @@ static kc_status kc_wf_part_alone(const kc_wf_state *st, kc_wf_io *shared, int k
     io.v = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, kc_wf_v_bytes(st));
     if (!io.v)
         return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
+    /* the input in address order first (kernels/touch.c): half of it is
+     * in the other core's cache, and the transform reads a tile's 36
+     * cells side by side. ResNet50 batch 1, its nine layers here, eight
+     * alternating `--stats` runs: 4.16 -> 3.94 ms (faster in 8 of 8),
+     * each thread's transform of its 14x14 layers' 16 tiles 56 -> 36 us
+     * (28 on one thread); KC_TOUCH=0: not */
+    if (st->touch)
+        kc_touch(io.in, kc_shape_count(&st->in_shape) * (int64_t)sizeof(float));
     for (io.t0 = 0; io.t0 < st->grid.tiles; io.t0 += st->block) {
         io.n = st->grid.tiles - io.t0 < st->block ? st->grid.tiles - io.t0 : st->block;
         kc_wf_inputs(st, &io, 0, io.n);
@@ -528,6 +538,7 @@ kc_status kc_wino_fly_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         kc_wf_plan(st);
         const char *alone = getenv("KC_WINOFLY_ALONE");
         st->alone = alone ? strcmp(alone, "0") != 0 : kc_wf_alone_fits(st);
+        st->touch = kc_touch_wanted();
         if (kc_wf_repack(ctx, st) != KC_OK) {
             kc_wf_free(&st->base);
             return KC_ERR_NOMEM;
@@ -551,6 +562,12 @@ int kc_wino_fly_parts(const kc_kernel_state *state)
     if (!state || state->free != kc_wf_free)
         return 0;
     return ((const kc_wf_state *)state)->cut.parts;
+}
+
+int kc_wino_fly_touches(const kc_kernel_state *state)
+{
+    return state && state->free == kc_wf_free && ((const kc_wf_state *)state)->alone &&
+           ((const kc_wf_state *)state)->cut.parts > 1 && ((const kc_wf_state *)state)->touch;
 }
 
 int kc_wino_fly_tile(const kc_kernel_state *state)

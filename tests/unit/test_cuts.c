@@ -38,6 +38,7 @@
 #include "kernels/residual.h"
 #include "kernels/narrow.h"
 #include "kernels/stem.h"
+#include "kernels/touch.h"
 #include "kernels/wino.h"
 #include "ops/conv.h"
 #include "ops/core.h"
@@ -2235,6 +2236,39 @@ static void test_pw_state_follows_width(void **state)
     teardown(&r);
 }
 
+/* Two threads each transforming the inputs for itself first read all
+ * of the input in address order, once a run each (kernels/touch.c);
+ * sharing one buffer of transformed inputs, on one thread, or with
+ * KC_TOUCH=0 (read as the state is built), neither reads it so. The
+ * outputs the same either way. */
+static void expect_fly_touches(conv_run *r, const float *want, float *got, float peak,
+                               const char *what)
+{
+    int64_t lines = (kc_shape_count(&r->in_shape) * (int64_t)sizeof(float) + 63) / 64;
+    static const struct {
+        const char *alone, *touch;
+        int threads, touches;
+    } ways[] = {{"1", NULL, 2, 1}, {"1", "0", 2, 0}, {"0", NULL, 2, 0}, {"1", NULL, 1, 0}};
+    for (size_t w = 0; w < sizeof ways / sizeof ways[0]; w++) {
+        setenv("KC_WINOFLY_ALONE", ways[w].alone, 1);
+        if (ways[w].touch)
+            setenv("KC_TOUCH", ways[w].touch, 1);
+        int64_t before = kc_touch_lines();
+        expect_count_close(r, want, got, peak, ways[w].threads, kc_wino_fly_touches,
+                           ways[w].touches, "touching its input", what);
+        int64_t read = kc_touch_lines() - before;
+        /* each of the two parts every line once (one more where the
+         * input does not start at a line) */
+        int64_t least = ways[w].touches ? 2 * lines : 0, most = ways[w].touches ? 2 * lines + 2 : 0;
+        if (read < least || read > most)
+            fail_msg("%s, KC_WINOFLY_ALONE=%s%s, %d threads: %lld lines touched, expected %lld "
+                     "to %lld", what, ways[w].alone, ways[w].touch ? ", KC_TOUCH=0" : "",
+                     ways[w].threads, (long long)read, (long long)least, (long long)most);
+        unsetenv("KC_TOUCH");
+        unsetenv("KC_WINOFLY_ALONE");
+    }
+}
+
 static void wino_fly_layers_isa(void)
 {
     static const conv_case cases[] = {
@@ -2291,6 +2325,8 @@ static void wino_fly_layers_isa(void)
             }
             unsetenv(ways[w][0]);
         }
+        if (want_parts[i][1] > 1)
+            expect_fly_touches(&r, want, got, peak, c->what);
         /* by default, each its own where its inputs and piece of kernel
          * fit the core's L2 (kc_wf_alone_fits): the one 7x7 image of 128
          * channels (131 + 197 KB) on any L2 of 512 KB or more */
