@@ -11,8 +11,15 @@
  *
  * libgomp reads OMP_WAIT_POLICY once, when it is loaded; the CLI sets it
  * (see cli/main.c). Library users who share the cores with other work
- * should export OMP_WAIT_POLICY=passive themselves. */
+ * should export OMP_WAIT_POLICY=passive themselves.
+ *
+ * kc_parallel itself runs on kerasc's own workers (base/pool.c), whose
+ * fork and join cost a fifth of libgomp's, while no OpenMP team has
+ * started lately, so that the two pools never spin at once; otherwise on
+ * libgomp's team. */
 #include "base/threads.h"
+
+#include "base/pool.h"
 
 #include <cblas.h>
 #include <stdlib.h>
@@ -72,7 +79,11 @@ void kc_threads_serial_end(int previous)
         omp_set_num_threads(previous);
 }
 
-int kc_thread_index(void) { return omp_get_thread_num(); }
+int kc_thread_index(void)
+{
+    int in_pool = kc_pool_index();
+    return in_pool >= 0 ? in_pool : omp_get_thread_num();
+}
 
 static __thread int kc_lane_now;
 
@@ -104,18 +115,24 @@ static void kc_parallel_body(void *data)
         job->fn(job->arg, i);
 }
 
-int kc_parallel_width(void) { return omp_in_parallel() ? 1 : kc_threads_max(); }
+/* Inside a team of kerasc's pool or libgomp's. */
+static int kc_in_team(void) { return kc_pool_index() >= 0 || omp_in_parallel(); }
+
+int kc_parallel_width(void) { return kc_in_team() ? 1 : kc_threads_max(); }
 
 void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg)
 {
-    if (n <= 1 || omp_in_parallel()) {
+    if (n <= 1 || kc_in_team()) {
         for (int i = 0; i < (n < 1 ? 1 : n); i++)
             fn(arg, i);
         return;
     }
+    if (kc_pool_run(n, fn, arg))
+        return;
     /* What `#pragma omp parallel num_threads(n)` compiles to, called
      * directly so that the library needs no -fopenmp (see above). */
     kc_parallel_job job = {fn, arg, n};
+    kc_pool_team_note();
     GOMP_parallel(kc_parallel_body, &job, (unsigned)n, 0);
 }
 
@@ -191,6 +208,16 @@ static void kc_two_body(void *data)
         kc_timed_body(&job->second, i);
 }
 
+/* kc_two_body on kerasc's pool: index i's two passes, the pool's barrier
+ * between. */
+static void kc_two_pool_body(void *data, int i)
+{
+    kc_two_job *job = data;
+    kc_timed_body(&job->first, i);
+    kc_pool_barrier();
+    kc_timed_body(&job->second, i);
+}
+
 /* Why: MobileNetV2's blocks cut by channels (a pass of partial sums) and
  * in place (a pass of border rows first) ran each of their two passes as
  * a team of its own, twelve forks and joins an image at batch 1. */
@@ -199,12 +226,15 @@ void kc_parallel_two(int n, void (*first)(void *arg, int index),
                      double *second_seconds)
 {
     kc_two_job job = {{first, arg, first_seconds}, {second, arg, second_seconds}, n < 1 ? 1 : n};
-    if (n <= 1 || omp_in_parallel()) {
+    if (n <= 1 || kc_in_team()) {
         for (int i = 0; i < job.n; i++)
             kc_timed_body(&job.first, i);
         for (int i = 0; i < job.n; i++)
             kc_timed_body(&job.second, i);
         return;
     }
+    if (kc_pool_run(n, kc_two_pool_body, &job))
+        return;
+    kc_pool_team_note();
     GOMP_parallel(kc_two_body, &job, (unsigned)n, 0);
 }

@@ -14,10 +14,12 @@ void kc_threads_enter(int threads);
 /* The thread count kc_threads_enter(threads) sets. */
 int kc_threads_wanted(int threads);
 
-/* Run fn(arg, i) for i in [0, n) on n threads of the OpenMP pool, one
- * index per thread, and return when all have. Thread i is the same pool
- * thread on every call (libgomp keeps its team), so work cut the same way
- * in consecutive layers stays in the cache of the core that made it.
+/* Run fn(arg, i) for i in [0, n) on n threads, one index per thread, and
+ * return when all have: kerasc's own workers (base/pool.c) where no
+ * OpenMP team has run lately, else the OpenMP pool's. Thread i is the
+ * same thread on every call of either (both keep their team), so work
+ * cut the same way in consecutive layers stays in the cache of the core
+ * that made it.
  * Inside the call, oneDNN primitives run on their calling thread alone.
  * n <= 1 runs fn(arg, 0) on the calling thread; so does a call from
  * inside a team (a batch lane, runtime/lanes.c), index after index:

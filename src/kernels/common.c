@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/balance.h"
+#include "base/pool.h"
 #include "base/threads.h"
 #include "kernels/fastmath.h"
 #include "kernels/isa.h"
@@ -97,6 +98,7 @@ void kc_gemm_ld(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, co
     if (kc_dnnl_enabled()) {
         int serial = m * n * k < KC_GEMM_SERIAL_MACS;
         int previous = serial ? kc_threads_serial_begin() : 0;
+        kc_pool_team_note(); /* oneDNN's OpenMP team may start (base/pool.c) */
         dnnl_status_t st = dnnl_sgemm('N', trans_b ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb,
                                       accumulate ? 1.0f : 0.0f, c, ldc);
         if (serial)

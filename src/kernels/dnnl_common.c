@@ -14,6 +14,7 @@
 
 #include "base/env.h"
 #include "base/mem.h"
+#include "base/pool.h"
 #include "base/threads.h"
 
 /* libgomp (see base/threads.c) */
@@ -315,6 +316,7 @@ kc_status kc_dnnl_run_in(kc_dnnl_prim *p, void *const *ptrs, int lane, void *scr
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, scratch_mem};
     }
     int prev = kc_dnnl_solo_enter(p->solo);
+    kc_pool_team_note(); /* oneDNN's OpenMP team may start (base/pool.c) */
     int bad = dnnl_primitive_execute(p->prim, stream, n, args) != dnnl_success ||
               dnnl_stream_wait(stream) != dnnl_success;
     kc_dnnl_solo_leave(p->solo, prev);
@@ -390,6 +392,7 @@ kc_status kc_dnnl_pack(const dnnl_memory_desc_t *w_md, const dnnl_memory_desc_t 
     } else {
         dnnl_exec_arg_t args[3] = {
             {DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, scratch_mem}};
+        kc_pool_team_note();
         if (dnnl_primitive_execute(reorder, stream, scratch_mem ? 3 : 2, args) ||
             dnnl_stream_wait(stream))
             status = kc_fail(KC_ERR_UNSUPPORTED, "oneDNN weight reorder failed");
