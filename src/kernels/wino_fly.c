@@ -446,13 +446,16 @@ static int64_t kc_wf_l2_bytes(void)
 }
 
 /* Whether a thread's own transformed inputs (a block of tiles, all input
- * channels) and its piece of transformed kernel fit its core's L2. Since
- * the kernel's transform makes a piece whole (kc_wf_kernel_a: 442 KB for
- * F(4x4)), ResNet50's 14x14 layers (590 KB of inputs) no longer do, and
- * ran faster sharing one buffer: 1.80 -> 1.71 ms for the six at batch 1
- * on two threads in eight alternating runs, 1.79 -> 1.76 in six more
- * (medians); its 7x7 ones (F(2x2): 524 + 197 KB) level either way, as
- * batch 8 (13.1 -> 12.9 ms) and InceptionV3 (19.0 -> 19.1). */
+ * channels) and its piece of transformed kernel fit its core's L2.
+ * ResNet50's 14x14 layers do, just, on a 1 MiB L2 (592 + 445 KB with the
+ * rows a line apart), and run alone: on the Zen 5 of 12-06, two threads,
+ * 380 us a layer alone against 439 sharing one buffer (KC_WINOFLY_ALONE=0:
+ * each thread's products 211 against 266 us, half of the shared inputs
+ * coming from the other core's cache). (When the piece of kernel was
+ * first made whole, an earlier build of this kernel measured those layers
+ * the other way round, 1.80 -> 1.71 ms for the six sharing.) Its 7x7 ones
+ * (F(2x2): 524 + 197 KB) were level either way, as batch 8 (13.1 -> 12.9
+ * ms) and InceptionV3 (19.0 -> 19.1). */
 static int kc_wf_alone_fits(const kc_wf_state *st)
 {
     size_t bytes = kc_wf_v_bytes(st) + kc_wf_u_floats(st) * sizeof(float);
