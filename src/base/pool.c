@@ -160,6 +160,17 @@ static void kc_pool_configure(kc_pool *p)
 
 static void kc_pool_configure_once(void) { kc_pool_configure(&kc_the_pool); }
 
+/* Until *at holds `want`: spins, then yields the core each time (a thread
+ * it waits on may be waiting for this core). */
+static void kc_pool_await(_Atomic int *at, int want)
+{
+    for (long long spun = 0; atomic_load_explicit(at, memory_order_acquire) != want; spun++)
+        if (spun < KC_POOL_WAIT_SPINS)
+            kc_pool_relax();
+        else
+            sched_yield();
+}
+
 /* In a child of fork() the workers are gone: the pool starts again. */
 static void kc_pool_after_fork(void)
 {
@@ -268,11 +279,7 @@ int kc_pool_run(int n, void (*fn)(void *arg, int index), void *arg)
     kc_pool_me = -1;
     if (threads > 1)
         omp_set_num_threads(threads);
-    for (long long spun = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spun++)
-        if (spun < KC_POOL_WAIT_SPINS)
-            kc_pool_relax();
-        else
-            sched_yield(); /* a worker waits for a core, maybe this one */
+    kc_pool_await(&p->pending, 0); /* the workers count it down to 0 */
     atomic_fetch_add_explicit(&p->runs, 1, memory_order_relaxed);
     atomic_store_explicit(&p->busy, 0, memory_order_release);
     return 1;
@@ -289,12 +296,7 @@ void kc_pool_barrier(void)
         atomic_store_explicit(&p->bar_sense, !sense, memory_order_release);
         return;
     }
-    for (long long spun = 0; atomic_load_explicit(&p->bar_sense, memory_order_acquire) == sense;
-         spun++)
-        if (spun < KC_POOL_WAIT_SPINS)
-            kc_pool_relax();
-        else
-            sched_yield();
+    kc_pool_await(&p->bar_sense, !sense);
 }
 
 int kc_pool_index(void) { return kc_pool_me; }
