@@ -101,6 +101,7 @@ typedef struct kc_w1_state {
      * matmul (kc_w2_own); packed is then [prods][groups][c][16 * width
      * of the group], the output vectors in groups of up to three. */
     int own;
+    int fetch_rows;                 /* the products fetch their next rows (kc_wino2d_fetch_rows_wanted) */
     int64_t vecs, groups;           /* own: output vectors of 16, their groups */
     int64_t mf;                     /* a product row's floats: f, or vecs * 16 (own) */
     size_t v_bytes, m_bytes;
@@ -575,6 +576,7 @@ static kc_status kc_w1_build(const kc_exec_ctx *ctx, kc_w1_state *st)
     if (kc_w1_set_transforms(st, g))
         return kc_fail(KC_ERR_UNSUPPORTED, "no Winograd transform F(%d, %d)", st->m, st->r);
     st->own = !kc_env_off("KC_WINO_OWN");
+    st->fetch_rows = kc_wino2d_fetch_rows_wanted();
     st->vecs = (st->f + 15) / 16;
     st->groups = (st->vecs + KC_WINO2D_NV - 1) / KC_WINO2D_NV;
     st->mf = st->own ? st->vecs * 16 : st->f;
@@ -748,8 +750,12 @@ static void kc_w2_own_products(const kc_w1_state *st, const float *v, float *mt,
                 fetch.at = (const char *)(next < end ? next : st->packed);
                 fetch.n = st->c * (ghi - glo) * 16 * (int64_t)sizeof(float) / 64;
             }
+            /* the next call's inputs: this point's again, or the next point's */
+            const float *after = g + 1 < st->groups ? v + p * ldv
+                                 : p + 1 < st->prods ? v + (p + 1) * ldv
+                                                     : NULL;
             st->simd->product(v + p * ldv, st->c, b, st->c, mt + p * ldm + lo * 16, st->mf, n,
-                              nv, 1, fetch);
+                              nv, 1, fetch, st->fetch_rows, after);
             b = next;
         }
 }

@@ -97,6 +97,7 @@ typedef struct kc_wf_state {
     const kc_wino_simd *simd;        /* the transforms and products for this CPU */
     int alone;                       /* each part transforms its own inputs */
     int touch;                       /* ... each first reading all of them in order (kc_touch) */
+    int fetch_rows;                  /* the products fetch their next rows (kc_wino2d_fetch_rows_wanted) */
 } kc_wf_state;
 
 /* ------------------------------------------------------------ eligibility */
@@ -346,17 +347,21 @@ static kc_wino2d_lines kc_wf_fetch_share(const kc_wf_state *st, const kc_wf_piec
 static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0, int nv,
                           float *u, float *mt, kc_wf_piece then)
 {
-    int64_t width = 16 * nv;
+    int64_t width = 16 * nv, ldv = kc_wino2d_ld(io->n * st->c);
     int products = st->alpha * st->alpha;
     for (int64_t c0 = 0; c0 < st->c; c0 += KC_WF_KERNEL_CHANNELS) {
         int64_t cn = st->c - c0 < KC_WF_KERNEL_CHANNELS ? st->c - c0 : KC_WF_KERNEL_CHANNELS;
         kc_wf_piece next = kc_wf_next_piece(st, v0, nv, c0, then);
         st->simd->kernel2d(st->w, st->c, st->alpha, v0, nv, c0, cn, u, kc_wino2d_ld(cn * 16 * nv));
-        for (int p = 0; p < products; p++)
-            st->simd->product(io->v + p * kc_wino2d_ld(io->n * st->c) + c0, st->c,
-                              u + p * kc_wino2d_ld(cn * width), cn, mt + p * kc_wino2d_ld(io->n * width),
-                              width, io->n, nv, c0 == 0,
-                              kc_wf_fetch_share(st, &next, p, products));
+        for (int p = 0; p < products; p++) {
+            /* the next product's inputs: the next point's, or the next piece's first */
+            const float *after = p + 1 < products ? io->v + (p + 1) * ldv + c0
+                                 : c0 + cn < st->c ? io->v + c0 + cn
+                                                   : NULL;
+            st->simd->product(io->v + p * ldv + c0, st->c, u + p * kc_wino2d_ld(cn * width), cn,
+                              mt + p * kc_wino2d_ld(io->n * width), width, io->n, nv, c0 == 0,
+                              kc_wf_fetch_share(st, &next, p, products), st->fetch_rows, after);
+        }
     }
     kc_wf_outputs(st, io, v0, nv, mt);
 }
@@ -542,6 +547,7 @@ kc_status kc_wino_fly_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         const char *alone = getenv("KC_WINOFLY_ALONE");
         st->alone = alone ? strcmp(alone, "0") != 0 : kc_wf_alone_fits(st);
         st->touch = kc_touch_wanted();
+        st->fetch_rows = kc_wino2d_fetch_rows_wanted();
         if (kc_wf_repack(ctx, st) != KC_OK) {
             kc_wf_free(&st->base);
             return KC_ERR_NOMEM;

@@ -1,5 +1,6 @@
 /* The Winograd kernels' vector code for the CPU: wino_simd.inc built for
  * AVX-512 and for AVX2 (wino_simd_avx512.c, wino_simd_avx2.c). */
+#include "base/env.h"
 #include "kernels/isa.h"
 #include "kernels/wino_tx.h"
 
@@ -13,7 +14,7 @@
     void kc_wino2d_out_tile_##sfx(int, int, const float *, int64_t, const float *, int64_t,       \
                                   const float *, int, float *const *, int, int);                   \
     void kc_wino2d_product_##sfx(const float *, int64_t, const float *, int64_t, float *,         \
-                                 int64_t, int64_t, int, int, kc_wino2d_lines);                     \
+                                 int64_t, int64_t, int, int, kc_wino2d_lines, int, const float *); \
     void kc_wino2d_kernel_##sfx(const float *, int64_t, int, int64_t, int, int64_t, int64_t,      \
                                 float *, int64_t);                                                 \
     static const kc_wino_simd kc_wino_simd_##sfx = {                                               \
@@ -31,3 +32,5 @@ const kc_wino_simd *kc_wino_simd_pick(void)
     default: return NULL;
     }
 }
+
+int kc_wino2d_fetch_rows_wanted(void) { return !kc_env_off("KC_WINO_FETCH_ROWS"); }

@@ -117,7 +117,10 @@ static inline int64_t kc_wino2d_ld(int64_t floats) { return floats + 16; }
  * lda apart (transformed inputs), b's rows nv * 16 wide (transformed
  * kernel, nv <= KC_WINO2D_NV), c's rows ldc apart (first: written, else
  * added onto); the lines of `fetch` (or none) fetched into L2 along the
- * way, spread evenly over the loop.
+ * way, spread evenly over the loop; and with `fetch_rows` each block of
+ * tiles fetches into L1 the a rows the next reads (the next block's, the
+ * last block those of `after`, the next call's a, or none where NULL;
+ * kc_wino2d_fetch_rows_wanted).
  * kernel2d: F(m x m, 3x3)'s transformed kernel (g · w · g', g wino_fly.c's)
  * of input channels c0 .. c0+cn-1 and output vectors v0 .. v0+nv-1 of w
  * ([vecs][c][9 taps][16]) into u: [alpha^2][cn][nv * 16], rows ldu apart. */
@@ -132,10 +135,15 @@ typedef struct kc_wino_simd {
     void (*out2d)(int m, int alpha, const float *at, int64_t f_all, const float *mt, int64_t ldm,
                   const float *bias, int act, float *const *y, int valid_h, int valid_w);
     void (*product)(const float *a, int64_t lda, const float *b, int64_t k, float *c, int64_t ldc,
-                    int64_t tiles, int nv, int first, kc_wino2d_lines fetch);
+                    int64_t tiles, int nv, int first, kc_wino2d_lines fetch, int fetch_rows,
+                    const float *after);
     void (*kernel2d)(const float *w, int64_t c, int alpha, int64_t v0, int nv, int64_t c0,
                      int64_t cn, float *u, int64_t ldu);
 } kc_wino_simd;
+
+/* Whether the products fetch their next block's transformed inputs
+ * ahead (kc_wino_simd's product; KC_WINO_FETCH_ROWS=0: not). */
+int kc_wino2d_fetch_rows_wanted(void);
 
 /* The table for the instruction set kc_isa() allows; NULL when it allows
  * none (the layers then run on oneDNN). */

@@ -40,6 +40,7 @@
 #include "kernels/stem.h"
 #include "kernels/touch.h"
 #include "kernels/wino.h"
+#include "kernels/wino_tx.h"
 #include "ops/conv.h"
 #include "ops/core.h"
 #include "ops/merge.h"
@@ -1774,6 +1775,63 @@ static void wino2d_blocks_isa(void)
         teardown(&r);
     }
     unsetenv("KC_BALANCE");
+}
+
+/* kc_wino_simd's product with its rows fetched ahead (fetch_rows, after)
+ * and without: the same bits, and the sums right, for block counts of one
+ * to four, rows that start mid-line, with and without a next call's rows,
+ * on each instruction set; KC_WINO_FETCH_ROWS=0 turns the fetch off. */
+static void wino_product_fetch_isa(void)
+{
+    const kc_wino_simd *simd = kc_wino_simd_pick();
+    assert_non_null(simd);
+    static const int64_t tile_counts[] = {1, 5, 8, 16, 25};
+    static const int64_t depths[] = {7, 64};
+    for (size_t ti = 0; ti < sizeof tile_counts / sizeof *tile_counts; ti++)
+        for (size_t di = 0; di < sizeof depths / sizeof *depths; di++)
+            for (int nv = 1; nv <= KC_WINO2D_NV; nv++) {
+                int64_t tiles = tile_counts[ti], k = depths[di], lda = k + 3, width = 16 * nv;
+                float *a = rand_buf(tiles * lda), *after = rand_buf(tiles * lda);
+                float *b = rand_buf(k * width);
+                float *plain = calloc((size_t)(tiles * width), sizeof *plain);
+                float *fetched = calloc((size_t)(tiles * width), sizeof *fetched);
+                assert_non_null(plain);
+                assert_non_null(fetched);
+                kc_wino2d_lines none = {NULL, 0};
+                simd->product(a + 1, lda, b, k, plain, width, tiles, nv, 1, none, 0, NULL);
+                for (int with_after = 0; with_after < 2; with_after++) {
+                    memset(fetched, 0, (size_t)(tiles * width) * sizeof *fetched);
+                    simd->product(a + 1, lda, b, k, fetched, width, tiles, nv, 1, none, 1,
+                                  with_after ? after + 1 : NULL);
+                    assert_memory_equal(plain, fetched, (size_t)(tiles * width) * sizeof *plain);
+                }
+                for (int64_t t = 0; t < tiles; t++)
+                    for (int64_t f = 0; f < width; f++) {
+                        double want = 0.0;
+                        for (int64_t kk = 0; kk < k; kk++)
+                            want += (double)a[1 + t * lda + kk] * b[kk * width + f];
+                        if (fabs(plain[t * width + f] - want) > 1e-4 * (1.0 + fabs(want)))
+                            fail_msg("%s: %lld tiles, k %lld, nv %d: tile %lld channel %lld "
+                                     "%g, want %g", simd->name, (long long)tiles, (long long)k, nv,
+                                     (long long)t, (long long)f, plain[t * width + f], want);
+                    }
+                free(a);
+                free(after);
+                free(b);
+                free(plain);
+                free(fetched);
+            }
+}
+
+static void test_wino_product_fetch_rows(void **state)
+{
+    (void)state;
+    unsetenv("KC_WINO_FETCH_ROWS");
+    assert_true(kc_wino2d_fetch_rows_wanted());
+    setenv("KC_WINO_FETCH_ROWS", "0", 1);
+    assert_false(kc_wino2d_fetch_rows_wanted());
+    unsetenv("KC_WINO_FETCH_ROWS");
+    each_isa(wino_product_fetch_isa);
 }
 
 static void test_wino2d_blocks(void **state)
@@ -4137,6 +4195,7 @@ int main(void)
         cmocka_unit_test(test_wino_fly_layers),
         cmocka_unit_test(test_wino_fly_blocks_claimed),
         cmocka_unit_test(test_wino2d_blocks),
+        cmocka_unit_test(test_wino_product_fetch_rows),
         cmocka_unit_test(test_wino_balanced_cut),
         cmocka_unit_test(test_wino_state_handover),
         cmocka_unit_test(test_pool_cuts),
