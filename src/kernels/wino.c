@@ -101,7 +101,7 @@ typedef struct kc_w1_state {
      * matmul (kc_w2_own); packed is then [prods][groups][c][16 * width
      * of the group], the output vectors in groups of up to three. */
     int own;
-    int fetch_rows;                 /* the products fetch their next rows (kc_wino2d_fetch_rows_wanted) */
+    int fetch_rows;                 /* rows fetched ahead (kc_wino2d_fetch_rows_wanted) */
     int64_t vecs, groups;           /* own: output vectors of 16, their groups */
     int64_t mf;                     /* a product row's floats: f, or vecs * 16 (own) */
     size_t v_bytes, m_bytes;
@@ -675,7 +675,7 @@ static void kc_w_inputs(const kc_w1_state *st, const float *in, int64_t lo, int6
         const float *d[36];
         if (st->dims == 2) {
             kc_wino2d_cells(&st->grid, st->m, 6, st->c, in, lo + b, d);
-            st->simd->in2d(6, st->bt, st->c, d, v + b * st->c, ldv);
+            st->simd->in2d(6, st->bt, st->c, d, v + b * st->c, ldv, st->fetch_rows);
         } else {
             kc_w1_cells(st, in, lo + b, d);
             st->simd->in1d(st->alpha, st->bt, st->c, d, v + b * st->c, ldv);

@@ -97,7 +97,7 @@ typedef struct kc_wf_state {
     const kc_wino_simd *simd;        /* the transforms and products for this CPU */
     int alone;                       /* each part transforms its own inputs */
     int touch;                       /* ... each first reading all of them in order (kc_touch) */
-    int fetch_rows;                  /* the products fetch their next rows (kc_wino2d_fetch_rows_wanted) */
+    int fetch_rows;                  /* rows fetched ahead (kc_wino2d_fetch_rows_wanted) */
 } kc_wf_state;
 
 /* ------------------------------------------------------------ eligibility */
@@ -249,7 +249,7 @@ static void kc_wf_inputs(const kc_wf_state *st, const kc_wf_io *io, int64_t lo, 
         const float *d[36];
         kc_wino2d_cells(&st->grid, st->m, st->alpha, st->c, io->in, io->t0 + b, d);
         st->simd->in2d(st->alpha, st->bt, st->c, d, io->v + b * st->c,
-                          kc_wino2d_ld(io->n * st->c));
+                       kc_wino2d_ld(io->n * st->c), st->fetch_rows);
     }
 }
 

@@ -10,7 +10,7 @@
     void kc_wino1d_out_tile_##sfx(int, int, const float *, int64_t, const float *, int64_t,       \
                                   const float *, int, float *const *, int);                        \
     void kc_wino2d_in_tile_##sfx(int, const float *, int64_t, const float *const *, float *,      \
-                                 int64_t);                                                         \
+                                 int64_t, int);                                                    \
     void kc_wino2d_out_tile_##sfx(int, int, const float *, int64_t, const float *, int64_t,       \
                                   const float *, int, float *const *, int, int);                   \
     void kc_wino2d_product_##sfx(const float *, int64_t, const float *, int64_t, float *,         \

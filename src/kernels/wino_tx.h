@@ -108,7 +108,8 @@ static inline int64_t kc_wino2d_ld(int64_t floats) { return floats + 16; }
  * (or NULL) and the activation (0 linear, 1 relu, 2 relu6, else none).
  * in2d: one tile's input transform, bt · d · bt' over its alpha x alpha
  * inputs (alpha 6 or 4; d row-major, NULL where padding), into the
- * alpha^2 rows v[(xi * alpha + eta) * ldv + c], c < c_all.
+ * alpha^2 rows v[(xi * alpha + eta) * ldv + c], c < c_all; with `fetch`
+ * the cells and rows two lines ahead fetched as it runs.
  * out2d: one tile's output transform for (m, alpha) (4, 6), (2, 6) or (2,
  * 4), at · M · at' over the alpha^2 rows mt[(xi * alpha + eta) * ldm +
  * f], into y[p * 4 + q] + f for p < valid_h, q < valid_w, with the bias
@@ -131,7 +132,7 @@ typedef struct kc_wino_simd {
     void (*out1d)(int m, int alpha, const float *at, int64_t f_all, const float *mt, int64_t ldm,
                   const float *bias, int act, float *const *y, int valid);
     void (*in2d)(int alpha, const float *bt, int64_t c_all, const float *const *d, float *v,
-                 int64_t ldv);
+                 int64_t ldv, int fetch);
     void (*out2d)(int m, int alpha, const float *at, int64_t f_all, const float *mt, int64_t ldm,
                   const float *bias, int act, float *const *y, int valid_h, int valid_w);
     void (*product)(const float *a, int64_t lda, const float *b, int64_t k, float *c, int64_t ldc,
@@ -141,8 +142,9 @@ typedef struct kc_wino_simd {
                      int64_t cn, float *u, int64_t ldu);
 } kc_wino_simd;
 
-/* Whether the products fetch their next block's transformed inputs
- * ahead (kc_wino_simd's product; KC_WINO_FETCH_ROWS=0: not). */
+/* Whether the Winograd kernels fetch ahead the rows of transformed
+ * inputs they read and write (kc_wino_simd's in2d and product;
+ * KC_WINO_FETCH_ROWS=0: not). */
 int kc_wino2d_fetch_rows_wanted(void);
 
 /* The table for the instruction set kc_isa() allows; NULL when it allows

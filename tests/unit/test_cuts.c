@@ -1823,7 +1823,38 @@ static void wino_product_fetch_isa(void)
             }
 }
 
-static void test_wino_product_fetch_rows(void **state)
+/* kc_wino_simd's input transform with its cells and rows fetched ahead
+ * and without: the same bits, for channel counts around the fetch's
+ * reach (two lines), padding cells (NULL) among them, alpha 6 and 4. */
+static void wino_in2d_fetch_isa(void)
+{
+    const kc_wino_simd *simd = kc_wino_simd_pick();
+    assert_non_null(simd);
+    static const int64_t channel_counts[] = {16, 33, 48, 64, 100};
+    for (int alpha = 4; alpha <= 6; alpha += 2) {
+        float at[24], bt[36], g[18];
+        assert_int_equal(kc_wino2d_f3(alpha - 2, at, bt, g), 0);
+        for (size_t ci = 0; ci < sizeof channel_counts / sizeof *channel_counts; ci++) {
+            int64_t c = channel_counts[ci], ldv = c + 16, cells = alpha * alpha;
+            float *in = rand_buf(cells * c);
+            const float *d[36];
+            for (int j = 0; j < cells; j++)
+                d[j] = j % 7 == 3 ? NULL : in + j * c; /* some cells in the padding */
+            float *plain = calloc((size_t)(cells * ldv), sizeof *plain);
+            float *fetched = calloc((size_t)(cells * ldv), sizeof *fetched);
+            assert_non_null(plain);
+            assert_non_null(fetched);
+            simd->in2d(alpha, bt, c, d, plain, ldv, 0);
+            simd->in2d(alpha, bt, c, d, fetched, ldv, 1);
+            assert_memory_equal(plain, fetched, (size_t)(cells * ldv) * sizeof *plain);
+            free(in);
+            free(plain);
+            free(fetched);
+        }
+    }
+}
+
+static void test_wino_fetch_rows(void **state)
 {
     (void)state;
     unsetenv("KC_WINO_FETCH_ROWS");
@@ -1832,6 +1863,7 @@ static void test_wino_product_fetch_rows(void **state)
     assert_false(kc_wino2d_fetch_rows_wanted());
     unsetenv("KC_WINO_FETCH_ROWS");
     each_isa(wino_product_fetch_isa);
+    each_isa(wino_in2d_fetch_isa);
 }
 
 static void test_wino2d_blocks(void **state)
@@ -4195,7 +4227,7 @@ int main(void)
         cmocka_unit_test(test_wino_fly_layers),
         cmocka_unit_test(test_wino_fly_blocks_claimed),
         cmocka_unit_test(test_wino2d_blocks),
-        cmocka_unit_test(test_wino_product_fetch_rows),
+        cmocka_unit_test(test_wino_fetch_rows),
         cmocka_unit_test(test_wino_balanced_cut),
         cmocka_unit_test(test_wino_state_handover),
         cmocka_unit_test(test_pool_cuts),
