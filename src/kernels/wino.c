@@ -101,7 +101,7 @@ typedef struct kc_w1_state {
      * matmul (kc_w2_own); packed is then [prods][groups][c][16 * width
      * of the group], the output vectors in groups of up to three. */
     int own;
-    int fetch_rows;                 /* rows fetched ahead (kc_wino2d_fetch_rows_wanted) */
+    int fetch_rows;                 /* the input transform fetches ahead (kc_wino2d_fetch_rows_wanted) */
     int64_t vecs, groups;           /* own: output vectors of 16, their groups */
     int64_t mf;                     /* a product row's floats: f, or vecs * 16 (own) */
     size_t v_bytes, m_bytes;
@@ -750,12 +750,14 @@ static void kc_w2_own_products(const kc_w1_state *st, const float *v, float *mt,
                 fetch.at = (const char *)(next < end ? next : st->packed);
                 fetch.n = st->c * (ghi - glo) * 16 * (int64_t)sizeof(float) / 64;
             }
-            /* the next call's inputs: this point's again, or the next point's */
-            const float *after = g + 1 < st->groups ? v + p * ldv
-                                 : p + 1 < st->prods ? v + (p + 1) * ldv
-                                                     : NULL;
+            /* no rows fetched ahead (kc_wino_simd's product): here a call's
+             * kernel rows span all input channels (up to 36 KB for 192),
+             * which stay in L1 across its blocks, and the fetched input
+             * rows evicted them: ResNet50 at batch 1 1.019x the time (8 of
+             * 8 alternating runs slower), InceptionV3 1.047x; wino_fly.c's
+             * pieces of 64 channels (12 KB) leave room */
             st->simd->product(v + p * ldv, st->c, b, st->c, mt + p * ldm + lo * 16, st->mf, n,
-                              nv, 1, fetch, st->fetch_rows, after);
+                              nv, 1, fetch, 0, NULL);
             b = next;
         }
 }
