@@ -166,7 +166,16 @@
  * The kernel's own loop (6 pixels x 4 vectors) reaches 190-200 GFLOP/s
  * of the core's 222 on these shapes with its data in cache (one thread,
  * measured apart); in the network each part runs 15-30% slower, and a
- * team's fork and join alone take 2.9 us here. */
+ * team's fork and join alone take 2.9 us here.
+ * Tried on the same Zen 5 later on 12-06 (ResNet50 batch 1, `--stats`,
+ * alternating runs), not landed: by vectors on up to 64 pixels, each
+ * panel in passes of 64 to 256 input channels over every block of
+ * pixels before the next pass (the sums stored between passes, the same
+ * bits), so that the first block no longer reads the whole panel from
+ * memory alone: the 7x7 layers 1.02-1.07x the time (8 + 6 runs; passes
+ * as long as the 1280-channel chunks also 1.02x, so the cost was the
+ * passes' bookkeeping, and nothing was won back: the hardware's fetch
+ * already keeps the first block fed). */
 #define KC_PW_MAX_PIXELS 64
 #define KC_PW_MAX_PIXELS_STRIDED 256
 /* A kernel of several taps (kc_pw_taps_geometry), by the output pixels

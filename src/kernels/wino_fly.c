@@ -69,7 +69,13 @@
 /* Images this large or larger: wino.c's kept kernel pays (wino.h). */
 #define KC_WF_MAX_PIXELS 512
 /* Fewer tiles: the kernel's transform outweighs what the products save
- * (a 7x7 image at batch 1 has 4). */
+ * (a 7x7 image at batch 1 has 4). Checked again on the Zen 5 on 12-06,
+ * after the kernel transform became add chains: F(4x4) down to 4 tiles
+ * (ResNet50's three 7x7 layers at batch 1, 144 multiply-adds per input
+ * and output channel against F(2x2)'s 256) was level, 1.792 against
+ * 1.807 ms for the three (`--stats`, ten alternating runs, 5 faster);
+ * InceptionV3's 8x8 layers conv2d_80 to conv2d_93 0.996 (6 runs, the
+ * runs 0.978, within their noise). So F(2x2) there. */
 #define KC_WF_MIN_TILES 16
 /* Transformed inputs of a block of tiles: read by every thread's
  * channels, from the shared cache. */
