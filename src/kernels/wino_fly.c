@@ -82,7 +82,10 @@
 #define KC_WF_TILES_BYTES ((int64_t)4 << 20)
 /* Input channels per piece of transformed kernel: for F(4x4) and 48
  * output channels it is 36 x 64 x 48 floats, 442 KB, within a core's L2
- * (kc_wf_u_floats). */
+ * (kc_wf_u_floats). Pieces of 32 and of 128 (the products' loops half or
+ * twice as long) were level on the Zen 5 on 12-06: ResNet50 batch 1
+ * 1.001 and 0.998 (alternating binaries, 8 runs), batch 8 0.997 (32,
+ * 14 runs) and 1.001 (128, 5 runs). */
 #define KC_WF_KERNEL_CHANNELS 64
 /* Output vectors a thread takes at once: the product's widest
  * (kc_wino_simd's product). */
