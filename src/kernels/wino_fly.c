@@ -335,7 +335,27 @@ static kc_wf_piece kc_wf_next_piece(const kc_wf_state *st, int64_t v0, int nv, i
  * the thread's transformed inputs, 524 KB, and its 197 KB piece), pieces
  * of 32 or 16 input channels (the products 1.31-1.37 and 1.67 ms, the
  * transform level). Routing 28x28 images here rather than to wino.c
- * (its kept kernel): ResNet50's 128 -> 128 layers 0.27 -> 0.44 ms. */
+ * (its kept kernel): ResNet50's 128 -> 128 layers 0.27 -> 0.44 ms.
+ * What bounds these layers (12-06 evening, same Zen 5, batch 1, two
+ * threads): chains of twelve layers, kernels in memory (7x7 512 -> 512:
+ * 113 MB; 14x14 256 -> 256: 28 MB), timing probes with wrong outputs,
+ * five alternating runs. A 7x7 layer took 0.70 ms; without the kernel's
+ * transform (this fetch still running) 0.63; without either, the
+ * products and the input and output transforms alone, 0.42; with every
+ * layer reading the first one's kernel (from L3) 0.655. A 14x14 one:
+ * 0.37, 0.32, 0.286, 0.35. So the fetch's stream slows the products by
+ * about its own length (each core's misses in flight are few: ~15 GB/s
+ * for both cores, where one core reading alone streams 28 GB/s), and L3
+ * is little faster than memory for it. Tried to get the hardware's
+ * streamer to do the fetching, all slower on the 7x7 chain: fetching
+ * every second or fourth line, or the first 8 to 32 lines of each 4 KB,
+ * 1.08-1.16x the time; plain loads instead of fetches 1.31x; the next
+ * piece transformed in slices between the products, into a second
+ * buffer, its kernel read by plain loads in order, 1.15-1.24x (14x14:
+ * 1.33x, its two buffers overflowing L2). Fetch hints T0, T2 and NTA:
+ * level with T1. Across layers, the pool's waiting threads warming the
+ * next layer's weights (their spins fetching its lines): ResNet50 batch
+ * 1 0.996 of the time over 8 alternating runs, level. */
 static kc_wino2d_lines kc_wf_fetch_share(const kc_wf_state *st, const kc_wf_piece *q, int p,
                                          int products)
 {
