@@ -155,7 +155,16 @@
  *   the mean stayed level): the run 1.000 and 1.002 over 10 + 10 pairs;
  * - each block's own residual lines fetched into L1 as it starts (PREFETCH
  *   T0), or also the output lines of layers without a sum (PREFETCHW):
- *   0.989, 1.003 and 0.992 of the time over 8, 10 and 8 pairs;
+ *   0.989, 1.003 and 0.992 of the time over 8, 10 and 8 pairs; again
+ *   on 12-06 evening, with the residual lines fetched for writing
+ *   (PREFETCHW, as inline assembly: GCC turns _MM_HINT_ET0 into
+ *   PREFETCHT0 without -mprfchw, so an earlier "PREFETCHW" may have been
+ *   a T0), at the block's start 0.989-0.990 and a block ahead 0.997-1.006
+ *   (6 + 8 alternating runs), T0 at the start 0.995, a block ahead 1.005.
+ *   What the residual's read costs at most: not reading it (a timing
+ *   probe, wrong sums) took the layers with a sum from 5.34-5.52 to
+ *   4.98-5.43 ms a run (six alternating runs), ~0.3 ms that no fetch
+ *   has won back;
  * - the parts going through the panels from different ends (part k from
  *   panel k * panels / parts), so that the second to read a panel finds
  *   it in the other core's cache or L3 rather than memory: 1.001 over 10
