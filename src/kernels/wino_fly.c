@@ -353,7 +353,11 @@ static kc_wf_piece kc_wf_next_piece(const kc_wf_state *st, int64_t v0, int nv, i
  * piece transformed in slices between the products, into a second
  * buffer, its kernel read by plain loads in order, 1.15-1.24x (14x14:
  * 1.33x, its two buffers overflowing L2). Fetch hints T0, T2 and NTA:
- * level with T1. Across layers, the pool's waiting threads warming the
+ * level with T1. The transformed kernel kept instead (F(2x2): 16.8 MB a
+ * layer, made at build, every piece's as the products read it) and read
+ * by the products from memory: 1.10-1.14x the time (two sets of five
+ * runs): the stream is no faster with their plain loads in order, and
+ * it has more bytes. Across layers, the pool's waiting threads warming the
  * next layer's weights (their spins fetching its lines): ResNet50 batch
  * 1 0.996 of the time over 8 alternating runs, level. */
 static kc_wino2d_lines kc_wf_fetch_share(const kc_wf_state *st, const kc_wf_piece *q, int p,
