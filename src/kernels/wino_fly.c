@@ -29,6 +29,29 @@
  * then the output transform (at · M · at'), the bias and the activation
  * write its channels of the output.
  *
+ * One image of up to four 4x4 tiles (7x7 and 8x8 at batch 1, with 16
+ * outputs or more) runs F(4x4) with the kernel transformed inside the
+ * products instead (kc_wf_fused, kc_wino_simd's fused4; AVX-512): for
+ * each output vector and each row of the 6 x 6 points, the six points
+ * of every input channel made in registers from its 9 taps and
+ * multiplied at once into six points x the tiles of accumulators; no
+ * transformed kernel is stored. F(4x4) had been level with F(2x2) on 4
+ * tiles (below, KC_WF_MIN_TILES): its 442 KB pieces of transformed
+ * kernel were written to L2 and read back once, for 4 tiles' products.
+ * The transformed inputs are read in a layout of their own
+ * (kc_wf_fused_inputs): at their 24 offsets in the 36 rows the compiler
+ * kept the pointers on the stack, and the layer took 0.39 ms with its
+ * kernel in cache. Same operations, same order over the input channels:
+ * the same bits as F(4x4) through the pieces (KC_WINOFLY_FUSED=pieces,
+ * test_cuts). On the Zen 5 (12-06, two threads, alternating): chains of
+ * 7x7 512 -> 512 layers 0.55 against F(2x2)'s 0.70 ms a layer, 4x8 and
+ * 4x12 images 0.56-0.59 of the time, one 4x4 image 0.80 (its layers had
+ * run direct); ResNet50 batch 1, its three 7x7 layers 0.58-0.62 -> 0.46-
+ * 0.49 ms each. These layers are bound by their kernel's stream from
+ * memory (4.7 MB a thread a layer, ~10 GB/s a core with the products
+ * running): with every vector reading the same kernel they took 0.39.
+ * KC_WINOFLY_FUSED=0: F(2x2) or other kernels as before.
+ *
  * Measured on the 2-core AMD EPYC of bench/results, ResNet50 (alternating
  * runs, medians): four images on one thread (a lane of batch 8), its
  * six 14x14 layers 17.1 -> 13.9 ms, its three 7x7 layers 15.5 -> 8.4 ms,
@@ -77,6 +100,12 @@
  * InceptionV3's 8x8 layers conv2d_80 to conv2d_93 0.996 (6 runs, the
  * runs 0.978, within their noise). So F(2x2) there. */
 #define KC_WF_MIN_TILES 16
+/* ... except up to 4 tiles of 4x4 (one image of up to 8x8, batch 1),
+ * where F(4x4) runs with its kernel transformed inside the products
+ * (kc_wf_fused), on at least 16 outputs (one 4x4 image: 36 products per
+ * input and output channel against direct convolution's 144). */
+#define KC_WF_FUSED_MAX_TILES 4
+#define KC_WF_FUSED_MIN_OUTPUTS 16
 /* Transformed inputs of a block of tiles: read by every thread's
  * channels, from the shared cache. */
 #define KC_WF_TILES_BYTES ((int64_t)4 << 20)
@@ -107,6 +136,7 @@ typedef struct kc_wf_state {
     int alone;                       /* each part transforms its own inputs */
     int touch;                       /* ... each first reading all of them in order (kc_touch) */
     int fetch_rows;                  /* rows fetched ahead (kc_wino2d_fetch_rows_wanted) */
+    int fused;                       /* F(4x4) with the kernel made inside the products (kc_wf_fused) */
 } kc_wf_state;
 
 /* ------------------------------------------------------------ eligibility */
@@ -148,11 +178,20 @@ static int kc_wf_geometry(const kc_exec_ctx *ctx, const kc_conv_attrs *a, kc_wf_
     st->m = 4;
     if (!kc_wino2d_grid_init(&st->grid, in, out, 3, a->padding, 4))
         return 0;
-    if (st->grid.tiles < KC_WF_MIN_TILES && !kc_env_off("KC_WINOFLY_F2")) {
+    int few = st->grid.tiles <= KC_WF_FUSED_MAX_TILES &&
+              kc_shape_count(out) / st->f >= KC_WF_FUSED_MIN_OUTPUTS;
+    /* KC_WINOFLY_FUSED=pieces (tests): F(4x4) on those few tiles through
+     * the pieces of transformed kernel and the products, as on 16 tiles
+     * and more: the same bits as kc_wf_fused */
+    const char *how = getenv("KC_WINOFLY_FUSED");
+    int pieces = few && st->fused && how && !strcmp(how, "pieces");
+    st->fused = st->fused && few && !pieces;
+    if (!st->fused && !pieces && st->grid.tiles < KC_WF_MIN_TILES &&
+        !kc_env_off("KC_WINOFLY_F2")) {
         st->m = 2;
         kc_wino2d_grid_init(&st->grid, in, out, 3, a->padding, 2);
     }
-    if (st->grid.tiles < KC_WF_MIN_TILES)
+    if (st->grid.tiles < KC_WF_MIN_TILES && !st->fused && !pieces)
         return 0;
     st->alpha = st->m + 2;
     st->vecs = (st->f + 15) / 16;
@@ -374,12 +413,57 @@ static kc_wino2d_lines kc_wf_fetch_share(const kc_wf_state *st, const kc_wf_piec
     return kc_wino2d_lines_share(run, p - first, next - first);
 }
 
+/* The block's transformed inputs (io->v: [36 points][tiles][c]) into
+ * vf as kc_wino_simd's fused4 reads them, [6 rows i][c][6 columns
+ * j][tiles]: a channel's 6 x tiles of a row side by side, one pointer
+ * for all of them (read at 6 x tiles offsets from the io->v rows, they
+ * took as many pointers, which the compiler kept on the stack). */
+static void kc_wf_fused_inputs(const kc_wf_state *st, const kc_wf_io *io, float *vf)
+{
+    int64_t ldv = kc_wino2d_ld(io->n * st->c), n = io->n, c = st->c;
+    for (int i = 0; i < 6; i++)
+        for (int64_t ci = 0; ci < c; ci++) {
+            float *to = vf + (i * c + ci) * 6 * n;
+            for (int j = 0; j < 6; j++)
+                for (int64_t t = 0; t < n; t++)
+                    to[j * n + t] = io->v[(i * 6 + j) * ldv + t * c + ci];
+        }
+}
+
+/* Floats of kc_wf_fused_inputs's layout. */
+static size_t kc_wf_fused_floats(const kc_wf_state *st, int64_t tiles)
+{
+    return (size_t)(36 * tiles * st->c);
+}
+
+/* Output vectors v0 .. v0+nv-1 over the block's (at most four) tiles,
+ * one vector at a time, with the kernel transformed inside the products
+ * (kc_wino_simd's fused4) from the transformed inputs in vf
+ * (kc_wf_fused_inputs), then its output transform; the next vector's
+ * kernel (the one after v0+nv-1: `then`) fetched into L2 meanwhile. */
+static void kc_wf_fused(const kc_wf_state *st, const kc_wf_io *io, int64_t v0, int nv,
+                        const float *vf, float *mt, kc_wf_piece then)
+{
+    int64_t ldm = kc_wino2d_ld(io->n * 16), vector_floats = st->c * 9 * 16;
+    for (int j = 0; j < nv; j++) {
+        int64_t v = v0 + j, next = j + 1 < nv ? v + 1 : then.nv > 0 ? then.v0 : -1;
+        int64_t lines = next >= 0 && st->prefetch_l2 ? st->c * 9 : 0;
+        st->simd->fused4(st->w + v * vector_floats, st->c, vf, (int)io->n, mt, ldm,
+                         lines ? (const char *)(st->w + next * vector_floats) : NULL, lines);
+        kc_wf_outputs(st, io, v, 1, mt);
+    }
+}
+
 /* Output vectors v0 .. v0+nv-1 over the block's tiles, u and mt the
  * thread's kernel and products buffers; `then` the piece after its last
  * (kc_wf_next_piece). */
 static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0, int nv,
                           float *u, float *mt, kc_wf_piece then)
 {
+    if (st->fused) { /* u holds the transformed inputs in kc_wf_fused_inputs's layout */
+        kc_wf_fused(st, io, v0, nv, u, mt, then);
+        return;
+    }
     int64_t width = 16 * nv, ldv = kc_wino2d_ld(io->n * st->c);
     int products = st->alpha * st->alpha;
     for (int64_t c0 = 0; c0 < st->c; c0 += KC_WF_KERNEL_CHANNELS) {
@@ -413,11 +497,15 @@ static size_t kc_wf_u_floats(const kc_wf_state *st)
 static kc_status kc_wf_part(const kc_wf_state *st, kc_wf_io *io, int k, kc_claims *vectors)
 {
     size_t u_floats = kc_wf_u_floats(st);
+    if (st->fused && kc_wf_fused_floats(st, io->n) > u_floats)
+        u_floats = kc_wf_fused_floats(st, io->n);
     size_t m_floats = (size_t)(st->alpha * st->alpha * kc_wino2d_ld(io->n * 16 * KC_WF_NV));
     float *u = kc_dnnl_workspace(KC_DNNL_SLOT_DST, (u_floats + m_floats) * sizeof(float));
     if (!u)
         return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
     float *mt = u + u_floats;
+    if (st->fused)
+        kc_wf_fused_inputs(st, io, u);
     kc_claim next;
     for (kc_claim now = kc_claims_next(vectors, k, &next); now.count > 0;
          now = kc_claims_next(vectors, k, &next)) {
@@ -496,7 +584,10 @@ static int64_t kc_wf_l2_bytes(void)
  * ms) and InceptionV3 (19.0 -> 19.1). */
 static int kc_wf_alone_fits(const kc_wf_state *st)
 {
-    size_t bytes = kc_wf_v_bytes(st) + kc_wf_u_floats(st) * sizeof(float);
+    /* fused: the transformed inputs twice (kc_wf_fused_inputs's copy)
+     * rather than a piece of transformed kernel */
+    size_t bytes = kc_wf_v_bytes(st) + (st->fused ? kc_wf_fused_floats(st, st->block)
+                                                  : kc_wf_u_floats(st)) * sizeof(float);
     return (int64_t)bytes <= kc_wf_l2_bytes();
 }
 
@@ -565,6 +656,7 @@ kc_status kc_wino_fly_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
     if (!st) {
         kc_wf_state probe;
         memset(&probe, 0, sizeof probe);
+        probe.fused = simd->fused4 && !kc_env_off("KC_WINOFLY_FUSED");
         if (!kc_wf_geometry(ctx, a, &probe) ||
             kc_wino2d_f3(probe.m, probe.at, probe.bt, probe.g) || !kc_wf_g_ok(&probe))
             return KC_OK;

@@ -4,7 +4,10 @@
 #include "kernels/isa.h"
 #include "kernels/wino_tx.h"
 
-#define KC_WINO_SIMD_DECLARE(sfx)                                                                  \
+void kc_wino2d_fused4_avx512(const float *, int64_t, const float *, int, float *, int64_t,
+                             const char *, int64_t);
+
+#define KC_WINO_SIMD_DECLARE(sfx, fused4)                                                          \
     void kc_wino1d_in_tile_##sfx(int, const float *, int64_t, const float *const *, float *,      \
                                  int64_t);                                                         \
     void kc_wino1d_out_tile_##sfx(int, int, const float *, int64_t, const float *, int64_t,       \
@@ -19,10 +22,11 @@
                                 float *, int64_t);                                                 \
     static const kc_wino_simd kc_wino_simd_##sfx = {                                               \
         #sfx, kc_wino1d_in_tile_##sfx, kc_wino1d_out_tile_##sfx, kc_wino2d_in_tile_##sfx,          \
-        kc_wino2d_out_tile_##sfx, kc_wino2d_product_##sfx, kc_wino2d_kernel_##sfx};
+        kc_wino2d_out_tile_##sfx, kc_wino2d_product_##sfx, kc_wino2d_kernel_##sfx, fused4};
 
-KC_WINO_SIMD_DECLARE(avx512)
-KC_WINO_SIMD_DECLARE(avx2)
+/* the fused F(4x4) wants 32 vector registers: AVX2's tables go without */
+KC_WINO_SIMD_DECLARE(avx512, kc_wino2d_fused4_avx512)
+KC_WINO_SIMD_DECLARE(avx2, NULL)
 
 const kc_wino_simd *kc_wino_simd_pick(void)
 {

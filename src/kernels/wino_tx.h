@@ -124,7 +124,13 @@ static inline int64_t kc_wino2d_ld(int64_t floats) { return floats + 16; }
  * kc_wino2d_fetch_rows_wanted).
  * kernel2d: F(m x m, 3x3)'s transformed kernel (g · w · g', g wino_fly.c's)
  * of input channels c0 .. c0+cn-1 and output vectors v0 .. v0+nv-1 of w
- * ([vecs][c][9 taps][16]) into u: [alpha^2][cn][nv * 16], rows ldu apart. */
+ * ([vecs][c][9 taps][16]) into u: [alpha^2][cn][nv * 16], rows ldu apart.
+ * fused4 (AVX-512 only, else NULL): F(4x4, 3x3)'s products of one output
+ * vector (w: its [c][9 taps][16]) over at most 4 tiles, the kernel
+ * transformed in registers as they run: m[p * ldm + t * 16] = sum over ci
+ * of x[p][t][ci] (g · w[ci] · g')[p], x the transformed inputs in vf as
+ * wino_fly.c's kc_wf_fused_inputs lays them out; the same bits as kernel2d then
+ * product; the lines of pf fetched into L2 along the way. */
 typedef struct kc_wino_simd {
     const char *name; /* "avx512", "avx2" */
     void (*in1d)(int alpha, const float *bt, int64_t c_all, const float *const *d, float *v,
@@ -140,6 +146,8 @@ typedef struct kc_wino_simd {
                     const float *after);
     void (*kernel2d)(const float *w, int64_t c, int alpha, int64_t v0, int nv, int64_t c0,
                      int64_t cn, float *u, int64_t ldu);
+    void (*fused4)(const float *w, int64_t c, const float *vf, int tiles, float *m, int64_t ldm,
+                   const char *pf, int64_t pf_lines);
 } kc_wino_simd;
 
 /* Whether the Winograd kernels fetch ahead the rows of transformed

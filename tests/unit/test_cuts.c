@@ -1960,6 +1960,10 @@ static void test_wino_balanced_cut(void **state)
  * least two vectors), against the plain path. 4 tiles of 2x2, 48
  * channels, stride 2, --exact, KC_WINOFLY=0 and KC_WINO2D=0 keep it out
  * (KC_WINOFLY_F2=0 the 2x2 tiles); 576 outputs go to the kept kernel.
+ * With AVX-512, one image of up to four 4x4 tiles and 16 outputs or more
+ * (7x7, 8x8, 4x4, 4x8, a "valid" 4x12) takes F(4x4) with the kernel
+ * transformed inside the products instead (expect_fused), 9 outputs
+ * nothing.
  * The state reads its own copy of the kernel: a second run with the
  * layer's array spoiled gives the same outputs. */
 /* r's layer on `threads` threads on kc_pw_conv and on oneDNN (KC_PW=0):
@@ -2359,6 +2363,49 @@ static void expect_fly_touches(conv_run *r, const float *want, float *got, float
     }
 }
 
+/* A layer kc_wf_fused takes: the same bits as F(4x4) through the pieces
+ * of transformed kernel and the products (KC_WINOFLY_FUSED=pieces), on
+ * 1 to 3 threads and without the kernel fetched ahead; KC_WINOFLY_FUSED=0
+ * leaves it to F(2x2) where that has 16 tiles (f2) or else to other
+ * kernels, outputs within the tolerance either way. */
+static void expect_fused(conv_run *r, const float *want, float *got, float peak, int f2,
+                         const char *what)
+{
+    const float *ins[1] = {r->x};
+    float *pieces = malloc((size_t)r->out_count * sizeof *pieces);
+    for (int t = 1; t <= 3; t++) {
+        kc_threads_enter(t);
+        setenv("KC_WINOFLY_FUSED", "pieces", 1);
+        exec_kernel(&r->layer, ins, &r->in_shape, 1, pieces, &r->out_shape, 0, 0, NULL);
+        unsetenv("KC_WINOFLY_FUSED");
+        for (int fetch = 0; fetch < 2; fetch++) {
+            if (!fetch)
+                setenv("KC_WINOFLY_PREFETCH", "0", 1);
+            int tile = exec_kernel(&r->layer, ins, &r->in_shape, 1, got, &r->out_shape, 0, 0,
+                                   kc_wino_fly_tile);
+            unsetenv("KC_WINOFLY_PREFETCH");
+            if (tile != 4)
+                fail_msg("%s, %d threads: tiles of %d, not the fused 4x4", what, t, tile);
+            for (int64_t i = 0; i < r->out_count; i++)
+                if (memcmp(&got[i], &pieces[i], sizeof *got))
+                    fail_msg("%s, %d threads%s: element %lld is %.9g, through the pieces %.9g",
+                             what, t, fetch ? "" : ", no fetch", (long long)i, got[i],
+                             pieces[i]);
+        }
+        expect_close(pieces, want, r->out_count, 1e-4f * peak, "%s, pieces", what);
+    }
+    kc_threads_enter(2);
+    setenv("KC_WINOFLY_FUSED", "0", 1);
+    int tile = exec_kernel(&r->layer, ins, &r->in_shape, 1, got, &r->out_shape, 0, 0,
+                           kc_wino_fly_tile);
+    unsetenv("KC_WINOFLY_FUSED");
+    if (tile != (f2 ? 2 : 0))
+        fail_msg("%s, KC_WINOFLY_FUSED=0: tiles of %d, expected %d", what, tile, f2 ? 2 : 0);
+    expect_close(got, want, r->out_count, 1e-4f * peak, "%s, KC_WINOFLY_FUSED=0", what);
+    kc_threads_enter(0);
+    free(pieces);
+}
+
 static void wino_fly_layers_isa(void)
 {
     static const conv_case cases[] = {
@@ -2382,11 +2429,25 @@ static void wino_fly_layers_isa(void)
          64, 3, 1, 1, 1, 0, 0, "relu", 1},
         {"3x3 256 -> 256 same stride 2 on 28x28", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 256,
          256, 3, 2, 1, 1, 0, 0, "relu", 1},
+        {"3x3 96 -> 80 same on one 4x8: 2 tiles of 4x4, relu6", "Conv2D", KC_CONV_PLAIN, 2, 1,
+         4, 8, 96, 80, 3, 1, 1, 1, 0, 0, "relu6", 1},
+        {"3x3 72 -> 64 valid on one 6x14: 3 tiles of 4x4, elu", "Conv2D", KC_CONV_PLAIN, 2, 1,
+         6, 14, 72, 64, 3, 1, 1, 0, 0, 0, "elu", 1},
+        {"3x3 128 -> 128 same on one 3x3: 9 outputs", "Conv2D", KC_CONV_PLAIN, 2, 1, 3, 3, 128,
+         128, 3, 1, 1, 1, 0, 0, "relu", 1},
     };
     static const int want_parts[][3] = {{1, 2, 3}, {1, 2, 2}, {1, 2, 2}, {1, 2, 3}, {1, 2, 3},
-                                        {1, 2, 3}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
+                                        {1, 2, 3}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0},
+                                        {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
     /* the output tile each takes: 4x4, or 2x2 where 4x4 has too few */
-    static const int want_tile[] = {4, 4, 4, 2, 2, 2, 0, 0, 0, 0};
+    static const int want_tile[] = {4, 4, 4, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0};
+    /* where the instruction set has kc_wino_simd's fused4, the cases of
+     * one image of up to four 4x4 tiles and 16 outputs or more take F(4x4)
+     * with the kernel transformed inside the products (kc_wf_fused) */
+    static const int fused_case[] = {0, 0, 0, 1, 1, 0, 1, 0, 0, 0, 1, 1, 0};
+    static const int fused_parts[][3] = {{1, 2, 3}, {1, 2, 2}, {1, 2, 2}};
+    const kc_wino_simd *simd = kc_wino_simd_pick();
+    int fused = simd && simd->fused4;
     if (!kc_dnnl_ready())
         skip();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -2397,8 +2458,15 @@ static void wino_fly_layers_isa(void)
         float *want = plain_output(&r);
         float *got = malloc((size_t)r.out_count * sizeof *got);
         float peak = peak_of(want, r.out_count);
+        int is_fused = fused && fused_case[i];
+        const int *parts_wanted = want_parts[i];
+        if (is_fused)
+            parts_wanted = fused_parts[c->f > 80 ? 0 : c->f > 64 ? 1 : 2];
+        int tile_wanted = is_fused ? 4 : want_tile[i];
         expect_parts_1_to_3(&r, want, got, peak, kc_wino_fly_parts, kc_wino_fly_balance,
-                            want_parts[i], c->what);
+                            parts_wanted, c->what);
+        if (is_fused)
+            expect_fused(&r, want, got, peak, fused_case[i] && want_tile[i] == 2, c->what);
         /* the threads sharing one buffer of transformed inputs, each
          * making its own; no kernel fetched ahead */
         static const char *const ways[3][2] = {{"KC_WINOFLY_ALONE", "0"},
@@ -2408,14 +2476,14 @@ static void wino_fly_layers_isa(void)
             setenv(ways[w][0], ways[w][1], 1);
             for (int t = 1 + (w < 2); t <= 3; t++) {
                 expect_count_close(&r, want, got, peak, t, kc_wino_fly_parts,
-                                   want_parts[i][t - 1], ways[w][0], c->what);
-                if (w < 2 && want_parts[i][t - 1] > 1)
+                                   parts_wanted[t - 1], ways[w][0], c->what);
+                if (w < 2 && parts_wanted[t - 1] > 1)
                     expect_count_close(&r, want, got, peak, t, kc_wino_fly_alone,
                                        ways[w][1][0] == '1', "alone", c->what);
             }
             unsetenv(ways[w][0]);
         }
-        if (want_parts[i][1] > 1)
+        if (parts_wanted[1] > 1)
             expect_fly_touches(&r, want, got, peak, c->what);
         /* by default, each its own where its inputs and piece of kernel
          * fit the core's L2 (kc_wf_alone_fits): the one 7x7 image of 128
@@ -2423,9 +2491,9 @@ static void wino_fly_layers_isa(void)
         if (i == 3)
             expect_count_close(&r, want, got, peak, 2, kc_wino_fly_alone, 1, "alone", c->what);
         for (int t = 1; t <= 2; t++)
-            expect_count_close(&r, want, got, peak, t, kc_wino_fly_tile, want_tile[i], "tile",
+            expect_count_close(&r, want, got, peak, t, kc_wino_fly_tile, tile_wanted, "tile",
                                c->what);
-        if (want_tile[i] == 2) {
+        if (want_tile[i] == 2 && !is_fused) {
             setenv("KC_WINOFLY_F2", "0", 1);
             int tile = exec_kernel(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0,
                                    kc_wino_fly_tile);
@@ -2449,8 +2517,8 @@ static void wino_fly_layers_isa(void)
                          off[k]);
             expect_close(got, want, r.out_count, 1e-4f * peak, "%s, %s=0", c->what, off[k]);
         }
-        if (want_parts[i][0]) {
-            kc_threads_enter(want_parts[i][1] ? 2 : 1);
+        if (parts_wanted[0]) {
+            kc_threads_enter(parts_wanted[1] ? 2 : 1);
             kc_kernel_state *slot = NULL;
             exec_in_slot(&r.layer, ins, &r.in_shape, 1, got, &r.out_shape, 0, 0, &slot);
             int64_t wn = 9 * c->c * c->f;
