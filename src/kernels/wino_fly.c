@@ -50,7 +50,10 @@
  * 0.49 ms each. These layers are bound by their kernel's stream from
  * memory (4.7 MB a thread a layer, ~10 GB/s a core with the products
  * running): with every vector reading the same kernel they took 0.39.
- * KC_WINOFLY_FUSED=0: F(2x2) or other kernels as before.
+ * Not past four tiles: 14x14 256 -> 256 images as four groups of four
+ * tiles (the taps made again for each group, the same bits) took 1.34x
+ * the time of the pieces, whose products reuse each transformed value
+ * over 8 tiles. KC_WINOFLY_FUSED=0: F(2x2) or other kernels as before.
  *
  * Measured on the 2-core AMD EPYC of bench/results, ResNet50 (alternating
  * runs, medians): four images on one thread (a lane of batch 8), its
