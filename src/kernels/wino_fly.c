@@ -44,7 +44,8 @@
  * kernel in cache. Same operations, same order over the input channels:
  * the same bits as F(4x4) through the pieces (KC_WINOFLY_FUSED=pieces,
  * test_cuts). On the Zen 5 (12-06, two threads, alternating): chains of
- * 7x7 512 -> 512 layers 0.55 against F(2x2)'s 0.70 ms a layer, 4x8 and
+ * 7x7 512 -> 512 layers 0.45-0.55 ms a layer by the machine's phase
+ * (0.645 of F(2x2)'s time in one set, 0.45 against 0.70), 4x8 and
  * 4x12 images 0.56-0.59 of the time, one 4x4 image 0.80 (its layers had
  * run direct); ResNet50 batch 1, its three 7x7 layers 0.58-0.62 -> 0.46-
  * 0.49 ms each. These layers are bound by their kernel's stream from
