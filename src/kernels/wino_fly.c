@@ -500,9 +500,8 @@ static size_t kc_wf_u_floats(const kc_wf_state *st)
  * last pieces evened out: 8 vectors run as 3, 3, 2). */
 static kc_status kc_wf_part(const kc_wf_state *st, kc_wf_io *io, int k, kc_claims *vectors)
 {
-    size_t u_floats = kc_wf_u_floats(st);
-    if (st->fused && kc_wf_fused_floats(st, io->n) > u_floats)
-        u_floats = kc_wf_fused_floats(st, io->n);
+    /* fused: the buffer holds kc_wf_fused_inputs's copy, not a piece of kernel */
+    size_t u_floats = st->fused ? kc_wf_fused_floats(st, io->n) : kc_wf_u_floats(st);
     size_t m_floats = (size_t)(st->alpha * st->alpha * kc_wino2d_ld(io->n * 16 * KC_WF_NV));
     float *u = kc_dnnl_workspace(KC_DNNL_SLOT_DST, (u_floats + m_floats) * sizeof(float));
     if (!u)
