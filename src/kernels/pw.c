@@ -184,7 +184,36 @@
  * memory alone: the 7x7 layers 1.02-1.07x the time (8 + 6 runs; passes
  * as long as the 1280-channel chunks also 1.02x, so the cost was the
  * passes' bookkeeping, and nothing was won back: the hardware's fetch
- * already keeps the first block fed). */
+ * already keeps the first block fed).
+ * Tried on the same Zen 5 on 12-06 night (alternating runs), none landed:
+ * - by pixels, outputs of over 4 MB without a residual sum written with
+ *   non-temporal stores (no read of the line before its write): a chain
+ *   of 56x56 256 <-> 64 layers at batch 8 1.017 of the time (five runs),
+ *   ResNet50 batch 8 1.002 (four). The machine writes 26-27 GB/s with or
+ *   without that read (a two-thread write loop) and reads 33-35, and the
+ *   next layer then reads the output from memory rather than L3;
+ * - by pixels, each 4-vector panel in passes of 128 or 256 input
+ *   channels over the chunk's blocks, the sums kept in a buffer of the
+ *   thread's between passes (the same bits), so that a panel over more
+ *   than 192 channels (64 KB and up) stays in L1: ResNet50 batch 1 1.008
+ *   and 1.002 (six runs), batch 8 1.024 and 1.046 (four): the panel read
+ *   from L2 at every block is not what these layers wait on;
+ * - by pixels, the next panel fetched into L2 as a panel runs (as
+ *   KC_PW_PREFETCH by vectors): ResNet50 batch 1's five 14x14 256 -> 1024
+ *   layers with a sum 1.72-1.77 -> 1.61-1.71 ms in all, its five
+ *   1024 -> 256 ones 1.50-1.59 -> 1.56-1.63, the run level (three runs);
+ * - by vectors up to 196 pixels once more (all such layers, or only
+ *   those with a sum), with even cuts and no taking, with and without the
+ *   next panel's fetch: level.
+ * Nor is it the weights coming from memory that the 14x14 layers lose
+ * to ONNX Runtime at batch 1 (0.33-0.36 and 0.29-0.31 ms against its
+ * 0.28 and 0.28): chains of 14x14 bottleneck blocks at batch 1, run in
+ * turns, four blocks (17.6 MB of weights, kept in the last-level cache
+ * between runs) and twelve (53 MB, read from memory), took 0.31-0.36
+ * against 0.33-0.34 ms on the 256 -> 1024 layers with a sum and
+ * 0.27-0.29 against 0.29-0.31 on the 1024 -> 256 ones (three pairs):
+ * level. (Unpaired, minutes apart, the two had looked 10-25% apart: the
+ * machine's phase.) */
 #define KC_PW_MAX_PIXELS 64
 #define KC_PW_MAX_PIXELS_STRIDED 256
 /* A kernel of several taps (kc_pw_taps_geometry), by the output pixels
