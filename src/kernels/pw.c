@@ -925,7 +925,17 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
      * layers by vectors (7x7 and strided 14x14) 3.71 -> 3.48 ms without
      * it (0.935, faster in 10 of 10 alternating pairs), the run 0.986 (7
      * of 10); InceptionV3 0.974 (5 of 8), MobileNetV2 level (0.995).
-     * The hardware's own fetch keeps up with the panels' one stream. */
+     * The hardware's own fetch keeps up with the panels' one stream.
+     * Tried again on 12-06 night with the fetch issued between stretches
+     * of 16 steps of the block's loop (the loop itself then as tight as
+     * without a fetch), alternating runs: ResNet50's nine layers by
+     * vectors at batch 1 2.45-2.67 ms a run against 2.35-2.56 without; a
+     * chain of twelve 7x7 2048 <-> 512 bottlenecks without the 3x3 (96 MB
+     * of weights, from memory) 0.318-0.326 / 0.303-0.307 ms a layer
+     * against 0.295-0.315 / 0.288-0.314. The same chain of two blocks (16
+     * MB, kept in the last-level cache) runs them in 0.27-0.28 / 0.26-0.27:
+     * memory costs those layers 15-23%, but not as a first block waiting
+     * for its panel, which the fetch would hide. */
     st->prefetch_panels = kc_env_on("KC_PW_PREFETCH");
     st->prefetch_head = !kc_env_off("KC_PW_HEAD_PREFETCH");
     /* alone (one thread, a lane): by pixels in one part, strided pixels
