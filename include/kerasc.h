@@ -223,8 +223,9 @@ size_t kc_session_arena_bytes(const kc_session *session);
 /* Batch lanes of the last run: 1, or T when its batch of B images ran as
  * T sub-batches of B/T side by side, one thread each, through the whole
  * model (T = the session's threads, 2 to 8, dividing B; host runs only,
- * not with options.profile, not for a model with a TensorFlow-op,
- * keras.ops, Masking or Embedding layer). Outputs are those of one batch:
+ * not for a model with a TensorFlow-op, keras.ops, Masking or Embedding
+ * layer; with options.profile too, whose times are then lane 0's, its
+ * B/T images on one thread beside the others). Outputs are those of one batch:
  * the same kernels per image, within the fidelity tolerance. KC_LANES=0
  * in the environment when the session is created turns lanes off. */
 int kc_session_lanes(const kc_session *session);

@@ -20,11 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
 #include "kernels/inner_conv.h"
 #include "model/model_internal.h"
 #include "runtime/head.h"
+#include "runtime/profile.h"
 
 _Static_assert(KC_LANES_MAX <= KC_DNNL_MAX_BATCH_LANES, "oneDNN primitives bind per lane");
 _Static_assert(KC_LANES_MAX <= KC_INNER_LANES, "kernels keep a buffer per lane");
@@ -54,8 +56,7 @@ int kc_lanes_model_ok(const kc_graph *g)
 
 int kc_lanes_for(const kc_session *s, const kc_shape *shapes, int n)
 {
-    if (s->lanes_refused || s->sched || s->stage_first >= 0 || s->profile ||
-        s->trace_nodes || n < 1)
+    if (s->lanes_refused || s->sched || s->stage_first >= 0 || s->trace_nodes || n < 1)
         return 1;
     /* one lane per thread: fewer lanes would leave threads idle */
     int lanes = kc_threads_wanted(s->threads);
@@ -115,18 +116,27 @@ typedef struct kc_lanes_job {
     char message[KC_LANES_MAX][512]; /* a failed lane's, from its thread */
 } kc_lanes_job;
 
-/* Every node on lane k's arena. Absorbed nodes have nothing to run; no
+int kc_lanes_profiled(const kc_session *s, int k) { return s->profile && k == 0; }
+
+/* Every node on lane k's arena, each timed into the profile where lane k
+ * keeps it (kc_lanes_profiled). Absorbed nodes have nothing to run; no
  * layer of a laned model makes a mask (kc_lanes_layer_ok). */
 static kc_status kc_lanes_nodes(kc_session *s, int k, const kc_tensor *const *inputs,
                                 int n_inputs)
 {
     float *arena = kc_lanes_arena(s, k);
+    int profiled = kc_lanes_profiled(s, k);
     kc_lanes_scatter(s, inputs, n_inputs, k);
     if (s->head_nodes)
         KC_TRY(kc_head_run(s, k, inputs, 0));
-    for (int i = s->head_nodes; i < s->graph->n_nodes; i++)
-        if (!s->fused.skip[i])
-            KC_TRY(kc_session_node_on(s, i, &s->plan, arena));
+    for (int i = s->head_nodes; i < s->graph->n_nodes; i++) {
+        if (s->fused.skip[i])
+            continue;
+        double start = profiled ? kc_now() : 0;
+        KC_TRY(kc_session_node_on(s, i, &s->plan, arena));
+        if (profiled)
+            kc_profile_add(s->profile, i, kc_now() - start);
+    }
     return KC_OK;
 }
 
@@ -153,8 +163,12 @@ static kc_status kc_lanes_first(kc_session *s, const kc_tensor *const *inputs, i
     kc_threads_enter(1);
     kc_lanes_scatter(s, inputs, n_inputs, 0);
     kc_status st = s->head_nodes ? kc_head_run(s, 0, inputs, 1) : KC_OK;
-    for (int i = s->head_nodes; st == KC_OK && i < s->graph->n_nodes; i++)
+    for (int i = s->head_nodes; st == KC_OK && i < s->graph->n_nodes; i++) {
+        double start = s->profile ? kc_now() : 0;
         st = kc_session_run_node(s, i);
+        if (s->profile && !s->fused.skip[i])
+            kc_profile_add(s->profile, i, kc_now() - start);
+    }
     kc_threads_enter(s->threads);
     return st;
 }

@@ -16,8 +16,10 @@ int kc_lanes_model_ok(const kc_graph *g);
 /* How many lanes a host run of the model on these input shapes takes: 1
  * (none) when lanes are refused (KC_LANES=0 at the session's creation, a
  * layer that is not image by image, a value that is not one row per
- * image) or the session is scheduled, a stage or profiled; else T when
- * it runs on 2 <= T <= KC_LANES_MAX threads and T divides the batch. */
+ * image) or the session is scheduled or a stage; else T when it runs on
+ * 2 <= T <= KC_LANES_MAX threads and T divides the batch. A profiled
+ * session takes lanes too, so that its profile is of the schedule an
+ * unprofiled run takes (kc_lanes_profiled). */
 #define KC_LANES_MAX 8
 int kc_lanes_for(const kc_session *s, const kc_shape *shapes, int n);
 
@@ -27,6 +29,12 @@ int kc_lanes_plan_ok(const kc_session *s, int64_t lane_batch);
 
 /* Lane k's arena. */
 float *kc_lanes_arena(const kc_session *s, int k);
+
+/* Whether lane k times its nodes into the session's profile: lane 0
+ * alone, so that one thread adds to it, and its times are a lane's (its
+ * images on one thread, the other lanes running beside it); the layers
+ * of an image-major head summed over the lane's images. */
+int kc_lanes_profiled(const kc_session *s, int k);
 
 /* One run: each lane takes its slice of the inputs into its arena (or,
  * with an image-major head, image by image into the head's) and runs

@@ -25,6 +25,8 @@ struct kc_profile {
     int64_t runs;
     int warm_left;  /* warm-up runs still to come on this plan */
     int warm_only;  /* node_s holds the latest warm-up run alone (no other yet) */
+    int lanes;      /* the plan's batch lanes (times: lane 0's), 1 without */
+    int64_t lane_images;
     char *text;
     size_t len, cap;
 };
@@ -73,6 +75,12 @@ void kc_profile_run_done(kc_profile *p)
     p->warm_only = warming;
     p->runs += !warming;
     p->warm_left -= warming;
+}
+
+void kc_profile_set_lanes(kc_profile *p, int lanes, int64_t lane_images)
+{
+    p->lanes = lanes;
+    p->lane_images = lane_images;
 }
 
 void kc_profile_new_plan(kc_profile *p)
@@ -139,6 +147,11 @@ const char *kc_profile_report(kc_profile *p, const kc_graph *g)
                           "profile: mean ms per run over %lld run(s) on the host CPU (the "
                           "first %d runs on a plan are warm-ups, not counted)\n",
                           (long long)p->runs, KC_PROFILE_WARMUP_RUNS);
+    if (p->lanes > 1)
+        kc_profile_printf(p,
+                          "  in %d batch lanes: lane 0's times, its %lld image(s) on one thread "
+                          "beside the other lanes (the unprofiled run's schedule)\n",
+                          p->lanes, (long long)p->lane_images);
     kc_profile_printf(p, "  %-36s %-26s %10s %6s\n", "layer", "class", "ms", "%");
     kc_class_time *classes = kc_calloc((size_t)p->n_nodes + 1, sizeof *classes);
     int n_classes = 0;

@@ -22,6 +22,10 @@ void kc_profile_run_done(kc_profile *p);
 /* The session planned for new input shapes: forget the times so far and
  * skip the next run. */
 void kc_profile_new_plan(kc_profile *p);
+/* The plan runs in `lanes` batch lanes of `lane_images` images each, and
+ * its times are lane 0's (runtime/lanes.h, kc_lanes_profiled): the
+ * report says so. lanes 1: one batch, layer by layer. */
+void kc_profile_set_lanes(kc_profile *p, int lanes, int64_t lane_images);
 /* The mean time per run of each node that ran, in graph order, then the
  * totals per layer class, largest first; valid until the next call. */
 const char *kc_profile_report(kc_profile *p, const kc_graph *g);

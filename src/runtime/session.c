@@ -646,8 +646,10 @@ kc_status kc_session_prepare(kc_session *s, const kc_tensor *const *inputs)
     }
     if (!fresh)
         return KC_OK;
-    if (s->profile)
+    if (s->profile) {
         kc_profile_new_plan(s->profile);
+        kc_profile_set_lanes(s->profile, s->lanes, s->lanes > 1 ? batch / s->lanes : batch);
+    }
     KC_TRY(kc_head_plan(s, shapes, n));
     kc_branches_free(s->branches);
     s->branches = NULL;
@@ -706,8 +708,12 @@ static kc_status kc_session_exec(kc_session *s, const kc_tensor *const *inputs, 
                            (long long)inputs[i]->shape.dims[0]);
     KC_TRY(kc_session_prepare(s, inputs));
     kc_threads_enter(s->threads);
-    if (s->lanes > 1)
-        return kc_lanes_run(s, inputs, n_inputs);
+    if (s->lanes > 1) {
+        kc_status laned = kc_lanes_run(s, inputs, n_inputs);
+        if (s->profile && laned == KC_OK)
+            kc_profile_run_done(s->profile);
+        return laned;
+    }
     kc_status st = KC_OK;
     kc_session_inputs_in(s, inputs, n_inputs, !s->sched && !s->branches);
     if (s->sched)

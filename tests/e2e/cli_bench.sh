@@ -18,6 +18,16 @@ if [[ $? -eq 0 ]] && grep -q '^profile: mean ms per run over 2 run(s)' <<<"$out"
 else
   fail "bench --stats output: $out"
 fi
+# A batch that runs in lanes is profiled in lanes too (lane 0's times):
+# the schedule the unprofiled run takes.
+out=$("$KERASC" bench "$M" --batch 4 --threads 2 --iters 3 --warmup 1 --stats 2>&1)
+if [[ $? -eq 0 ]] && grep -q '^lanes: 2$' <<<"$out" &&
+   grep -q "^  in 2 batch lanes: lane 0's times, its 2 image(s) on one thread" <<<"$out" &&
+   grep -q '^  dense .* Dense ' <<<"$out"; then
+  pass "bench --batch 4 --threads 2 --stats profiles lane 0 of 2"
+else
+  fail "bench --stats in lanes: $out"
+fi
 # A BatchNormalization after a SeparableConv2D folds into its pointwise
 # kernel, and the ReLU after it becomes the layer's activation (fuse.c):
 # the profile of Xception (tests/apps) shows neither as a layer of its own.

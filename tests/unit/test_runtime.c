@@ -1477,7 +1477,10 @@ static void test_run_into_checks(void **state)
  * same model run as one batch (KC_LANES=0), run after run (the first run
  * of a plan builds the kernel states, later ones run the lanes side by
  * side), across a change of plan and back. Batch 3 (2 does not divide
- * it), a profiled session and KC_LANES=0 run as one batch. */
+ * it) and KC_LANES=0 run as one batch. A profiled session runs in lanes
+ * too, as an unprofiled one would, and profiles lane 0: every layer the
+ * unprofiled run runs, the head's (image-major) ones included, and no
+ * layer twice (its times would then add up to more than the run's). */
 static kc_tensor *batch_of(const kc_tensor *two, int64_t n)
 {
     const kc_shape *sh = &two->shape;
@@ -1494,6 +1497,33 @@ static kc_tensor *batch_of(const kc_tensor *two, int64_t n)
         for (int64_t j = 0; j < per; j++)
             x[i * per + j] = from[(i % sh->dims[0]) * per + j] * (1.0f - 0.2f * (float)(i / 2));
     return t;
+}
+
+/* The profile of a laned session: it says whose times they are, counts
+ * the runs after the warm-ups, and lists every node that runs (not
+ * absorbed), once; their total is no more than a run's. */
+static void assert_profile_laned(const kc_session *s, int lanes, int images)
+{
+    const char *report = kc_session_stats(s);
+    char want[128];
+    snprintf(want, sizeof want, "in %d batch lanes: lane 0's times, its %d image(s)", lanes,
+             images);
+    assert_non_null(strstr(report, want));
+    assert_non_null(strstr(report, "over 2 run(s)"));
+    int listed = 0;
+    for (int i = 0; i < s->graph->n_nodes; i++) {
+        char line[256];
+        snprintf(line, sizeof line, "\n  %s ", s->graph->nodes[i].layer->name);
+        const char *at = strstr(report, line);
+        if (s->fused.skip[i]) {
+            assert_null(at);
+            continue;
+        }
+        assert_non_null(at);
+        assert_null(strstr(at + 1, line));
+        listed++;
+    }
+    assert_true(listed > 10);
 }
 
 static void test_batch_lanes(void **state)
@@ -1523,8 +1553,21 @@ static void test_batch_lanes(void **state)
             assert_int_equal(kc_session_lanes(laned), want[r]);
             assert_int_equal(kc_session_lanes(whole), 1);
         }
-        assert_close_runs(profiled, whole, four);
-        assert_int_equal(kc_session_lanes(profiled), 1);
+        for (int r = 0; r < 4; r++) /* two warm-ups, then runs counted */
+            assert_close_runs(profiled, whole, four);
+        assert_int_equal(kc_session_lanes(profiled), 2);
+        assert_profile_laned(profiled, 2, 2);
+        /* with an image-major head of 12 nodes (these small models have
+         * none of their own): its layers listed too, once each */
+        kc_session *headed = NULL;
+        assert_int_equal(kc_session_new(m, &prof, &headed), KC_OK);
+        setenv("KC_HEAD", "12", 1); /* read when the plan is made */
+        for (int r = 0; r < 4; r++)
+            assert_close_runs(headed, whole, four);
+        unsetenv("KC_HEAD");
+        assert_int_equal(headed->head_nodes, 12);
+        assert_profile_laned(headed, 2, 2);
+        kc_session_free(headed);
         kc_session_free(laned);
         kc_session_free(whole);
         kc_session_free(profiled);

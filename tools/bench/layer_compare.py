@@ -16,9 +16,11 @@ an activation, a folded BatchNormalization) shows no time of its own: its
 time is in the host layer's group, at the host's output height. A group where
 kerasc spends more than ONNX Runtime is where kerasc loses.
 
-Times: kerasc's are its profile's means over the timed runs; ONNX Runtime's
-are the medians of each node's kernel time over its runs after the
-warm-ups. Both profiles cost some time of their own (ONNX Runtime's more),
+Times: kerasc's are its profile's means over the timed runs (at a batch
+that runs in lanes, lane 0's: its images on one thread beside the other
+lane's, so that its layers add up to a run as ONNX Runtime's nodes do);
+ONNX Runtime's are the medians of each node's kernel time over its runs
+after the warm-ups. Both profiles cost some time of their own (ONNX Runtime's more),
 so the totals read a little above the plain `median_ms` of either runner:
 compare groups with each other, and the totals with `make bench`.
 """
