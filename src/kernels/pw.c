@@ -295,6 +295,9 @@ typedef struct kc_pw_state {
      * head the Dense rows its channels multiply (KC_PW_HEAD_PREFETCH=0: not) */
     int prefetch_panels, prefetch_head;
     int by_pixels;           /* parts own runs of pixels, not of vectors (kc_pw_rows_wanted) */
+    /* alone with a residual sum: each block fetches the next block's
+     * residual lines into L1 as it starts (kc_pw_build says why) */
+    int fetch_residual;
     int alone;               /* built for one thread (a lane): by pixels, one part */
     int64_t chunk;           /* by pixels: pixels a pass over every panel */
     kc_balance cut;          /* parts: runs of vectors (or of KC_PW_MR pixels), one per thread */
@@ -709,6 +712,16 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
             KC_PW_NVS(mr_, 0);                                                                     \
     } while (0)
 
+/* The residual sums a block of pixels [lo, hi) x nv vectors from output
+ * channel n0 will read, fetched into L1 (kc_pw_build: fetch_residual). */
+static void kc_pw_fetch_sums(const kc_pw_io *io, int64_t lo, int64_t hi, int64_t n0, int nv)
+{
+    const float *row = io->out + lo * io->st->n + n0;
+    for (int64_t r = lo; r < hi; r++, row += io->st->n)
+        for (int j = 0; j < nv; j++)
+            _mm_prefetch((const char *)(row + 16 * j), _MM_HINT_T0);
+}
+
 /* The panel of nv vectors from v0 over pixels [p0, p1), in blocks of at
  * most KC_PW_MR (KC_PW_MR4 for 4 vectors) evened out (as kc_wino_simd's
  * product: a block of one or two pixels has too few accumulator chains
@@ -728,6 +741,8 @@ __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, i
         int64_t lo = p0 + pixels * blk / blocks, hi = p0 + pixels * (blk + 1) / blocks;
         kc_pw_fetch mine = {{kc_wino2d_lines_share(fetch.run[0], blk, blocks),
                              kc_wino2d_lines_share(fetch.run[1], blk, blocks)}};
+        if (st->fetch_residual && blk + 1 < blocks)
+            kc_pw_fetch_sums(io, hi, p0 + pixels * (blk + 2) / blocks, n0, nv);
         switch (hi - lo) {
         case 8: KC_PW_MRS(8); break;
         case 7: KC_PW_MRS(7); break;
@@ -958,6 +973,23 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
      * b8 2920 -> 2232, b1 632 -> 488. */
     const kc_conv_attrs *a = ctx->layer->attrs;
     st->alone = kc_parallel_width() < 2;
+    /* Alone (a lane of a batch: its images on one thread), a layer's
+     * residual sums come from L3 or memory: the block's loads of them
+     * wait at its end, where nothing else is left to run. Each block now
+     * fetches the next one's residual lines into L1 as it starts, a
+     * block's compute ahead of their use. On the Zen 5 of bench/results
+     * (12-06 night, alternating runs): ResNet50 at batch 8 in a slow
+     * phase (19 ms an image) 0.963 and 0.950 of the time (8 of 8 runs
+     * faster in both sets), in a fast one (15 ms) 0.993 and 1.003 (6 and
+     * 8 runs): the fetch wins back what the slow phases' memory costs;
+     * two blocks ahead 0.959; into L2 (T1) or for writing (PREFETCHW)
+     * 1.2-1.3% slower than into L1; MobileNetV2 batch 8 0.982 and
+     * InceptionV3 batch 8 0.995 (few or no such layers). On two threads
+     * (batch 1, each part's residual rows in its own L2 from the layer
+     * before) 1.011, so only alone. Earlier tries (pw.c's notes above:
+     * T1, a block ahead, 0.976-1.010 over the run) were before the
+     * lanes' image-major head. KC_PW_RESIDUAL_FETCH=0: not. */
+    st->fetch_residual = st->residual && st->alone && !kc_env_off("KC_PW_RESIDUAL_FETCH");
     if (st->alone && !a->post_head)
         st->by_pixels = 1;
     if (st->by_pixels)
@@ -1153,6 +1185,11 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
 kc_balance *kc_pw_balance(kc_kernel_state *state)
 {
     return state && state->free == kc_pw_free ? &((kc_pw_state *)state)->cut : NULL;
+}
+
+int kc_pw_fetches_residual(const kc_kernel_state *state)
+{
+    return state && state->free == kc_pw_free && ((const kc_pw_state *)state)->fetch_residual;
 }
 
 int kc_pw_fetches_panels(const kc_kernel_state *state)

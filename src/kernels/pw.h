@@ -28,6 +28,11 @@ int kc_pw_parts(const kc_kernel_state *state);
  * panel of weights into L2 as a panel runs (KC_PW_PREFETCH=1), else 0. */
 int kc_pw_fetches_panels(const kc_kernel_state *state);
 
+/* For tests: 1 where a state of this kernel runs alone (one thread) with
+ * a residual sum and fetches each block's next block's sums into L1
+ * (KC_PW_RESIDUAL_FETCH=0: not), else 0. */
+int kc_pw_fetches_residual(const kc_kernel_state *state);
+
 /* For tests: the cut of a state of this kernel (its parts' runs of
  * output vectors, moved by their times after each run), NULL for another
  * kernel's state. */

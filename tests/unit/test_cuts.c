@@ -2178,6 +2178,51 @@ static void test_pw_layers(void **state)
     check_pw_cases(cases, sizeof cases / sizeof cases[0], want_parts, pw_first_checks);
 }
 
+/* A 1x1 layer with a residual sum, alone (one thread, as in a batch
+ * lane): each block fetches the next block's sums (kc_pw_build), with
+ * the same output bits as without (KC_PW_RESIDUAL_FETCH=0); on two
+ * threads, and without a sum, no such fetch. */
+static void test_pw_residual_fetch(void **state)
+{
+    (void)state;
+    static const conv_case sum = {"1x1 128 -> 512 + sum on one 28x28", "Conv2D", KC_CONV_PLAIN,
+                                  2, 1, 28, 28, 128, 512, 1, 1, 1, 1, 0, 1, "relu", 1, 0};
+    static const conv_case plain = {"1x1 128 -> 512 on one 28x28", "Conv2D", KC_CONV_PLAIN, 2, 1,
+                                    28, 28, 128, 512, 1, 1, 1, 1, 0, 0, "relu", 1, 0};
+    if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
+        skip();
+    conv_run r;
+    setup(&sum, &r);
+    float *want = plain_output(&r);
+    float *fetched = malloc((size_t)r.out_count * sizeof *fetched);
+    float *unfetched = malloc((size_t)r.out_count * sizeof *unfetched);
+    float peak = peak_of(want, r.out_count);
+    expect_count_close(&r, want, fetched, peak, 1, kc_pw_fetches_residual, 1, "sums fetched",
+                       sum.what);
+    expect_count_close(&r, want, unfetched, peak, 2, kc_pw_fetches_residual, 0,
+                       "sums fetched on 2 threads", sum.what);
+    setenv("KC_PW_RESIDUAL_FETCH", "0", 1);
+    expect_count_close(&r, want, unfetched, peak, 1, kc_pw_fetches_residual, 0,
+                       "sums fetched, KC_PW_RESIDUAL_FETCH=0", sum.what);
+    unsetenv("KC_PW_RESIDUAL_FETCH");
+    if (memcmp(fetched, unfetched, (size_t)r.out_count * sizeof *fetched))
+        fail_msg("%s: other outputs with the sums fetched", sum.what);
+    kc_threads_enter(0);
+    free(want);
+    free(fetched);
+    free(unfetched);
+    teardown(&r);
+    setup(&plain, &r);
+    want = plain_output(&r);
+    float *got = malloc((size_t)r.out_count * sizeof *got);
+    expect_count_close(&r, want, got, peak_of(want, r.out_count), 1, kc_pw_fetches_residual, 0,
+                       "sums fetched without a sum", plain.what);
+    kc_threads_enter(0);
+    free(want);
+    free(got);
+    teardown(&r);
+}
+
 /* kc_dnnl_taps_run, asked of oneDNN for InceptionV3's Mixed_6a (288 ->
  * 384, 3x3 stride 2 onto 17x17): a run of whole vectors of channels, or
  * all 288 (one chain); the same answer asked again (kept for the
@@ -4290,6 +4335,7 @@ int main(void)
         cmocka_unit_test(test_wino1d_layers),
         cmocka_unit_test(test_wino2d_layers),
         cmocka_unit_test(test_pw_layers),
+        cmocka_unit_test(test_pw_residual_fetch),
         cmocka_unit_test(test_dnnl_taps_run),
         cmocka_unit_test(test_pw_taps_layers),
         cmocka_unit_test(test_pw_state_follows_width),
