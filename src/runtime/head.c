@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/clock.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "model/model_internal.h"
@@ -207,7 +206,7 @@ kc_status kc_head_run(kc_session *s, int k, const kc_tensor *const *inputs, int 
     const kc_graph *g = s->graph;
     float *lane = kc_lanes_arena(s, k), *head = kc_head_arena(s, k);
     int64_t images = s->plan.shape[g->inputs[0]].dims[0];
-    int profiled = kc_lanes_profiled(s, k);
+    kc_profile *profile = kc_lanes_profile(s, k);
     for (int64_t img = 0; img < images; img++) {
         for (int i = 0; i < g->n_inputs; i++) {
             int v = g->inputs[i];
@@ -218,11 +217,10 @@ kc_status kc_head_run(kc_session *s, int k, const kc_tensor *const *inputs, int 
         for (int i = 0; i < s->head_nodes; i++) {
             if (s->fused.skip[i])
                 continue;
-            double start = profiled ? kc_now() : 0;
+            double start = kc_profile_clock(profile);
             KC_TRY(first && img == 0 ? kc_session_first_on(s, i, &s->head_plan, head)
                                      : kc_session_node_on(s, i, &s->head_plan, head));
-            if (profiled) /* the lane's images summed: the node's time a run */
-                kc_profile_add(s->profile, i, kc_now() - start);
+            kc_profile_since(profile, i, start); /* the lane's images summed */
         }
         for (int j = 0; j < s->n_head_out; j++) {
             int v = s->head_out[j];

@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/clock.h"
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
 #include "kernels/inner_conv.h"
@@ -116,26 +115,25 @@ typedef struct kc_lanes_job {
     char message[KC_LANES_MAX][512]; /* a failed lane's, from its thread */
 } kc_lanes_job;
 
-int kc_lanes_profiled(const kc_session *s, int k) { return s->profile && k == 0; }
+kc_profile *kc_lanes_profile(const kc_session *s, int k) { return k == 0 ? s->profile : NULL; }
 
 /* Every node on lane k's arena, each timed into the profile where lane k
- * keeps it (kc_lanes_profiled). Absorbed nodes have nothing to run; no
+ * keeps it (kc_lanes_profile). Absorbed nodes have nothing to run; no
  * layer of a laned model makes a mask (kc_lanes_layer_ok). */
 static kc_status kc_lanes_nodes(kc_session *s, int k, const kc_tensor *const *inputs,
                                 int n_inputs)
 {
     float *arena = kc_lanes_arena(s, k);
-    int profiled = kc_lanes_profiled(s, k);
+    kc_profile *profile = kc_lanes_profile(s, k);
     kc_lanes_scatter(s, inputs, n_inputs, k);
     if (s->head_nodes)
         KC_TRY(kc_head_run(s, k, inputs, 0));
     for (int i = s->head_nodes; i < s->graph->n_nodes; i++) {
         if (s->fused.skip[i])
             continue;
-        double start = profiled ? kc_now() : 0;
+        double start = kc_profile_clock(profile);
         KC_TRY(kc_session_node_on(s, i, &s->plan, arena));
-        if (profiled)
-            kc_profile_add(s->profile, i, kc_now() - start);
+        kc_profile_since(profile, i, start);
     }
     return KC_OK;
 }
@@ -164,10 +162,10 @@ static kc_status kc_lanes_first(kc_session *s, const kc_tensor *const *inputs, i
     kc_lanes_scatter(s, inputs, n_inputs, 0);
     kc_status st = s->head_nodes ? kc_head_run(s, 0, inputs, 1) : KC_OK;
     for (int i = s->head_nodes; st == KC_OK && i < s->graph->n_nodes; i++) {
-        double start = s->profile ? kc_now() : 0;
+        double start = kc_profile_clock(s->profile);
         st = kc_session_run_node(s, i);
-        if (s->profile && !s->fused.skip[i])
-            kc_profile_add(s->profile, i, kc_now() - start);
+        if (!s->fused.skip[i]) /* absorbed into its producer: nothing ran */
+            kc_profile_since(s->profile, i, start);
     }
     kc_threads_enter(s->threads);
     return st;

@@ -19,7 +19,7 @@ int kc_lanes_model_ok(const kc_graph *g);
  * image) or the session is scheduled or a stage; else T when it runs on
  * 2 <= T <= KC_LANES_MAX threads and T divides the batch. A profiled
  * session takes lanes too, so that its profile is of the schedule an
- * unprofiled run takes (kc_lanes_profiled). */
+ * unprofiled run takes (kc_lanes_profile). */
 #define KC_LANES_MAX 8
 int kc_lanes_for(const kc_session *s, const kc_shape *shapes, int n);
 
@@ -30,11 +30,11 @@ int kc_lanes_plan_ok(const kc_session *s, int64_t lane_batch);
 /* Lane k's arena. */
 float *kc_lanes_arena(const kc_session *s, int k);
 
-/* Whether lane k times its nodes into the session's profile: lane 0
- * alone, so that one thread adds to it, and its times are a lane's (its
- * images on one thread, the other lanes running beside it); the layers
- * of an image-major head summed over the lane's images. */
-int kc_lanes_profiled(const kc_session *s, int k);
+/* The profile lane k times its nodes into (kc_profile_since), or NULL:
+ * lane 0's alone, so that one thread adds to it, and its times are a
+ * lane's (its images on one thread, the other lanes running beside it);
+ * the layers of an image-major head summed over the lane's images. */
+struct kc_profile *kc_lanes_profile(const kc_session *s, int k);
 
 /* One run: each lane takes its slice of the inputs into its arena (or,
  * with an image-major head, image by image into the head's) and runs

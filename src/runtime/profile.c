@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/mem.h"
 
 /* Runs on a new plan not counted. The first builds the kernels and packs
@@ -77,14 +78,18 @@ void kc_profile_run_done(kc_profile *p)
     p->warm_left -= warming;
 }
 
-void kc_profile_set_lanes(kc_profile *p, int lanes, int64_t lane_images)
+double kc_profile_clock(const kc_profile *p) { return p ? kc_now() : 0; }
+
+void kc_profile_since(kc_profile *p, int node, double start)
+{
+    if (p)
+        kc_profile_add(p, node, kc_now() - start);
+}
+
+void kc_profile_new_plan(kc_profile *p, int lanes, int64_t lane_images)
 {
     p->lanes = lanes;
     p->lane_images = lane_images;
-}
-
-void kc_profile_new_plan(kc_profile *p)
-{
     memset(p->node_s, 0, (size_t)p->n_nodes * sizeof *p->node_s);
     memset(p->run_s, 0, (size_t)p->n_nodes * sizeof *p->run_s);
     p->runs = 0;

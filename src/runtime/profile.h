@@ -20,12 +20,17 @@ void kc_profile_add(kc_profile *p, int node, double seconds);
  * a later run replaces them. */
 void kc_profile_run_done(kc_profile *p);
 /* The session planned for new input shapes: forget the times so far and
- * skip the next run. */
-void kc_profile_new_plan(kc_profile *p);
-/* The plan runs in `lanes` batch lanes of `lane_images` images each, and
- * its times are lane 0's (runtime/lanes.h, kc_lanes_profiled): the
- * report says so. lanes 1: one batch, layer by layer. */
-void kc_profile_set_lanes(kc_profile *p, int lanes, int64_t lane_images);
+ * skip the next run. The plan runs in `lanes` batch lanes of
+ * `lane_images` images each, its times lane 0's (runtime/lanes.h,
+ * kc_lanes_profile), and the report says so; lanes 1: one batch, layer
+ * by layer. */
+void kc_profile_new_plan(kc_profile *p, int lanes, int64_t lane_images);
+/* A node's start time for kc_profile_since: the clock's now, or 0 when
+ * p is NULL (a run or lane not profiled). */
+double kc_profile_clock(const kc_profile *p);
+/* Node `node`, started at `start` (kc_profile_clock), has run: its time
+ * added; nothing when p is NULL. */
+void kc_profile_since(kc_profile *p, int node, double start);
 /* The mean time per run of each node that ran, in graph order, then the
  * totals per layer class, largest first; valid until the next call. */
 const char *kc_profile_report(kc_profile *p, const kc_graph *g);

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/clock.h"
 #include "base/env.h"
 #include "base/error.h"
 #include "base/mem.h"
@@ -646,10 +645,8 @@ kc_status kc_session_prepare(kc_session *s, const kc_tensor *const *inputs)
     }
     if (!fresh)
         return KC_OK;
-    if (s->profile) {
-        kc_profile_new_plan(s->profile);
-        kc_profile_set_lanes(s->profile, s->lanes, s->lanes > 1 ? batch / s->lanes : batch);
-    }
+    if (s->profile)
+        kc_profile_new_plan(s->profile, s->lanes, s->lanes > 1 ? batch / s->lanes : batch);
     KC_TRY(kc_head_plan(s, shapes, n));
     kc_branches_free(s->branches);
     s->branches = NULL;
@@ -724,10 +721,10 @@ static kc_status kc_session_exec(kc_session *s, const kc_tensor *const *inputs, 
          i++)
         st = kc_session_run_node(s, i);
     for (int i = 0; !s->sched && s->profile && st == KC_OK && i < g->n_nodes; i++) {
-        double start = kc_now();
+        double start = kc_profile_clock(s->profile);
         st = kc_session_run_node(s, i);
         if (!s->fused.skip[i]) /* absorbed into its producer: nothing ran */
-            kc_profile_add(s->profile, i, kc_now() - start);
+            kc_profile_since(s->profile, i, start);
     }
     s->n_direct = 0; /* the caller's tensors are theirs again */
     if (!s->sched && s->profile && st == KC_OK)
