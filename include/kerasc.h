@@ -229,6 +229,13 @@ size_t kc_session_arena_bytes(const kc_session *session);
  * the same kernels per image, within the fidelity tolerance. KC_LANES=0
  * in the environment when the session is created turns lanes off. */
 int kc_session_lanes(const kc_session *session);
+/* Parts of layers that a batch lane done with its own images ran for a
+ * lane still running, over the session's runs (0 without lanes). On a
+ * shared machine one core is often slower than the other for minutes;
+ * the lane done first then takes pieces of the slower lane's 1x1 and
+ * Winograd 3x3 layers instead of waiting for it. The same outputs, bit
+ * for bit. KC_HELP=0 in the environment turns it off. */
+long kc_session_lanes_helped(const kc_session *session);
 /* Branch regions of the last run's plan: 0, or how many blocks ran their
  * independent branches side by side, one thread each (InceptionV3's
  * towers): a run that is not split into batch lanes (batch 1) on 2 or

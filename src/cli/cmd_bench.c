@@ -252,6 +252,9 @@ int kc_cmd_bench(int argc, char **argv)
                kc_session_arena_bytes(s), ru.ru_maxrss);
         printf("lanes: %d\nbranch_regions: %d\n", kc_session_lanes(s),
                kc_session_branch_regions(s));
+        if (kc_session_lanes(s) > 1)
+            printf("lanes_helped_per_run: %.1f\n",
+                   (double)kc_session_lanes_helped(s) / (double)(timed + warmup));
         kc_param_counts pc = kc_model_params(m);
         printf("weight_f32_bytes: %lld\n", (long long)pc.total * 4);
         if (counter && counted)

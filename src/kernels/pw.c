@@ -76,6 +76,7 @@
 #include "base/balance.h"
 #include "base/claims.h"
 #include "base/env.h"
+#include "base/help.h"
 #include "base/mem.h"
 #include "base/threads.h"
 #include "kernels/conv_geom.h"
@@ -892,6 +893,33 @@ static int64_t kc_pw_panel_width(int64_t left)
     return left < 4 ? left : 4;
 }
 
+/* The calling thread's buffer for a chunk's gathered pixels (NULL where
+ * the layer gathers none, or without memory). */
+static float *kc_pw_chunk_buffer(const kc_pw_state *st)
+{
+    if (!kc_pw_gathers(st))
+        return NULL;
+    return kc_dnnl_workspace(KC_DNNL_SLOT_SRC, (size_t)(st->chunk * st->k) * sizeof(float));
+}
+
+/* Pixels [c0, c1) against every panel (kc_pw_panel_width); strided,
+ * their input pixels gathered first into buf. */
+static void kc_pw_chunk(const kc_pw_io *io, float *buf, int64_t c0, int64_t c1)
+{
+    const kc_pw_state *st = io->st;
+    kc_pw_fetch none = {{{NULL, 0}, {NULL, 0}}};
+    kc_pw_io chunk = *io;
+    if (buf) { /* the product reads pixel p at buf + (p - c0) * k */
+        kc_pw_gather(st, io->in, c0, c1, buf);
+        chunk.in = buf;
+        chunk.in_p0 = c0;
+    }
+    for (int64_t v0 = 0, nv; v0 < st->vectors; v0 += nv) {
+        nv = kc_pw_panel_width(st->vectors - v0);
+        kc_pw_panel(&chunk, v0, (int)nv, none, c0, c1);
+    }
+}
+
 /* By pixels: part `part`'s run of pixels, a chunk at a time against
  * every panel (kc_pw_panel_width); strided, each chunk's input pixels
  * gathered first into this thread's buffer. */
@@ -901,28 +929,58 @@ static void kc_pw_pixels_job(void *arg, int part)
     const kc_pw_state *st = io->st;
     int64_t p_lo = st->cut.lo[part] * KC_PW_MR, p_hi = st->cut.lo[part + 1] * KC_PW_MR;
     p_hi = p_hi > st->pixels ? st->pixels : p_hi;
-    int gathers = kc_pw_gathers(st);
-    float *buf = gathers ? kc_dnnl_workspace(KC_DNNL_SLOT_SRC,
-                                             (size_t)(st->chunk * st->k) * sizeof(float))
-                         : NULL;
-    if (gathers && !buf) {
+    float *buf = kc_pw_chunk_buffer(st);
+    if (kc_pw_gathers(st) && !buf) {
         io->failed[part] = 1;
         return;
     }
-    kc_pw_fetch none = {{{NULL, 0}, {NULL, 0}}};
-    for (int64_t c0 = p_lo; c0 < p_hi; c0 += st->chunk) {
-        int64_t c1 = c0 + st->chunk < p_hi ? c0 + st->chunk : p_hi;
-        kc_pw_io chunk = *io;
-        if (buf) { /* the product reads pixel p at buf + (p - c0) * k */
-            kc_pw_gather(st, io->in, c0, c1, buf);
-            chunk.in = buf;
-            chunk.in_p0 = c0;
-        }
-        for (int64_t v0 = 0, nv; v0 < st->vectors; v0 += nv) {
-            nv = kc_pw_panel_width(st->vectors - v0);
-            kc_pw_panel(&chunk, v0, (int)nv, none, c0, c1);
-        }
+    for (int64_t c0 = p_lo; c0 < p_hi; c0 += st->chunk)
+        kc_pw_chunk(io, buf, c0, c0 + st->chunk < p_hi ? c0 + st->chunk : p_hi);
+}
+
+/* Alone with idle lanes to help (base/help.h): the chunks of every pixel
+ * claimed one at a time, this lane's thread from the front of its run,
+ * the helpers from theirs and then from the back of the others'. Each
+ * chunk is computed as kc_pw_pixels_job computes it: the same bits. */
+typedef struct kc_pw_help {
+    const kc_pw_io *io;
+    kc_claims chunks;
+} kc_pw_help;
+
+static long kc_pw_help_job(void *arg, int part)
+{
+    kc_pw_help *h = arg;
+    const kc_pw_state *st = h->io->st;
+    float *buf = kc_pw_chunk_buffer(st);
+    if (kc_pw_gathers(st) && !buf) {
+        h->io->failed[part] = 1;
+        return 0;
     }
+    long ran = 0;
+    kc_claim next;
+    for (kc_claim c = kc_claims_next(&h->chunks, part, &next); c.count > 0;
+         c = kc_claims_next(&h->chunks, part, &next))
+        for (int64_t i = c.first; i < c.first + c.count; i++, ran++) {
+            int64_t c0 = i * st->chunk, c1 = c0 + st->chunk;
+            kc_pw_chunk(h->io, buf, c0, c1 < st->pixels ? c1 : st->pixels);
+        }
+    return ran;
+}
+
+/* io's layer cut into `parts` runs of chunks, this thread's the first,
+ * the others posted for the idle lanes. */
+static void kc_pw_run_helped(const kc_pw_io *io, int parts)
+{
+    const kc_pw_state *st = io->st;
+    kc_balance cut;
+    kc_balance_init(&cut, (st->pixels + st->chunk - 1) / st->chunk, parts, 1);
+    kc_pw_help h = {io, {0}};
+    kc_claims_init(&h.chunks, &cut, 1);
+    h.chunks.steal = 1; /* this thread takes what no helper came for */
+    kc_help_task task = {.fn = kc_pw_help_job, .arg = &h, .parts = cut.parts};
+    kc_help_open(&task);
+    kc_pw_help_job(&h, 0);
+    kc_help_close(&task);
 }
 
 /* The state for geometry *probe: the kernel packed, the cut even. */
@@ -1096,7 +1154,13 @@ static kc_status kc_pw_run_pixels(const kc_exec_ctx *ctx, kc_pw_state *st, int *
     kc_pw_io io = {st, ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL,
                    pool_buf ? pool_buf : ctx->out[0], NULL, NULL, NULL, failed, 0};
     double seconds[KC_BALANCE_MAX_PARTS] = {0};
-    kc_parallel_timed(st->cut.parts, kc_pw_pixels_job, &io, seconds);
+    int helpers = st->cut.parts == 1 ? kc_help_parts() : 1;
+    if (helpers > 1) {
+        kc_pw_run_helped(&io, helpers);
+        for (int k = 1; k < helpers; k++)
+            failed[0] |= failed[k];
+    } else
+        kc_parallel_timed(st->cut.parts, kc_pw_pixels_job, &io, seconds);
     KC_TRY(kc_pw_gathered_all(st, failed));
     if (st->cut.parts > 1)
         kc_balance_update(&st->cut, seconds);

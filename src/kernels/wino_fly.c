@@ -85,6 +85,7 @@
 #include "base/balance.h"
 #include "base/claims.h"
 #include "base/env.h"
+#include "base/help.h"
 #include "base/mem.h"
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
@@ -611,6 +612,41 @@ static kc_status kc_wf_run_parts(const kc_wf_state *st, void (*job)(void *, int)
     return KC_OK;
 }
 
+/* A part's vectors for a helped block; the vectors it ran. */
+static long kc_wf_help_job(void *arg, int k)
+{
+    kc_wf_io *io = arg;
+    int64_t before = io->units[k];
+    io->status[k] = kc_wf_part(io->st, io, k, io->vectors);
+    return (long)(io->units[k] - before);
+}
+
+/* A lane's block (one part: its thread transformed the tiles into io->v)
+ * with idle lanes to help (base/help.h): the output vectors cut into
+ * `parts` runs, this thread's the first, the others posted for the idle
+ * lanes, each part with its own kernel and products buffers
+ * (kc_wf_part). A vector is computed the same way whichever thread
+ * takes it: the same bits. */
+static kc_status kc_wf_run_helped(const kc_wf_state *st, kc_wf_io *io, int parts)
+{
+    kc_balance cut;
+    kc_balance_init(&cut, st->vecs, parts, 1);
+    kc_claims vectors;
+    kc_claims_init(&vectors, &cut, KC_WF_NV);
+    vectors.steal = 1; /* this thread takes what no helper came for */
+    io->vectors = &vectors;
+    for (int k = 0; k < cut.parts; k++)
+        io->status[k] = KC_OK;
+    kc_help_task task = {.fn = kc_wf_help_job, .arg = io, .parts = cut.parts};
+    kc_help_open(&task);
+    kc_wf_help_job(io, 0);
+    kc_help_close(&task);
+    for (int k = 0; k < cut.parts; k++)
+        if (io->status[k] != KC_OK)
+            return kc_fail(io->status[k], "part %d of a Winograd convolution failed", k);
+    return KC_OK;
+}
+
 /* One run; the parts' vectors then cut again by their times (the
  * transforms of shared inputs, cut by tiles, are not counted). */
 static kc_status kc_wf_execute(kc_wf_state *st, const kc_exec_ctx *ctx)
@@ -628,9 +664,14 @@ static kc_status kc_wf_execute(kc_wf_state *st, const kc_exec_ctx *ctx)
     io.v = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, kc_wf_v_bytes(st));
     if (!io.v)
         return kc_fail(KC_ERR_NOMEM, "out of memory for a Winograd convolution's buffers");
+    int helpers = st->cut.parts == 1 ? kc_help_parts() : 1;
     for (io.t0 = 0; io.t0 < st->grid.tiles; io.t0 += st->block) {
         io.n = st->grid.tiles - io.t0 < st->block ? st->grid.tiles - io.t0 : st->block;
         kc_parallel(st->cut.parts, kc_wf_inputs_job, &io);
+        if (helpers > 1) {
+            KC_TRY(kc_wf_run_helped(st, &io, helpers));
+            continue;
+        }
         kc_claims_init(&vectors, &st->cut, KC_WF_NV);
         KC_TRY(kc_wf_run_parts(st, kc_wf_vectors_job, &io));
     }

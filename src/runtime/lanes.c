@@ -13,13 +13,18 @@
  * by lane 0 on one thread, so that it is sized for one thread; every lane
  * then runs the same primitives on its own arena. What a kernel binds per
  * run is chosen by the lane (kc_batch_lane: oneDNN's argument memories and
- * stream, the Winograd buffers' share of the spare arena). */
+ * stream, the Winograd buffers' share of the spare arena).
+ *
+ * A lane done first does not wait idle for the others: it takes pieces
+ * of the layers they still run (base/help.h: one vCPU here is often
+ * 20-40% slower than the other for minutes). */
 #include "runtime/lanes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/help.h"
 #include "base/threads.h"
 #include "kernels/dnnl_common.h"
 #include "kernels/inner_conv.h"
@@ -29,6 +34,7 @@
 
 _Static_assert(KC_LANES_MAX <= KC_DNNL_MAX_BATCH_LANES, "oneDNN primitives bind per lane");
 _Static_assert(KC_LANES_MAX <= KC_INNER_LANES, "kernels keep a buffer per lane");
+_Static_assert(KC_LANES_MAX <= KC_HELP_MAX_LANES, "each lane has a slot on the help board");
 
 /* Layers that see the whole batch at once (a TensorFlow or keras.ops
  * function may reduce over it) or make Keras masks (which lanes do not
@@ -111,6 +117,7 @@ typedef struct kc_lanes_job {
     const kc_tensor *const *inputs;
     int n_inputs;
     int first;                       /* lane 0 has run already */
+    kc_help_board help;              /* a lane done first takes pieces of the others' layers */
     kc_status status[KC_LANES_MAX];
     char message[KC_LANES_MAX][512]; /* a failed lane's, from its thread */
 } kc_lanes_job;
@@ -141,10 +148,14 @@ static kc_status kc_lanes_nodes(kc_session *s, int k, const kc_tensor *const *in
 static void kc_lanes_body(void *arg, int k)
 {
     kc_lanes_job *job = arg;
-    if (job->first && k == 0)
+    kc_help_enter(&job->help, k);
+    if (job->first && k == 0) {
+        kc_help_finish();
         return;
+    }
     kc_batch_lane_set(k);
     job->status[k] = kc_lanes_nodes(job->s, k, job->inputs, job->n_inputs);
+    kc_help_finish();
     kc_batch_lane_set(0);
     if (job->status[k] != KC_OK)
         snprintf(job->message[k], sizeof job->message[k], "%s", kc_last_error());
@@ -176,7 +187,11 @@ kc_status kc_lanes_run(kc_session *s, const kc_tensor *const *inputs, int n_inpu
     kc_lanes_job job = {.s = s, .inputs = inputs, .n_inputs = n_inputs, .first = !s->lanes_warm};
     if (job.first)
         KC_TRY(kc_lanes_first(s, inputs, n_inputs));
+    kc_help_board_init(&job.help, s->lanes);
+    /* the first run sizes each lane thread's buffers on its own nodes */
+    job.help.enabled = job.help.enabled && !job.first;
     kc_parallel(s->lanes, kc_lanes_body, &job);
+    s->lanes_helped += kc_help_helped(&job.help);
     for (int k = 0; k < s->lanes; k++)
         if (job.status[k] != KC_OK)
             return kc_fail(job.status[k], "%s (batch lane %d of %d)", job.message[k], k,

@@ -795,6 +795,8 @@ size_t kc_session_arena_bytes(const kc_session *s)
 
 int kc_session_lanes(const kc_session *s) { return s && s->lanes > 1 ? s->lanes : 1; }
 
+long kc_session_lanes_helped(const kc_session *s) { return s ? s->lanes_helped : 0; }
+
 int kc_session_branch_regions(const kc_session *s)
 {
     return s && s->branches ? s->branches->n_regions : 0;

@@ -13,8 +13,9 @@ else
 fi
 out=$("$KERASC" bench "$M" --iters 3 --warmup 1 --stats 2>&1)
 if [[ $? -eq 0 ]] && grep -q '^profile: mean ms per run over 2 run(s)' <<<"$out" &&
-   grep -q '^  dense .* Dense ' <<<"$out" && grep -q '^by class:$' <<<"$out"; then
-  pass "bench --stats prints each layer's time and the time per class"
+   grep -q '^  dense .* Dense ' <<<"$out" && grep -q '^by class:$' <<<"$out" &&
+   grep -q '^lanes: 1$' <<<"$out" && ! grep -q '^lanes_helped' <<<"$out"; then
+  pass "bench --stats prints each layer's time and the time per class (batch 1: no lanes)"
 else
   fail "bench --stats output: $out"
 fi
@@ -23,8 +24,8 @@ fi
 out=$("$KERASC" bench "$M" --batch 4 --threads 2 --iters 3 --warmup 1 --stats 2>&1)
 if [[ $? -eq 0 ]] && grep -q '^lanes: 2$' <<<"$out" &&
    grep -q "^  in 2 batch lanes: lane 0's times, its 2 image(s) on one thread" <<<"$out" &&
-   grep -q '^  dense .* Dense ' <<<"$out"; then
-  pass "bench --batch 4 --threads 2 --stats profiles lane 0 of 2"
+   grep -q '^  dense .* Dense ' <<<"$out" && grep -q '^lanes_helped_per_run: [0-9.]*$' <<<"$out"; then
+  pass "bench --batch 4 --threads 2 --stats profiles lane 0 of 2, and says how much the lanes helped"
 else
   fail "bench --stats in lanes: $out"
 fi

@@ -5,7 +5,10 @@
  * time; and of the claims on a cut's runs (src/base/claims.c): each part
  * its own run front to back in evened pieces, then the back of the
  * fullest other run, every unit once under threads, and the cut then
- * following the units each part ran. */
+ * following the units each part ran; and of the help between batch
+ * lanes (src/base/help.c): a lane done first runs parts of the other's
+ * posted work, every unit once, and none where KC_HELP=0 or a lane is
+ * still to begin. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -20,6 +23,8 @@
 
 #include "base/balance.h"
 #include "base/claims.h"
+#include "base/clock.h"
+#include "base/help.h"
 #include "base/threads.h"
 
 static void expect_cuts(const kc_balance *b, const int64_t *want, int n)
@@ -326,6 +331,141 @@ static void test_parallel_two(void **state)
     two_check(&r, 5);
 }
 
+/* ------------------------------------------------ help between lanes */
+
+typedef struct help_run {
+    kc_help_board board;
+    kc_claims claims;
+    _Atomic int seen[300];
+    _Atomic long by_part[4];
+    int parts_seen;      /* kc_help_parts() lane 0 saw before posting */
+    int idle_waited;     /* lane 0 found the other lane idle */
+    int outside_parts;   /* kc_help_parts() after lane 0 finished */
+} help_run;
+
+/* Part `part`'s units, 0.2 ms each on lane 0 (the owner) so that the
+ * helper has time to take some. */
+static long help_units(void *arg, int part)
+{
+    help_run *r = arg;
+    long ran = 0;
+    kc_claim guess;
+    for (kc_claim got = kc_claims_next(&r->claims, part, &guess); got.count > 0;
+         got = kc_claims_next(&r->claims, part, &guess))
+        for (int64_t u = got.first; u < got.first + got.count; u++, ran++) {
+            atomic_fetch_add(&r->seen[u], 1);
+            if (part == 0)
+                usleep(200);
+        }
+    atomic_fetch_add(&r->by_part[part], ran);
+    return ran;
+}
+
+/* Spin until *v reaches `want`, at most two seconds; whether it did. */
+static int help_wait(_Atomic int *v, int want)
+{
+    double start = kc_now();
+    while (atomic_load(v) < want)
+        if (kc_now() - start > 2.0)
+            return 0;
+    return 1;
+}
+
+/* Lane 0 waits for lane 1 to be idle, then posts 300 units cut in the
+ * parts kc_help_parts() says and runs part 0; lane 1 is done at once
+ * and helps. */
+static void help_lanes(void *arg, int lane)
+{
+    help_run *r = arg;
+    kc_help_enter(&r->board, lane);
+    help_wait(&r->board.started, r->board.lanes);
+    if (lane == 0) {
+        r->idle_waited = !r->board.enabled || help_wait(&r->board.idle, 1);
+        r->parts_seen = kc_help_parts();
+        kc_balance b;
+        kc_balance_init(&b, 300, r->parts_seen, 1);
+        kc_claims_init(&r->claims, &b, 4);
+        r->claims.steal = 1;
+        kc_help_task task = {.fn = help_units, .arg = r, .parts = b.parts};
+        kc_help_open(&task);
+        help_units(r, 0);
+        kc_help_close(&task);
+    }
+    kc_help_finish();
+    if (lane == 0)
+        r->outside_parts = kc_help_parts();
+}
+
+static void expect_units_once(help_run *r)
+{
+    for (int u = 0; u < 300; u++)
+        if (atomic_load(&r->seen[u]) != 1)
+            fail_msg("unit %d ran %d times", u, atomic_load(&r->seen[u]));
+}
+
+static void test_help_lanes(void **state)
+{
+    (void)state;
+    kc_threads_enter(2);
+    help_run *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    assert_int_equal(kc_help_parts(), 1); /* outside any lane */
+    kc_help_board_init(&r->board, 2);
+    kc_parallel(2, help_lanes, r);
+    if (!r->idle_waited)
+        fail_msg("lane 1 never became idle (a team of one thread?)");
+    assert_int_equal(r->parts_seen, 2);
+    expect_units_once(r);
+    long helped = atomic_load(&r->by_part[1]);
+    if (helped < 1)
+        fail_msg("the idle lane ran none of the 300 units");
+    assert_int_equal(kc_help_helped(&r->board), helped);
+    assert_int_equal(atomic_load(&r->by_part[0]) + helped, 300);
+    assert_int_equal(r->outside_parts, 1);
+    assert_int_equal(atomic_load(&r->board.running), 0);
+    assert_int_equal(atomic_load(&r->board.idle), 0);
+    /* KC_HELP=0: nothing idle, one part, no unit helped */
+    memset(r, 0, sizeof *r);
+    setenv("KC_HELP", "0", 1);
+    kc_help_board_init(&r->board, 2);
+    unsetenv("KC_HELP");
+    kc_parallel(2, help_lanes, r);
+    assert_int_equal(r->parts_seen, 1);
+    expect_units_once(r);
+    assert_int_equal(kc_help_helped(&r->board), 0);
+    free(r);
+}
+
+/* Three lanes on a team of two threads: one thread runs two lanes in
+ * turn, and a lane done before every lane has begun does not wait for
+ * the others (it would wait for the lane its own thread is still to
+ * run). The run ends, every lane once. */
+typedef struct help_three {
+    kc_help_board board;
+    _Atomic int ran[3];
+} help_three;
+
+static void help_three_lanes(void *arg, int lane)
+{
+    help_three *r = arg;
+    kc_help_enter(&r->board, lane);
+    atomic_fetch_add(&r->ran[lane], 1);
+    kc_help_finish();
+}
+
+static void test_help_team_smaller(void **state)
+{
+    (void)state;
+    help_three r;
+    memset(&r, 0, sizeof r);
+    kc_threads_enter(2);
+    kc_help_board_init(&r.board, 3);
+    kc_parallel(3, help_three_lanes, &r);
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(atomic_load(&r.ran[k]), 1);
+    assert_int_equal(atomic_load(&r.board.running), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -339,6 +479,8 @@ int main(void)
         cmocka_unit_test(test_claims_threads),
         cmocka_unit_test(test_update_units),
         cmocka_unit_test(test_parallel_two),
+        cmocka_unit_test(test_help_lanes),
+        cmocka_unit_test(test_help_team_smaller),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
