@@ -233,8 +233,9 @@ int kc_session_lanes(const kc_session *session);
  * lane still running, over the session's runs (0 without lanes). On a
  * shared machine one core is often slower than the other for minutes;
  * the lane done first then takes pieces of the slower lane's 1x1 and
- * Winograd 3x3 layers instead of waiting for it. The same outputs, bit
- * for bit. KC_HELP=0 in the environment turns it off. */
+ * Winograd 3x3 layers instead of waiting for it (not with more lanes
+ * than the process's CPUs). The same outputs, bit for bit. KC_HELP=0 in
+ * the environment turns it off. */
 long kc_session_lanes_helped(const kc_session *session);
 /* Branch regions of the last run's plan: 0, or how many blocks ran their
  * independent branches side by side, one thread each (InceptionV3's

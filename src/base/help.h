@@ -21,7 +21,9 @@
  * and runs the task's function for it. A piece is computed the same way
  * whichever thread takes it: the outputs keep their bits.
  *
- * KC_HELP=0: no lane helps another (read when a board is made). */
+ * Not with more lanes than the process's CPUs, and a helper that finds
+ * nothing to run for a while yields its CPU at each look (other work may
+ * want it). KC_HELP=0: no lane helps another (read when a board is made). */
 #ifndef KC_BASE_HELP_H
 #define KC_BASE_HELP_H
 

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -406,6 +407,9 @@ static void expect_units_once(help_run *r)
 static void test_help_lanes(void **state)
 {
     (void)state;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < 2)
+        skip(); /* two lanes on one CPU: help is off (base/help.c) */
     kc_threads_enter(2);
     help_run *r = calloc(1, sizeof *r);
     assert_non_null(r);
@@ -439,7 +443,8 @@ static void test_help_lanes(void **state)
 /* Three lanes on a team of two threads: one thread runs two lanes in
  * turn, and a lane done before every lane has begun does not wait for
  * the others (it would wait for the lane its own thread is still to
- * run). The run ends, every lane once. */
+ * run). The run ends, every lane once. And a board for more lanes than
+ * the process's CPUs has help off. */
 typedef struct help_three {
     kc_help_board board;
     _Atomic int ran[3];
@@ -460,10 +465,22 @@ static void test_help_team_smaller(void **state)
     memset(&r, 0, sizeof r);
     kc_threads_enter(2);
     kc_help_board_init(&r.board, 3);
+    /* more lanes than this machine's CPUs would turn help off (below):
+     * on, as on a larger machine, so that the lane done first checks
+     * that every lane has begun */
+    r.board.enabled = 1;
     kc_parallel(3, help_three_lanes, &r);
     for (int k = 0; k < 3; k++)
         assert_int_equal(atomic_load(&r.ran[k]), 1);
     assert_int_equal(atomic_load(&r.board.running), 0);
+    /* more lanes than CPUs: no help (a helper descheduled inside a part
+     * would hold its owner up) */
+    cpu_set_t set;
+    assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+    kc_help_board_init(&r.board, CPU_COUNT(&set) + 1);
+    assert_int_equal(r.board.enabled, 0);
+    kc_help_board_init(&r.board, CPU_COUNT(&set) < 2 ? 2 : CPU_COUNT(&set));
+    assert_int_equal(r.board.enabled, CPU_COUNT(&set) >= 2);
 }
 
 int main(void)
