@@ -229,8 +229,9 @@ size_t kc_session_arena_bytes(const kc_session *session);
  * the same kernels per image, within the fidelity tolerance. KC_LANES=0
  * in the environment when the session is created turns lanes off. */
 int kc_session_lanes(const kc_session *session);
-/* Parts of layers that a batch lane done with its own images ran for a
- * lane still running, over the session's runs (0 without lanes). On a
+/* Pieces of layers (a kernel's units of work: chunks of pixels, output
+ * vectors) that a batch lane done with its own images ran for a lane
+ * still running, over the session's runs (0 without lanes). On a
  * shared machine one core is often slower than the other for minutes;
  * the lane done first then takes pieces of the slower lane's 1x1 and
  * Winograd 3x3 layers instead of waiting for it (not with more lanes

@@ -909,13 +909,16 @@ static int64_t kc_pw_panel_width(int64_t left)
     return left < 4 ? left : 4;
 }
 
-/* The calling thread's buffer for a chunk's gathered pixels (NULL where
- * the layer gathers none, or without memory). */
-static float *kc_pw_chunk_buffer(const kc_pw_state *st)
+/* The calling thread's buffer for a chunk's gathered pixels into *buf
+ * (NULL where the layer gathers none); 0 when it needs one and there is
+ * no memory. */
+static int kc_pw_chunk_buffer(const kc_pw_state *st, float **buf)
 {
+    *buf = NULL;
     if (!kc_pw_gathers(st))
-        return NULL;
-    return kc_dnnl_workspace(KC_DNNL_SLOT_SRC, (size_t)(st->chunk * st->k) * sizeof(float));
+        return 1;
+    *buf = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, (size_t)(st->chunk * st->k) * sizeof(float));
+    return *buf != NULL;
 }
 
 /* Pixels [c0, c1) against every panel (kc_pw_panel_width); strided,
@@ -945,8 +948,8 @@ static void kc_pw_pixels_job(void *arg, int part)
     const kc_pw_state *st = io->st;
     int64_t p_lo = st->cut.lo[part] * KC_PW_MR, p_hi = st->cut.lo[part + 1] * KC_PW_MR;
     p_hi = p_hi > st->pixels ? st->pixels : p_hi;
-    float *buf = kc_pw_chunk_buffer(st);
-    if (kc_pw_gathers(st) && !buf) {
+    float *buf;
+    if (!kc_pw_chunk_buffer(st, &buf)) {
         io->failed[part] = 1;
         return;
     }
@@ -967,8 +970,8 @@ static long kc_pw_help_job(void *arg, int part)
 {
     kc_pw_help *h = arg;
     const kc_pw_state *st = h->io->st;
-    float *buf = kc_pw_chunk_buffer(st);
-    if (kc_pw_gathers(st) && !buf) {
+    float *buf;
+    if (!kc_pw_chunk_buffer(st, &buf)) {
         h->io->failed[part] = 1;
         return 0;
     }
@@ -1146,11 +1149,11 @@ static void kc_pw_pool_after(kc_pw_io *io, float *buf, float *out)
     kc_parallel(io->st->cut.parts, kc_pw_pool_job, io);
 }
 
-/* Whether every part found memory for the rows it gathers (failed[part]
- * set where not). */
-static kc_status kc_pw_gathered_all(const kc_pw_state *st, const int *failed)
+/* Whether each of `parts` parts found memory for the rows it gathers
+ * (failed[part] set where not). */
+static kc_status kc_pw_gathered_all(const int *failed, int parts)
 {
-    for (int k = 0; k < st->cut.parts; k++)
+    for (int k = 0; k < parts; k++)
         if (failed[k])
             return kc_fail(KC_ERR_NOMEM, "out of memory for a convolution's gathered inputs");
     return KC_OK;
@@ -1171,13 +1174,11 @@ static kc_status kc_pw_run_pixels(const kc_exec_ctx *ctx, kc_pw_state *st, int *
                    pool_buf ? pool_buf : ctx->out[0], NULL, NULL, NULL, failed, 0};
     double seconds[KC_BALANCE_MAX_PARTS] = {0};
     int helpers = st->cut.parts == 1 ? kc_help_parts() : 1;
-    if (helpers > 1) {
+    if (helpers > 1)
         kc_pw_run_helped(&io, helpers);
-        for (int k = 1; k < helpers; k++)
-            failed[0] |= failed[k];
-    } else
+    else
         kc_parallel_timed(st->cut.parts, kc_pw_pixels_job, &io, seconds);
-    KC_TRY(kc_pw_gathered_all(st, failed));
+    KC_TRY(kc_pw_gathered_all(failed, helpers > 1 ? helpers : st->cut.parts));
     if (st->cut.parts > 1)
         kc_balance_update(&st->cut, seconds);
     if (pool_buf)
@@ -1249,7 +1250,7 @@ kc_status kc_pw_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
                         NULL);
     } else
         kc_parallel_timed(st->cut.parts, kc_pw_vectors_job, &io, seconds);
-    KC_TRY(kc_pw_gathered_all(st, failed));
+    KC_TRY(kc_pw_gathered_all(failed, st->cut.parts));
     kc_claims_units(&panels, units);
     if (st->cut.parts > 1)
         kc_balance_update_units(&st->cut, seconds, units);

@@ -601,15 +601,21 @@ static void kc_wf_alone_job(void *arg, int k)
     io->status[k] = kc_wf_part_alone(io->st, io, k);
 }
 
+/* The first of io's `parts` parts to have failed, as the layer's error. */
+static kc_status kc_wf_parts_status(const kc_wf_io *io, int parts)
+{
+    for (int k = 0; k < parts; k++)
+        if (io->status[k] != KC_OK)
+            return kc_fail(io->status[k], "part %d of a Winograd convolution failed", k);
+    return KC_OK;
+}
+
 /* The parts of `job` side by side, their times added to io->seconds,
  * and the first part's failure. */
 static kc_status kc_wf_run_parts(const kc_wf_state *st, void (*job)(void *, int), kc_wf_io *io)
 {
     kc_parallel_timed(st->cut.parts, job, io, io->seconds);
-    for (int k = 0; k < st->cut.parts; k++)
-        if (io->status[k] != KC_OK)
-            return kc_fail(io->status[k], "part %d of a Winograd convolution failed", k);
-    return KC_OK;
+    return kc_wf_parts_status(io, st->cut.parts);
 }
 
 /* A part's vectors for a helped block; the vectors it ran. */
@@ -641,10 +647,7 @@ static kc_status kc_wf_run_helped(const kc_wf_state *st, kc_wf_io *io, int parts
     kc_help_open(&task);
     kc_wf_help_job(io, 0);
     kc_help_close(&task);
-    for (int k = 0; k < cut.parts; k++)
-        if (io->status[k] != KC_OK)
-            return kc_fail(io->status[k], "part %d of a Winograd convolution failed", k);
-    return KC_OK;
+    return kc_wf_parts_status(io, cut.parts);
 }
 
 /* One run; the parts' vectors then cut again by their times (the

@@ -50,7 +50,7 @@ struct kc_session {
      * images: 1 = none; lane k's arena starts k * lane_floats in. */
     int lanes;
     int lanes_warm;           /* the plan's first laned run is done */
-    long lanes_helped;        /* parts a lane ran of another's layers (base/help.h) */
+    long lanes_helped;        /* pieces a lane ran of another's layers (base/help.h) */
     int lanes_refused;        /* KC_LANES=0, a layer or value not per image */
     size_t lane_floats;
     /* Image-major head (head.c): in each lane, nodes [0, head_nodes) run
