@@ -299,6 +299,7 @@ typedef struct kc_pw_state {
     /* alone with a residual sum: each block fetches the next block's
      * residual lines into L1 as it starts (kc_pw_build says why) */
     int fetch_residual;
+    int claim_outputs;       /* on a team: each block's output lines fetched for writing first */
     int alone;               /* built for one thread (a lane): by pixels, one part */
     int64_t chunk;           /* by pixels: pixels a pass over every panel */
     kc_balance cut;          /* parts: runs of vectors (or of KC_PW_MR pixels), one per thread */
@@ -739,6 +740,19 @@ static void kc_pw_fetch_sums(const kc_pw_io *io, int64_t lo, int64_t hi, int64_t
             _mm_prefetch((const char *)(row + 16 * j), _MM_HINT_T0);
 }
 
+/* The output lines a block of pixels [lo, hi) x nv vectors from output
+ * channel n0 will write (and with a residual sum first read), asked for
+ * writing as it starts (kc_pw_build: claim_outputs). PREFETCHW as
+ * assembly: GCC emits PREFETCHT0 for _MM_HINT_ET0 without -mprfchw;
+ * every AVX-512 CPU has it. */
+static void kc_pw_claim_outputs(const kc_pw_io *io, int64_t lo, int64_t hi, int64_t n0, int nv)
+{
+    const float *row = io->out + lo * io->st->n + n0;
+    for (int64_t r = lo; r < hi; r++, row += io->st->n)
+        for (int j = 0; j < nv; j++)
+            __asm__ volatile("prefetchw %0" ::"m"(row[16 * j]));
+}
+
 /* The panel of nv vectors from v0 over pixels [p0, p1), in blocks of at
  * most KC_PW_MR (KC_PW_MR4 for 4 vectors) evened out (as kc_wino_simd's
  * product: a block of one or two pixels has too few accumulator chains
@@ -760,6 +774,8 @@ __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, i
                              kc_wino2d_lines_share(fetch.run[1], blk, blocks)}};
         if (st->fetch_residual && blk + 1 < blocks)
             kc_pw_fetch_sums(io, hi, p0 + pixels * (blk + 2) / blocks, n0, nv);
+        if (st->claim_outputs)
+            kc_pw_claim_outputs(io, lo, hi, n0, nv);
         switch (hi - lo) {
         case 8: KC_PW_MRS(8); break;
         case 7: KC_PW_MRS(7); break;
@@ -1030,6 +1046,20 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
      * for its panel, which the fetch would hide. */
     st->prefetch_panels = kc_env_on("KC_PW_PREFETCH");
     st->prefetch_head = !kc_env_off("KC_PW_HEAD_PREFETCH");
+    /* By pixels on a team (images larger than the caches' share of a
+     * thread), each block asks for its output lines for writing as it
+     * starts (kc_pw_claim_outputs), a block's multiply-adds before its
+     * stores (and its residual loads), rather than each store waiting on
+     * its line at the block's end. On the Zen 5 of bench/results (12-07,
+     * alternating runs), ResNet50 at batch 1: 0.986 of the time (8 runs),
+     * faster in 5 of 5 `--stats` pairs (21.23-21.51 -> 20.93-21.48 ms in
+     * a slow phase; its 14x14 256 -> 1024 layers with their sums 2.25-2.34
+     * -> 2.15-2.28 ms in all); the next block's lines rather than its
+     * own, level (0.999). Earlier sessions had measured 0.989-0.992 with
+     * the residual's lines and not kept it (pw.c's notes above). Alone, a
+     * lane fetches the next block's residual lines instead (below).
+     * KC_PW_PREFETCHW=0: not. */
+    st->claim_outputs = st->by_pixels && kc_parallel_width() >= 2 && !kc_env_off("KC_PW_PREFETCHW");
     /* alone (one thread, a lane): by pixels in one part, strided pixels
      * gathered into the thread's own buffer. The lanes share the state; a
      * state built for the team is built again for a lane (kc_pw_conv).
