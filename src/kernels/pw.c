@@ -1303,6 +1303,11 @@ int kc_pw_fetches_residual(const kc_kernel_state *state)
     return state && state->free == kc_pw_free && ((const kc_pw_state *)state)->fetch_residual;
 }
 
+int kc_pw_claims_outputs(const kc_kernel_state *state)
+{
+    return state && state->free == kc_pw_free && ((const kc_pw_state *)state)->claim_outputs;
+}
+
 int kc_pw_fetches_panels(const kc_kernel_state *state)
 {
     return state && state->free == kc_pw_free && ((const kc_pw_state *)state)->prefetch_panels;

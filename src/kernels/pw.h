@@ -33,6 +33,11 @@ int kc_pw_fetches_panels(const kc_kernel_state *state);
  * (KC_PW_RESIDUAL_FETCH=0: not), else 0. */
 int kc_pw_fetches_residual(const kc_kernel_state *state);
 
+/* For tests: 1 where a state of this kernel runs by pixels on a team and
+ * asks for each block's output lines for writing as it starts
+ * (KC_PW_PREFETCHW=0: not), else 0. */
+int kc_pw_claims_outputs(const kc_kernel_state *state);
+
 /* For tests: the cut of a state of this kernel (its parts' runs of
  * output vectors, moved by their times after each run), NULL for another
  * kernel's state. */

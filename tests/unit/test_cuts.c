@@ -2182,6 +2182,51 @@ static void test_pw_layers(void **state)
     check_pw_cases(cases, sizeof cases / sizeof cases[0], want_parts, pw_first_checks);
 }
 
+/* Case c's layer (a state of kc_pw_conv) counted by count_of as fetching
+ * (1) on `on` threads and not (0) on `off` threads, nor on `on` threads
+ * with the environment variable `env` set to 0; the outputs with and
+ * without the fetch the same bits, all within the fidelity tolerance. */
+static void expect_pw_fetch_policy(const conv_case *c, int (*count_of)(const kc_kernel_state *),
+                                   int on, int off, const char *env, const char *counted)
+{
+    conv_run r;
+    setup(c, &r);
+    float *want = plain_output(&r);
+    float *fetched = malloc((size_t)r.out_count * sizeof *fetched);
+    float *unfetched = malloc((size_t)r.out_count * sizeof *unfetched);
+    float peak = peak_of(want, r.out_count);
+    char what[160];
+    expect_count_close(&r, want, fetched, peak, on, count_of, 1, counted, c->what);
+    expect_count_close(&r, want, unfetched, peak, off, count_of, 0, counted, c->what);
+    setenv(env, "0", 1);
+    snprintf(what, sizeof what, "%s, %s=0", c->what, env);
+    expect_count_close(&r, want, unfetched, peak, on, count_of, 0, counted, what);
+    unsetenv(env);
+    if (memcmp(fetched, unfetched, (size_t)r.out_count * sizeof *fetched))
+        fail_msg("%s: other outputs with %s", c->what, counted);
+    kc_threads_enter(0);
+    free(want);
+    free(fetched);
+    free(unfetched);
+    teardown(&r);
+}
+
+/* Case c's layer counted by count_of as not fetching on `threads` threads. */
+static void expect_pw_no_fetch(const conv_case *c, int (*count_of)(const kc_kernel_state *),
+                               int threads, const char *counted)
+{
+    conv_run r;
+    setup(c, &r);
+    float *want = plain_output(&r);
+    float *got = malloc((size_t)r.out_count * sizeof *got);
+    expect_count_close(&r, want, got, peak_of(want, r.out_count), threads, count_of, 0, counted,
+                       c->what);
+    kc_threads_enter(0);
+    free(want);
+    free(got);
+    teardown(&r);
+}
+
 /* A 1x1 layer with a residual sum, alone (one thread, as in a batch
  * lane): each block fetches the next block's sums (kc_pw_build), with
  * the same output bits as without (KC_PW_RESIDUAL_FETCH=0); on two
@@ -2195,36 +2240,27 @@ static void test_pw_residual_fetch(void **state)
                                     28, 28, 128, 512, 1, 1, 1, 1, 0, 0, "relu", 1, 0};
     if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
         skip();
-    conv_run r;
-    setup(&sum, &r);
-    float *want = plain_output(&r);
-    float *fetched = malloc((size_t)r.out_count * sizeof *fetched);
-    float *unfetched = malloc((size_t)r.out_count * sizeof *unfetched);
-    float peak = peak_of(want, r.out_count);
-    expect_count_close(&r, want, fetched, peak, 1, kc_pw_fetches_residual, 1, "sums fetched",
-                       sum.what);
-    expect_count_close(&r, want, unfetched, peak, 2, kc_pw_fetches_residual, 0,
-                       "sums fetched on 2 threads", sum.what);
-    setenv("KC_PW_RESIDUAL_FETCH", "0", 1);
-    expect_count_close(&r, want, unfetched, peak, 1, kc_pw_fetches_residual, 0,
-                       "sums fetched, KC_PW_RESIDUAL_FETCH=0", sum.what);
-    unsetenv("KC_PW_RESIDUAL_FETCH");
-    if (memcmp(fetched, unfetched, (size_t)r.out_count * sizeof *fetched))
-        fail_msg("%s: other outputs with the sums fetched", sum.what);
-    kc_threads_enter(0);
-    free(want);
-    free(fetched);
-    free(unfetched);
-    teardown(&r);
-    setup(&plain, &r);
-    want = plain_output(&r);
-    float *got = malloc((size_t)r.out_count * sizeof *got);
-    expect_count_close(&r, want, got, peak_of(want, r.out_count), 1, kc_pw_fetches_residual, 0,
-                       "sums fetched without a sum", plain.what);
-    kc_threads_enter(0);
-    free(want);
-    free(got);
-    teardown(&r);
+    expect_pw_fetch_policy(&sum, kc_pw_fetches_residual, 1, 2, "KC_PW_RESIDUAL_FETCH",
+                           "sums fetched");
+    expect_pw_no_fetch(&plain, kc_pw_fetches_residual, 1, "sums fetched without a sum");
+}
+
+/* A 1x1 layer by pixels on two threads asks for each block's output lines
+ * for writing first (kc_pw_build: claim_outputs), with the same output
+ * bits as without (KC_PW_PREFETCHW=0); alone (one thread, a lane) and by
+ * vectors (7x7) it does not. */
+static void test_pw_claim_outputs(void **state)
+{
+    (void)state;
+    static const conv_case sum = {"1x1 128 -> 512 + sum on one 28x28", "Conv2D", KC_CONV_PLAIN,
+                                  2, 1, 28, 28, 128, 512, 1, 1, 1, 1, 0, 1, "relu", 1, 0};
+    static const conv_case small = {"1x1 512 -> 256 on one 7x7", "Conv2D", KC_CONV_PLAIN, 2, 1,
+                                    7, 7, 512, 256, 1, 1, 1, 1, 0, 0, "relu", 1, 0};
+    if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
+        skip();
+    expect_pw_fetch_policy(&sum, kc_pw_claims_outputs, 2, 1, "KC_PW_PREFETCHW",
+                           "outputs claimed");
+    expect_pw_no_fetch(&small, kc_pw_claims_outputs, 2, "outputs claimed by vectors");
 }
 
 /* Help between batch lanes (base/help.h): a layer run alone in lane 0,
@@ -4419,6 +4455,7 @@ int main(void)
         cmocka_unit_test(test_wino2d_layers),
         cmocka_unit_test(test_pw_layers),
         cmocka_unit_test(test_pw_residual_fetch),
+        cmocka_unit_test(test_pw_claim_outputs),
         cmocka_unit_test(test_lane_help_kernels),
         cmocka_unit_test(test_dnnl_taps_run),
         cmocka_unit_test(test_pw_taps_layers),
