@@ -2,9 +2,9 @@
 
 #include <sched.h>
 #include <stddef.h>
-#include <unistd.h>
 
 #include "base/env.h"
+#include "base/threads.h"
 
 /* Empty looks at the board a waiting helper spins through before it
  * yields its CPU at each look (a look and a pause: some 10 us). */
@@ -17,16 +17,6 @@ static __thread int kc_help_lane = -1;
  * full): it does not come back to it. */
 static __thread long kc_help_served[KC_HELP_MAX_LANES];
 
-/* CPUs the process may run on (1 where the system does not say). */
-static int kc_help_cpus(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-        return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 void kc_help_board_init(kc_help_board *b, int lanes)
 {
     b->lanes = lanes < KC_HELP_MAX_LANES ? lanes : KC_HELP_MAX_LANES;
@@ -34,7 +24,7 @@ void kc_help_board_init(kc_help_board *b, int lanes)
      * holds up the owner's close, and the waiting ones take the time of
      * the lanes still running (ResNet50 at batch 8 in 8 lanes on the
      * 2-vCPU machine: 1.1-1.2x the time with help) */
-    b->enabled = b->lanes > 1 && b->lanes <= kc_help_cpus() && !kc_env_off("KC_HELP");
+    b->enabled = b->lanes > 1 && b->lanes <= kc_threads_cpus() && !kc_env_off("KC_HELP");
     atomic_init(&b->started, 0);
     atomic_init(&b->running, b->lanes);
     atomic_init(&b->idle, 0);

@@ -44,11 +44,13 @@ int kc_dnnl_enabled(void)
     return !kc_env_off("KC_DNNL");
 }
 
-int kc_threads_wanted(int threads)
+int kc_threads_cpus(void)
 {
-    int want = threads > 0 ? threads : omp_get_num_procs();
-    return want < 1 ? 1 : want;
+    int cpus = omp_get_num_procs(); /* libgomp counts the affinity mask */
+    return cpus < 1 ? 1 : cpus;
 }
+
+int kc_threads_wanted(int threads) { return threads > 0 ? threads : kc_threads_cpus(); }
 
 void kc_threads_enter(int threads)
 {

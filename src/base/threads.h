@@ -13,6 +13,9 @@
 void kc_threads_enter(int threads);
 /* The thread count kc_threads_enter(threads) sets. */
 int kc_threads_wanted(int threads);
+/* CPUs the process may run on (its affinity mask), at least 1: what
+ * `threads` 0 means. */
+int kc_threads_cpus(void);
 
 /* Run fn(arg, i) for i in [0, n) on n threads, one index per thread, and
  * return when all have: kerasc's own workers (base/pool.c) where no
