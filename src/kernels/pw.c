@@ -84,6 +84,7 @@
 #include "kernels/dnnl_conv.h"
 #include "kernels/dnnl_order.h"
 #include "kernels/isa.h"
+#include "kernels/prefetchw.h"
 #include "kernels/pw_head.h"
 #include "kernels/wino.h"
 #include "kernels/wino_tx.h"
@@ -740,19 +741,6 @@ static void kc_pw_fetch_sums(const kc_pw_io *io, int64_t lo, int64_t hi, int64_t
             _mm_prefetch((const char *)(row + 16 * j), _MM_HINT_T0);
 }
 
-/* The output lines a block of pixels [lo, hi) x nv vectors from output
- * channel n0 will write (and with a residual sum first read), asked for
- * writing as it starts (kc_pw_build: claim_outputs). PREFETCHW as
- * assembly: GCC emits PREFETCHT0 for _MM_HINT_ET0 without -mprfchw;
- * every AVX-512 CPU has it. */
-static void kc_pw_claim_outputs(const kc_pw_io *io, int64_t lo, int64_t hi, int64_t n0, int nv)
-{
-    const float *row = io->out + lo * io->st->n + n0;
-    for (int64_t r = lo; r < hi; r++, row += io->st->n)
-        for (int j = 0; j < nv; j++)
-            __asm__ volatile("prefetchw %0" ::"m"(row[16 * j]));
-}
-
 /* The panel of nv vectors from v0 over pixels [p0, p1), in blocks of at
  * most KC_PW_MR (KC_PW_MR4 for 4 vectors) evened out (as kc_wino_simd's
  * product: a block of one or two pixels has too few accumulator chains
@@ -774,8 +762,8 @@ __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, i
                              kc_wino2d_lines_share(fetch.run[1], blk, blocks)}};
         if (st->fetch_residual && blk + 1 < blocks)
             kc_pw_fetch_sums(io, hi, p0 + pixels * (blk + 2) / blocks, n0, nv);
-        if (st->claim_outputs)
-            kc_pw_claim_outputs(io, lo, hi, n0, nv);
+        if (st->claim_outputs) /* the block's output lines, for writing (kc_pw_build) */
+            kc_prefetchw_block(io->out + lo * st->n + n0, st->n, hi - lo, nv);
         switch (hi - lo) {
         case 8: KC_PW_MRS(8); break;
         case 7: KC_PW_MRS(7); break;
@@ -1048,7 +1036,7 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
     st->prefetch_head = !kc_env_off("KC_PW_HEAD_PREFETCH");
     /* By pixels on a team (images larger than the caches' share of a
      * thread), each block asks for its output lines for writing as it
-     * starts (kc_pw_claim_outputs), a block's multiply-adds before its
+     * starts (kernels/prefetchw.h), a block's multiply-adds before its
      * stores (and its residual loads), rather than each store waiting on
      * its line at the block's end. On the Zen 5 of bench/results (12-07,
      * alternating runs), ResNet50 at batch 1: 0.986 of the time (8 runs),
