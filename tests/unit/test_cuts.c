@@ -2182,6 +2182,11 @@ static void test_pw_layers(void **state)
     check_pw_cases(cases, sizeof cases / sizeof cases[0], want_parts, pw_first_checks);
 }
 
+/* A 1x1 layer by pixels with a residual sum (ResNet50's 28x28 128 -> 512):
+ * the fetch policies' case (test_pw_residual_fetch, test_pw_claim_outputs). */
+static const conv_case pw_sum_28 = {"1x1 128 -> 512 + sum on one 28x28", "Conv2D", KC_CONV_PLAIN,
+                                    2, 1, 28, 28, 128, 512, 1, 1, 1, 1, 0, 1, "relu", 1, 0};
+
 /* Case c's layer (a state of kc_pw_conv) counted by count_of as fetching
  * (1) on `on` threads and not (0) on `off` threads, nor on `on` threads
  * with the environment variable `env` set to 0; the outputs with and
@@ -2234,13 +2239,11 @@ static void expect_pw_no_fetch(const conv_case *c, int (*count_of)(const kc_kern
 static void test_pw_residual_fetch(void **state)
 {
     (void)state;
-    static const conv_case sum = {"1x1 128 -> 512 + sum on one 28x28", "Conv2D", KC_CONV_PLAIN,
-                                  2, 1, 28, 28, 128, 512, 1, 1, 1, 1, 0, 1, "relu", 1, 0};
     static const conv_case plain = {"1x1 128 -> 512 on one 28x28", "Conv2D", KC_CONV_PLAIN, 2, 1,
                                     28, 28, 128, 512, 1, 1, 1, 1, 0, 0, "relu", 1, 0};
     if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
         skip();
-    expect_pw_fetch_policy(&sum, kc_pw_fetches_residual, 1, 2, "KC_PW_RESIDUAL_FETCH",
+    expect_pw_fetch_policy(&pw_sum_28, kc_pw_fetches_residual, 1, 2, "KC_PW_RESIDUAL_FETCH",
                            "sums fetched");
     expect_pw_no_fetch(&plain, kc_pw_fetches_residual, 1, "sums fetched without a sum");
 }
@@ -2252,13 +2255,11 @@ static void test_pw_residual_fetch(void **state)
 static void test_pw_claim_outputs(void **state)
 {
     (void)state;
-    static const conv_case sum = {"1x1 128 -> 512 + sum on one 28x28", "Conv2D", KC_CONV_PLAIN,
-                                  2, 1, 28, 28, 128, 512, 1, 1, 1, 1, 0, 1, "relu", 1, 0};
     static const conv_case small = {"1x1 512 -> 256 on one 7x7", "Conv2D", KC_CONV_PLAIN, 2, 1,
                                     7, 7, 512, 256, 1, 1, 1, 1, 0, 0, "relu", 1, 0};
     if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
         skip();
-    expect_pw_fetch_policy(&sum, kc_pw_claims_outputs, 2, 1, "KC_PW_PREFETCHW",
+    expect_pw_fetch_policy(&pw_sum_28, kc_pw_claims_outputs, 2, 1, "KC_PW_PREFETCHW",
                            "outputs claimed");
     expect_pw_no_fetch(&small, kc_pw_claims_outputs, 2, "outputs claimed by vectors");
 }
