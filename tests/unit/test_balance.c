@@ -15,7 +15,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -407,8 +406,7 @@ static void expect_units_once(help_run *r)
 static void test_help_lanes(void **state)
 {
     (void)state;
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < 2)
+    if (kc_threads_cpus() < 2)
         skip(); /* two lanes on one CPU: help is off (base/help.c) */
     kc_threads_enter(2);
     help_run *r = calloc(1, sizeof *r);
@@ -475,12 +473,11 @@ static void test_help_team_smaller(void **state)
     assert_int_equal(atomic_load(&r.board.running), 0);
     /* more lanes than CPUs: no help (a helper descheduled inside a part
      * would hold its owner up) */
-    cpu_set_t set;
-    assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
-    kc_help_board_init(&r.board, CPU_COUNT(&set) + 1);
+    int cpus = kc_threads_cpus();
+    kc_help_board_init(&r.board, cpus + 1);
     assert_int_equal(r.board.enabled, 0);
-    kc_help_board_init(&r.board, CPU_COUNT(&set) < 2 ? 2 : CPU_COUNT(&set));
-    assert_int_equal(r.board.enabled, CPU_COUNT(&set) >= 2);
+    kc_help_board_init(&r.board, cpus < 2 ? 2 : cpus);
+    assert_int_equal(r.board.enabled, cpus >= 2);
 }
 
 int main(void)
