@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <stddef.h>
 
+#include "base/clock.h"
 #include "base/env.h"
 #include "base/threads.h"
 
@@ -25,6 +26,7 @@ void kc_help_board_init(kc_help_board *b, int lanes)
      * the lanes still running (ResNet50 at batch 8 in 8 lanes on the
      * 2-vCPU machine: 1.1-1.2x the time with help) */
     b->enabled = b->lanes > 1 && b->lanes <= kc_threads_cpus() && !kc_env_off("KC_HELP");
+    b->wait_for_helper = 0;
     atomic_init(&b->started, 0);
     atomic_init(&b->running, b->lanes);
     atomic_init(&b->idle, 0);
@@ -62,6 +64,11 @@ void kc_help_open(kc_help_task *t)
     /* release: the task's fields and everything written before (the
      * layer's input, the owner's transformed tiles) before the pointer */
     atomic_store_explicit(&b->slot[kc_help_lane].task, t, memory_order_release);
+    if (b->wait_for_helper) {
+        double start = kc_now();
+        while (atomic_load(&t->next_part) < 2 && kc_now() - start < 2.0)
+            sched_yield();
+    }
 }
 
 void kc_help_close(kc_help_task *t)

@@ -47,6 +47,11 @@ typedef struct kc_help_task {
 typedef struct kc_help_board {
     int lanes;
     int enabled;           /* 0: KC_HELP=0, nothing is ever posted */
+    /* Tests only (0 from kc_help_board_init): after posting, the owner
+     * waits (up to 2 s, yielding its CPU) until a helper has taken a
+     * part, so that a test sees help even when the helper's thread is
+     * not scheduled while the owner runs (a loaded machine, ctest -j). */
+    int wait_for_helper;
     _Atomic int started;   /* lanes begun (kc_help_enter) */
     _Atomic int running;   /* lanes still running their own nodes */
     _Atomic int idle;      /* lanes done with their own nodes, helping */

@@ -11,7 +11,6 @@
  * global pooling, split by image and channel block, must equal plain
  * references. */
 #include <math.h>
-#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -2308,9 +2307,7 @@ static void test_lane_help_kernels(void **state)
          3, 1, 1, 1, 0, 0, "relu", 1, 0},
     };
     /* two lanes need two CPUs for help (base/help.c) */
-    cpu_set_t cpus;
-    if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512() ||
-        (sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) < 2))
+    if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512() || kc_threads_cpus() < 2)
         skip();
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         conv_run r;
@@ -2321,12 +2318,15 @@ static void test_lane_help_kernels(void **state)
         run(&r, 0, 0, alone);
         /* the helper takes pieces only if its thread runs while the
          * owner still has some: on a loaded machine (ctest -j) it may
-         * not, and the owner takes them all; so up to 20 tries */
+         * not, so the owner waits after posting until the helper has
+         * taken its part (wait_for_helper); the helper may still lose
+         * every piece of its part to the owner, so up to 20 tries */
         long ran = 0;
         for (int tries = 0; tries < 20 && ran < 1; tries++) {
             help_kernel h = {&r, {0}, helped, 0};
             kc_threads_enter(2);
             kc_help_board_init(&h.board, 2);
+            h.board.wait_for_helper = 1;
             kc_parallel(2, help_kernel_lanes, &h);
             if (!h.idle_seen)
                 fail_msg("%s: lane 1 never became idle", cases[i].what);
