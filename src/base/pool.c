@@ -24,7 +24,14 @@
  * run on kerasc's own kernels uses the pool; one that calls oneDNN every
  * run mostly libgomp, as before. Inside a pool call, OpenMP regions run
  * on their calling thread alone (the threads' OpenMP count 1), as they
- * do inside a libgomp team. */
+ * do inside a libgomp team.
+ *
+ * Not pinned: the calling thread and each worker bound to a CPU of their
+ * own (sched_setaffinity, in the order of the process's mask) took
+ * ResNet50 at batch 1 1.013 of the time (6 alternating pairs on the Zen 5
+ * of bench/results, 12-07; probably: the kernel already keeps two busy
+ * threads on the two vCPUs, and a bound thread cannot leave one the
+ * host is slowing). */
 
 #include "base/pool.h"
 
