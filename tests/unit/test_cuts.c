@@ -2263,6 +2263,46 @@ static void test_pw_claim_outputs(void **state)
     expect_pw_no_fetch(&small, kc_pw_claims_outputs, 2, "outputs claimed by vectors");
 }
 
+/* By pixels the parts' cut is in pixels, not in blocks of 8: a 14x14
+ * image (196 pixels, ResNet50's conv4 1x1 layers) on two threads is cut
+ * 98 + 98, and a cut on an odd pixel (37 + 159: blocks evened out, the
+ * 159 as chunks of 53 over 1024 channels) gives the same bits. */
+static void test_pw_pixel_cut(void **state)
+{
+    (void)state;
+    static const conv_case c = {"1x1 1024 -> 256 on one 14x14", "Conv2D", KC_CONV_PLAIN, 2, 1,
+                                14, 14, 1024, 256, 1, 1, 1, 1, 0, 0, "relu", 1, 0};
+    if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
+        skip();
+    setenv("KC_BALANCE", "0", 1); /* the cut stays where it is put */
+    conv_run r;
+    setup(&c, &r);
+    float *want = plain_output(&r);
+    float *even = malloc((size_t)r.out_count * sizeof *even);
+    float *odd = malloc((size_t)r.out_count * sizeof *odd);
+    const float *ins[1] = {r.x};
+    kc_kernel_state *st = NULL;
+    kc_threads_enter(2);
+    exec_in_slot(&r.layer, ins, &r.in_shape, 1, even, &r.out_shape, 0, 0, &st);
+    kc_balance *b = kc_pw_balance(st);
+    assert_non_null(b);
+    assert_int_equal(b->units, 196);
+    assert_int_equal(b->parts, 2);
+    assert_int_equal(b->lo[1], 98);
+    expect_close(even, want, r.out_count, 1e-4f * peak_of(want, r.out_count), "%s", c.what);
+    b->lo[1] = 37;
+    exec_in_slot(&r.layer, ins, &r.in_shape, 1, odd, &r.out_shape, 0, 0, &st);
+    if (memcmp(even, odd, (size_t)r.out_count * sizeof *even))
+        fail_msg("%s: other outputs cut at pixel 37", c.what);
+    unsetenv("KC_BALANCE");
+    st->free(st);
+    kc_threads_enter(0);
+    free(want);
+    free(even);
+    free(odd);
+    teardown(&r);
+}
+
 /* Help between batch lanes (base/help.h): a layer run alone in lane 0,
  * lane 1 done and idle, is cut into two parts and lane 1 runs some of
  * its pieces; the outputs are those of the layer run alone without
@@ -4457,6 +4497,7 @@ int main(void)
         cmocka_unit_test(test_pw_layers),
         cmocka_unit_test(test_pw_residual_fetch),
         cmocka_unit_test(test_pw_claim_outputs),
+        cmocka_unit_test(test_pw_pixel_cut),
         cmocka_unit_test(test_lane_help_kernels),
         cmocka_unit_test(test_dnnl_taps_run),
         cmocka_unit_test(test_pw_taps_layers),
