@@ -37,6 +37,9 @@ int kc_wino_fly_parts(const kc_kernel_state *state);
 struct kc_balance *kc_wino_fly_balance(kc_kernel_state *state);
 /* Its output tile (4 or 2), 0 for another kernel's state. */
 int kc_wino_fly_tile(const kc_kernel_state *state);
+/* The output vectors its parts claim at once: 1 fused (kc_wf_fused),
+ * else KC_WINO2D_NV; 0 for another kernel's state. */
+int kc_wino_fly_claim_most(const kc_kernel_state *state);
 /* 1 when its threads transform the inputs each for itself, 0 when they
  * share one buffer (or for another kernel's state). */
 int kc_wino_fly_alone(const kc_kernel_state *state);

@@ -491,6 +491,19 @@ static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
 /* Floats of a thread's buffer for a piece of transformed kernel: all
  * alpha^2 rows of KC_WF_KERNEL_CHANNELS input channels and the widest run
  * of output vectors (kc_wf_kernel_a). */
+/* Output vectors a part claims at once (base/claims.h): the product's
+ * widest through the pieces (a piece's transformed kernel serves its
+ * vectors together); one fused, where each vector runs on its own anyway
+ * (kc_wf_fused), so that a part done early can take a single vector from
+ * the back of the other's run. ResNet50 batch 1, its three 7x7 layers
+ * (the Zen 5 of bench/results, 12-07, pool probe, three alternating runs
+ * of 100): the parts' ends 79-106 -> 42-55 us apart in all, the layers
+ * 1.37-1.44 -> 1.31-1.34 ms. */
+static int kc_wf_piece_most(const kc_wf_state *st)
+{
+    return st->fused ? 1 : KC_WF_NV;
+}
+
 static size_t kc_wf_u_floats(const kc_wf_state *st)
 {
     return (size_t)(st->alpha * st->alpha * kc_wino2d_ld(KC_WF_KERNEL_CHANNELS * 16 * KC_WF_NV));
@@ -559,7 +572,7 @@ static kc_status kc_wf_part_alone(const kc_wf_state *st, kc_wf_io *shared, int k
          * on its own run */
         kc_claims own;
         if (io.n < st->grid.tiles) {
-            kc_claims_init(&own, &st->cut, KC_WF_NV);
+            kc_claims_init(&own, &st->cut, kc_wf_piece_most(st));
             own.steal = 0; /* no other part claims from this copy of the runs */
         }
         KC_TRY(kc_wf_part(st, &io, k, io.n < st->grid.tiles ? &own : shared->vectors));
@@ -638,7 +651,7 @@ static kc_status kc_wf_run_helped(const kc_wf_state *st, kc_wf_io *io, int parts
     kc_balance cut;
     kc_balance_init(&cut, st->vecs, parts, 1);
     kc_claims vectors;
-    kc_claims_init(&vectors, &cut, KC_WF_NV);
+    kc_claims_init(&vectors, &cut, kc_wf_piece_most(st));
     vectors.steal = 1; /* this thread takes what no helper came for */
     io->vectors = &vectors;
     for (int k = 0; k < cut.parts; k++)
@@ -659,7 +672,7 @@ static kc_status kc_wf_execute(kc_wf_state *st, const kc_exec_ctx *ctx)
     kc_wf_io io = {st,   ctx->in[0], a->use_bias ? kc_w(ctx, 1) : NULL, ctx->out[0], NULL, 0, 0,
                    {KC_OK}, {0},     {0},        &vectors};
     if (st->cut.parts > 1 && st->alone) {
-        kc_claims_init(&vectors, &st->cut, KC_WF_NV);
+        kc_claims_init(&vectors, &st->cut, kc_wf_piece_most(st));
         KC_TRY(kc_wf_run_parts(st, kc_wf_alone_job, &io));
         kc_balance_update_units(&st->cut, io.seconds, io.units);
         return KC_OK;
@@ -675,7 +688,7 @@ static kc_status kc_wf_execute(kc_wf_state *st, const kc_exec_ctx *ctx)
             KC_TRY(kc_wf_run_helped(st, &io, helpers));
             continue;
         }
-        kc_claims_init(&vectors, &st->cut, KC_WF_NV);
+        kc_claims_init(&vectors, &st->cut, kc_wf_piece_most(st));
         KC_TRY(kc_wf_run_parts(st, kc_wf_vectors_job, &io));
     }
     kc_balance_update_units(&st->cut, io.seconds, io.units);
@@ -756,6 +769,13 @@ int kc_wino_fly_tile(const kc_kernel_state *state)
     if (!state || state->free != kc_wf_free)
         return 0;
     return ((const kc_wf_state *)state)->m;
+}
+
+int kc_wino_fly_claim_most(const kc_kernel_state *state)
+{
+    if (!state || state->free != kc_wf_free)
+        return 0;
+    return kc_wf_piece_most((const kc_wf_state *)state);
 }
 
 int kc_wino_fly_alone(const kc_kernel_state *state)

@@ -2568,7 +2568,8 @@ static void expect_fly_touches(conv_run *r, const float *want, float *got, float
     }
 }
 
-/* A layer kc_wf_fused takes: the same bits as F(4x4) through the pieces
+/* A layer kc_wf_fused takes (its parts claiming one vector at a time,
+ * through the pieces three): the same bits as F(4x4) through the pieces
  * of transformed kernel and the products (KC_WINOFLY_FUSED=pieces), on
  * 1 to 3 threads and without the kernel fetched ahead; KC_WINOFLY_FUSED=0
  * leaves it to F(2x2) where that has 16 tiles (f2) or else to other
@@ -2581,8 +2582,11 @@ static void expect_fused(conv_run *r, const float *want, float *got, float peak,
     for (int t = 1; t <= 3; t++) {
         kc_threads_enter(t);
         setenv("KC_WINOFLY_FUSED", "pieces", 1);
-        exec_kernel(&r->layer, ins, &r->in_shape, 1, pieces, &r->out_shape, 0, 0, NULL);
+        int most = exec_kernel(&r->layer, ins, &r->in_shape, 1, pieces, &r->out_shape, 0, 0,
+                               kc_wino_fly_claim_most);
         unsetenv("KC_WINOFLY_FUSED");
+        if (most != KC_WINO2D_NV)
+            fail_msg("%s, %d threads, through the pieces: claims of %d vectors", what, t, most);
         for (int fetch = 0; fetch < 2; fetch++) {
             if (!fetch)
                 setenv("KC_WINOFLY_PREFETCH", "0", 1);
@@ -2591,6 +2595,11 @@ static void expect_fused(conv_run *r, const float *want, float *got, float peak,
             unsetenv("KC_WINOFLY_PREFETCH");
             if (tile != 4)
                 fail_msg("%s, %d threads: tiles of %d, not the fused 4x4", what, t, tile);
+            /* each vector runs on its own: a part claims one at a time */
+            int most = exec_kernel(&r->layer, ins, &r->in_shape, 1, got, &r->out_shape, 0, 0,
+                                   kc_wino_fly_claim_most);
+            if (most != 1)
+                fail_msg("%s, %d threads: claims of %d vectors, not 1", what, t, most);
             for (int64_t i = 0; i < r->out_count; i++)
                 if (memcmp(&got[i], &pieces[i], sizeof *got))
                     fail_msg("%s, %d threads%s: element %lld is %.9g, through the pieces %.9g",
