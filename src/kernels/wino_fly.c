@@ -488,9 +488,6 @@ static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
     kc_wf_outputs(st, io, v0, nv, mt);
 }
 
-/* Floats of a thread's buffer for a piece of transformed kernel: all
- * alpha^2 rows of KC_WF_KERNEL_CHANNELS input channels and the widest run
- * of output vectors (kc_wf_kernel_a). */
 /* Output vectors a part claims at once (base/claims.h): the product's
  * widest through the pieces (a piece's transformed kernel serves its
  * vectors together); one fused, where each vector runs on its own anyway
@@ -504,14 +501,18 @@ static int kc_wf_piece_most(const kc_wf_state *st)
     return st->fused ? 1 : KC_WF_NV;
 }
 
+/* Floats of a thread's buffer for a piece of transformed kernel: all
+ * alpha^2 rows of KC_WF_KERNEL_CHANNELS input channels and the widest run
+ * of output vectors (kc_wf_kernel_a). */
 static size_t kc_wf_u_floats(const kc_wf_state *st)
 {
     return (size_t)(st->alpha * st->alpha * kc_wino2d_ld(KC_WF_KERNEL_CHANNELS * 16 * KC_WF_NV));
 }
 
-/* Part k's output vectors over the block, up to three at a time: its
- * run, then what is left of the others' (`vectors`, base/claims.h; the
- * last pieces evened out: 8 vectors run as 3, 3, 2). */
+/* Part k's output vectors over the block, up to three at a time (one
+ * fused: kc_wf_piece_most): its run, then what is left of the others'
+ * (`vectors`, base/claims.h; the last pieces evened out: 8 vectors run
+ * as 3, 3, 2). */
 static kc_status kc_wf_part(const kc_wf_state *st, kc_wf_io *io, int k, kc_claims *vectors)
 {
     /* fused: the buffer holds kc_wf_fused_inputs's copy, not a piece of kernel */

@@ -2587,6 +2587,11 @@ static void expect_fused(conv_run *r, const float *want, float *got, float peak,
         unsetenv("KC_WINOFLY_FUSED");
         if (most != KC_WINO2D_NV)
             fail_msg("%s, %d threads, through the pieces: claims of %d vectors", what, t, most);
+        /* each vector runs on its own: a part claims one at a time */
+        most = exec_kernel(&r->layer, ins, &r->in_shape, 1, got, &r->out_shape, 0, 0,
+                           kc_wino_fly_claim_most);
+        if (most != 1)
+            fail_msg("%s, %d threads: claims of %d vectors, not 1", what, t, most);
         for (int fetch = 0; fetch < 2; fetch++) {
             if (!fetch)
                 setenv("KC_WINOFLY_PREFETCH", "0", 1);
@@ -2595,11 +2600,6 @@ static void expect_fused(conv_run *r, const float *want, float *got, float peak,
             unsetenv("KC_WINOFLY_PREFETCH");
             if (tile != 4)
                 fail_msg("%s, %d threads: tiles of %d, not the fused 4x4", what, t, tile);
-            /* each vector runs on its own: a part claims one at a time */
-            int most = exec_kernel(&r->layer, ins, &r->in_shape, 1, got, &r->out_shape, 0, 0,
-                                   kc_wino_fly_claim_most);
-            if (most != 1)
-                fail_msg("%s, %d threads: claims of %d vectors, not 1", what, t, most);
             for (int64_t i = 0; i < r->out_count; i++)
                 if (memcmp(&got[i], &pieces[i], sizeof *got))
                     fail_msg("%s, %d threads%s: element %lld is %.9g, through the pieces %.9g",
