@@ -8,21 +8,13 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "huge.h"
 #include "env.h"
 #include "error.h"
 
 /* A transparent huge page, and the size from which an array takes them. */
 #define KC_HUGE_PAGE ((size_t)2 << 20)
 #define KC_SMALL_PAGE ((size_t)4096)
-
-static int kc_huge_pages_on(void)
-{
-    static int on = -1; /* decided once: every array of a process alike */
-    if (on < 0) {
-        on = !kc_env_off("KC_HUGEPAGES");
-    }
-    return on;
-}
 
 /* madvise(MADV_HUGEPAGE) on the 2 MiB pages wholly inside [p, p+bytes):
  * pages around them stay small, so the hint never makes memory resident
@@ -80,17 +72,14 @@ void *kc_calloc(size_t count, size_t size)
 void *kc_calloc_weights(size_t count, size_t size)
 {
     size_t bytes = kc_array_bytes(count, size);
-    if (!bytes || bytes < KC_HUGE_PAGE || !kc_huge_pages_on())
+    if (!bytes || bytes < KC_WHEAP_MIN || !kc_huge_maps_on())
         return bytes ? kc_calloc(count, size) : NULL;
-    void *p = kc_alloc_array(count, size); /* huge pages, as it gives from 2 MiB on */
-    if (p)
-        memset(p, 0, bytes); /* memory glibc reuses is not zero */
-    return p;
+    return kc_wheap_alloc(bytes); /* zeroed, side by side on huge pages (huge.c) */
 }
 
 void kc_free_weights(void *p)
 {
-    if (p)
+    if (p && !kc_wheap_free(p))
         kc_mem_free_pages(p, malloc_usable_size(p));
 }
 

@@ -10,39 +10,38 @@
 #include "kerasc.h"
 
 /* calloc(count, size) with overflow check; NULL on failure (sets error).
- * Small pages (arenas, buffers, states); packed weights take
- * kc_calloc_weights. */
+ * Small pages (buffers, states); packed weights take kc_calloc_weights,
+ * the session's arena and the threads' workspaces base/huge.h's. */
 void *kc_calloc(size_t count, size_t size);
 /* kc_calloc for a kernel's packed weights (written whole at build, read
- * on every run for the session's life): from 2 MiB on, 2 MiB aligned and
- * advised onto transparent huge pages as kc_alloc_array's. A model larger
- * than the caches streams them from memory on every run, a TLB miss per
- * 4 KiB page. Measured 12-05 on the 2-vCPU Zen 5, alternating pairs
- * against small pages: ResNet50 batch 1 0.983 and 0.993 of the time (two
- * sets of ten), batch 8 0.987, InceptionV3 batch 1 0.990, batch 8 0.997,
- * four images on one thread 0.878 (three), MobileNetV2 0.993; peak RSS
- * unchanged. (Earlier sessions had measured InceptionV3 batch 8 10-30%
- * slower with packed kernels on huge pages; not reproduced.) Arenas and
- * buffers a run may leave partly untouched stay on kc_calloc's small
- * pages: all of kc_calloc's from 2 MiB on huge, zeroed whole, grew
- * InceptionV3's peak RSS at batch 8 by 3 MB. The session's arena alone
- * on huge pages (12-06 night, 20 MB of it on them at batch 8): ResNet50
- * batch 8 0.989 of the time over five alternating runs, within the
- * noise. KC_HUGEPAGES=0: small pages. */
+ * on every run for the session's life): from KC_WHEAP_MIN (64 KiB) on, in
+ * the weights heap (base/huge.h: side by side in chunks of transparent
+ * huge pages, 64-byte aligned, zeroed). A model larger than the caches
+ * streams them from memory on every run, a TLB miss per 4 KiB page.
+ * Measured 12-05 on the 2-vCPU Zen 5, alternating pairs against small
+ * pages, with arrays from 2 MiB on each on huge pages of its own:
+ * ResNet50 batch 1 0.983 and 0.993 of the time (two sets of ten), batch
+ * 8 0.987, InceptionV3 batch 1 0.990, batch 8 0.997, four images on one
+ * thread 0.878 (three), MobileNetV2 0.993; peak RSS unchanged. (Earlier
+ * sessions had measured InceptionV3 batch 8 10-30% slower with packed
+ * kernels on huge pages; not reproduced.) From 12-07 the smaller arrays
+ * too, and the larger ones' tails, in the heap's chunks, with the arena
+ * and the workspaces on huge pages: huge.c has the measurements.
+ * KC_HUGEPAGES=0: small pages. */
 void *kc_calloc_weights(size_t count, size_t size);
-/* Frees a kc_calloc_weights array, its huge-page advice taken back
- * (kc_mem_free_pages): one carved from the heap would leave its range
- * advised for whatever small blocks come there next. free() frees it too,
- * advice left. */
+/* Frees a kc_calloc_weights array: the weights heap's (its pages given
+ * back, its chunk with its last array), or one of the heap's with its
+ * huge-page advice taken back (kc_mem_free_pages). The only way to free
+ * one: free() cannot take the weights heap's. */
 void kc_free_weights(void *p);
 /* count*size bytes, NOT zeroed, for a transient buffer the caller writes
  * whole before reading it (a zip member, a dataset on its way to the
  * snapshot). From 2 MiB on page-aligned (whole pages, which an owner may
  * drop), 2 MiB aligned and advised onto transparent huge pages: a fresh
  * 4 KiB page costs ~11 us at its first write in this project's VMs (a
- * paravirtualised MMU), 275 ms for 100 MB, 2 MiB ones 9-15 ms. Not for
- * what kernels read at run time: InceptionV3 at batch 8 ran 10-30% slower
- * with its weights on huge pages. KC_HUGEPAGES=0: small pages only. NULL
+ * paravirtualised MMU), 275 ms for 100 MB, 2 MiB ones 9-15 ms. What
+ * kernels read at run time takes kc_calloc_weights or base/huge.h's
+ * buffers. KC_HUGEPAGES=0: small pages only. NULL
  * on failure (sets error); free() frees it. */
 void *kc_alloc_array(size_t count, size_t size);
 /* realloc to count*size bytes with overflow check; NULL on failure, old

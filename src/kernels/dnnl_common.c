@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/env.h"
+#include "base/huge.h"
 #include "base/mem.h"
 #include "base/pool.h"
 #include "base/threads.h"
@@ -90,7 +91,25 @@ dnnl_primitive_attr_t kc_dnnl_attr_new(void)
 typedef struct kc_dnnl_ws {
     void *buf[KC_DNNL_SLOTS];
     size_t cap[KC_DNNL_SLOTS];
+    unsigned char huge[KC_DNNL_SLOTS]; /* buf is kc_huge_alloc's (cap bytes) */
 } kc_dnnl_ws;
+
+/* From this size on a workspace goes on huge pages of its own (where
+ * they are on, base/huge.h): the kernels write and read it at every run
+ * (Winograd's transformed tiles, gathered pixels). Below, it stays in
+ * the heap: a huge page each would cost more memory than the TLB saves. */
+#define KC_WS_HUGE_FROM ((size_t)128 << 10)
+
+static void kc_ws_release(kc_dnnl_ws *ws, int slot)
+{
+    if (ws->huge[slot])
+        kc_huge_free(ws->buf[slot], ws->cap[slot]);
+    else
+        free(ws->buf[slot]);
+    ws->buf[slot] = NULL;
+    ws->cap[slot] = 0;
+    ws->huge[slot] = 0;
+}
 
 static pthread_key_t kc_ws_key;
 static pthread_once_t kc_ws_once = PTHREAD_ONCE_INIT;
@@ -100,7 +119,7 @@ static void kc_ws_free(void *p)
 {
     kc_dnnl_ws *ws = p;
     for (int i = 0; i < KC_DNNL_SLOTS; i++)
-        free(ws->buf[i]);
+        kc_ws_release(ws, i);
     free(ws);
 }
 
@@ -124,11 +143,17 @@ void *kc_dnnl_workspace(int slot, size_t bytes)
     if (bytes <= ws->cap[slot])
         return ws->buf[slot];
     void *p = NULL;
-    if (posix_memalign(&p, 64, bytes))
+    int huge = bytes >= KC_WS_HUGE_FROM && kc_huge_maps_on();
+    if (huge) { /* whole huge pages: the rest of the last one is the slot's too */
+        if (!(p = kc_huge_alloc(bytes)))
+            return NULL;
+        bytes = (bytes + KC_HUGE_PAGE_BYTES - 1) & ~(KC_HUGE_PAGE_BYTES - 1);
+    } else if (posix_memalign(&p, 64, bytes))
         return NULL;
-    free(ws->buf[slot]);
+    kc_ws_release(ws, slot);
     ws->buf[slot] = p;
     ws->cap[slot] = bytes;
+    ws->huge[slot] = (unsigned char)huge;
     return p;
 }
 
@@ -359,8 +384,8 @@ kc_status kc_dnnl_pack(const dnnl_memory_desc_t *w_md, const dnnl_memory_desc_t 
                        const float *w, void *spare, size_t spare_bytes, float **packed)
 {
     size_t bytes = dnnl_memory_desc_get_size(to_md);
-    /* On 2 MiB pages from 2 MiB on (kc_calloc_weights, whose comment has
-     * the measurements). An earlier one had InceptionV3 at batch 8 20-30%
+    /* On huge pages from 64 KiB on, in the weights heap (kc_calloc_weights,
+     * whose comment has the measurements). An earlier one had InceptionV3 at batch 8 20-30%
      * slower so (24.7-25.3 against 28.0-34.7 ms an image); on 12-05 it was
      * level (0.997-0.999 in two sets of alternating pairs). */
     float *buf = kc_calloc_weights(bytes / sizeof(float) + 1, sizeof(float));

@@ -264,7 +264,7 @@ static void kc_irb_free(kc_kernel_state *s)
 {
     kc_irb_state *st = (kc_irb_state *)s;
     kc_stem_loop_free(&st->stem);
-    free(st->packed);
+    kc_free_weights(st->packed);
     free(st->dw_w);
     free(st->dw_b);
     free(st);
@@ -323,7 +323,8 @@ static kc_status kc_irb_build(const kc_exec_ctx *ctx, const kc_irb_geom *g,
     int64_t biases = 2 * kc_irb_vectors(g->cm) + kc_irb_vectors(g->cout);
     int64_t total = ne + np + biases + 9 * g->cm;
     kc_irb_state *st = kc_calloc(1, sizeof *st);
-    if (!st || !(st->packed = kc_calloc((size_t)total, sizeof(float)))) {
+    /* read at every run: in the weights heap, on huge pages (mem.h) */
+    if (!st || !(st->packed = kc_calloc_weights((size_t)total, sizeof(float)))) {
         free(st);
         return KC_ERR_NOMEM;
     }

@@ -430,7 +430,8 @@ static void kc_w2_group(const kc_w1_state *st, int64_t g, int64_t *lo, int64_t *
 }
 
 /* The transformed kernel u ([prods][C][F]) into st->packed in the own
- * products' layout, zero past F. Small pages, as kc_dnnl_pack's. */
+ * products' layout, zero past F. In the weights heap, as kc_dnnl_pack's
+ * (kc_calloc_weights). */
 static kc_status kc_w2_own_pack(kc_w1_state *st, const float *u)
 {
     int64_t cf = st->c * st->f, width_all = st->vecs * 16;

@@ -220,7 +220,7 @@ static kc_status kc_wf_repack(const kc_exec_ctx *ctx, kc_wf_state *st)
 {
     const float *w = kc_w(ctx, 0);
     int64_t cf = st->c * st->f;
-    /* on 2 MiB pages, as kc_dnnl_pack's (kc_calloc_weights); an earlier
+    /* on huge pages, as kc_dnnl_pack's (kc_calloc_weights); an earlier
      * measurement had InceptionV3 at 4 images on one thread 10% slower
      * so, level on 12-05 (batch 8 in two lanes, eight alternating pairs) */
     st->w = kc_calloc_weights((size_t)(st->vecs * st->c * 9 * 16), sizeof *st->w);

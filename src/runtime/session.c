@@ -12,6 +12,7 @@
 
 #include "base/env.h"
 #include "base/error.h"
+#include "base/huge.h"
 #include "base/mem.h"
 #include "base/threads.h"
 #include "backend/cpu_exec.h"
@@ -127,6 +128,8 @@ static void kc_session_release_packed(kc_session *s, int index, int n)
     s->n_packed_released++;
 }
 
+static void kc_session_arena_free(kc_session *s);
+
 kc_status kc_session_new(const kc_model *model, const kc_session_options *options,
                          kc_session **out)
 {
@@ -219,7 +222,7 @@ void kc_session_free(kc_session *s)
         if (s->state[i])
             s->state[i]->free(s->state[i]);
     free(s->state);
-    free(s->arena);
+    kc_session_arena_free(s);
     free(s->kernels);
     free(s->mask);
     free(s->mask_owned);
@@ -601,6 +604,30 @@ static kc_status kc_session_fuse_per_plan(kc_session *s, const kc_shape *shapes,
     return kc_plan_build(s->model, s->fused.alias, shapes, n, &s->plan);
 }
 
+/* The arena of `floats`, zeroed: on huge pages where they are on
+ * (base/huge.h: its activations are read and written at every run, rows
+ * of an image kilobytes apart, a 4 KiB page each), else kc_calloc's. */
+static kc_status kc_session_arena_new(kc_session *s, size_t floats)
+{
+    s->arena_huge = kc_huge_maps_on();
+    if (floats > SIZE_MAX / sizeof(float))
+        return kc_fail(KC_ERR_LIMIT, "an arena of %zu floats is too large", floats);
+    s->arena = s->arena_huge ? kc_huge_alloc(floats * sizeof(float))
+                             : kc_calloc(floats, sizeof(float));
+    s->arena_floats = s->arena ? floats : 0;
+    return s->arena ? KC_OK : KC_ERR_NOMEM;
+}
+
+static void kc_session_arena_free(kc_session *s)
+{
+    if (s->arena_huge)
+        kc_huge_free(s->arena, s->arena_floats * sizeof(float));
+    else
+        free(s->arena);
+    s->arena = NULL;
+    s->arena_floats = 0;
+}
+
 /* The plan for these input shapes run in `lanes` lanes (each lane's
  * shapes: the batch divided), laid out, with its arena. */
 static kc_status kc_session_plan(kc_session *s, kc_shape *shapes, int n, int lanes, int *fresh)
@@ -654,11 +681,8 @@ kc_status kc_session_prepare(kc_session *s, const kc_tensor *const *inputs)
     s->lane_floats = s->lanes > 1 ? (s->plan.arena_floats + 15) & ~(size_t)15 : s->plan.arena_floats;
     size_t need = (s->lane_floats + s->head_floats) * (size_t)s->lanes;
     if (need > s->arena_floats) {
-        free(s->arena);
-        s->arena = kc_calloc(need, sizeof *s->arena);
-        s->arena_floats = s->arena ? need : 0;
-        if (!s->arena)
-            return KC_ERR_NOMEM;
+        kc_session_arena_free(s);
+        KC_TRY(kc_session_arena_new(s, need));
     }
     if (s->sched) {
         kc_status st = kc_sched_prepare(s->sched);

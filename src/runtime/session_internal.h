@@ -20,6 +20,7 @@ struct kc_session {
     kc_fused fused;          /* BN folding / activation fusion */
     float *arena;
     size_t arena_floats;
+    int arena_huge;          /* the arena is kc_huge_alloc's, not kc_calloc's */
     kc_kernel_state **state; /* per node: kernel state (oneDNN primitives) */
     unsigned char **mask;    /* per value during a run, or NULL */
     unsigned char *mask_owned;

@@ -25,6 +25,7 @@
 #include "base/balance.h"
 #include "base/clock.h"
 #include "base/help.h"
+#include "base/mem.h"
 #include "base/threads.h"
 #include "kernels/dense.h"
 #include "kernels/dnnl_common.h"
@@ -354,7 +355,7 @@ static int onednn_has_winograd(void)
     pack_wino(w, NULL, 0, &packed, &bytes);
     int has = packed != NULL;
     free(w);
-    free(packed);
+    kc_free_weights(packed); /* kc_dnnl_pack's: the weights heap's */
     return has;
 }
 /* Winograd on a 3x3 128 -> 128 layer needs 100 output pixels in an image
@@ -4478,9 +4479,9 @@ static void test_pack_scratch_in_spare(void **state)
         fail_msg("kc_dnnl_pack wrote before the spare range");
     if (!all_bytes(small, SMALL, 0xA5))
         fail_msg("kc_dnnl_pack wrote in a spare range too small for its scratchpad");
-    free(alone);
-    free(in_spare);
-    free(beside);
+    kc_free_weights(alone);
+    kc_free_weights(in_spare);
+    kc_free_weights(beside);
     free(spare);
     free(small);
     free(w);

@@ -1,8 +1,11 @@
-/* Tests of the memory helpers (src/base/mem.c): arrays written whole
- * (kc_alloc_array) and packed weights (kc_calloc_weights, zeroed) come
- * 2 MiB-aligned and advised onto transparent huge pages, small ones and
- * kc_calloc's do not, KC_HUGEPAGES=0 turns the advice off, and
- * kc_mem_free_pages and kc_free_weights take it back. The advice is read
+/* Tests of the memory helpers (src/base/mem.c, huge.c): arrays written
+ * whole (kc_alloc_array) come 2 MiB-aligned and advised onto transparent
+ * huge pages; packed weights (kc_calloc_weights, zeroed) from 64 KiB on
+ * lie side by side in the weights heap's huge-page chunks; whole-page
+ * buffers (kc_huge_alloc: the arena) and the threads' large workspaces
+ * are on huge pages of their own; small arrays and kc_calloc's are not;
+ * KC_HUGEPAGES=0 turns the advice off, and kc_mem_free_pages and
+ * kc_free_weights take it back. The advice is read
  * from the kernel's own record of the mapping (/proc/self/smaps VmFlags:
  * "hg" for MADV_HUGEPAGE, "nh" for MADV_NOHUGEPAGE). */
 #include <stdarg.h>
@@ -17,7 +20,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/huge.h"
 #include "base/mem.h"
+#include "kernels/dnnl_common.h"
 
 #define MIB ((size_t)1 << 20)
 
@@ -88,13 +93,13 @@ static void test_small_and_zeroed_stay_small(void **state)
     free(zeroed);
 }
 
-/* Packed weights: 2 MiB aligned, advised, zeroed even where the heap
- * held something before; small ones plain; kc_free_weights takes the
- * advice back as kc_mem_free_pages does. */
+/* Packed weights: advised, 64-byte aligned, zeroed even where the heap
+ * held something before; small ones plain; once freed, their range is
+ * advised no more (the chunk unmapped, its last array gone). */
 static void test_weights_on_huge_pages(void **state)
 {
     (void)state;
-    if (!thp_available())
+    if (!thp_available() || !kc_huge_maps_on())
         skip();
     size_t floats = 3 * MIB + 100; /* 12 MiB and a bit */
     /* a freed mapped block raises glibc's mmap threshold to its size, so
@@ -111,8 +116,9 @@ static void test_weights_on_huge_pages(void **state)
     free(dirty);
     float *w = kc_calloc_weights(floats, sizeof(float));
     assert_non_null(w);
-    assert_int_equal((uintptr_t)w % (2 * MIB), 0);
-    assert_true(has_flag(w + MIB, "hg"));
+    assert_int_equal((uintptr_t)w % 64, 0);
+    assert_true(has_flag(w, "hg"));
+    assert_true(has_flag(w + floats - 1, "hg"));
     for (size_t i = 0; i < floats; i += 1021)
         if (w[i] != 0.0f)
             fail_msg("element %zu is %g, not zero", i, w[i]);
@@ -127,6 +133,95 @@ static void test_weights_on_huge_pages(void **state)
     if (vm_flags_of(inner, flags, sizeof flags))
         assert_null(strstr(flags, " hg"));
     kc_free_weights(NULL);
+}
+
+/* The weights heap: arrays of any size from KC_WHEAP_MIN on side by side
+ * in one chunk, each on huge pages without a page of its own; one larger
+ * than a chunk in a chunk of its own; a chunk unmapped with its last
+ * array; a pointer it did not give left to the old path. */
+static void test_weights_heap_side_by_side(void **state)
+{
+    (void)state;
+    if (!thp_available() || !kc_huge_maps_on())
+        skip();
+    int chunks = kc_wheap_chunks();
+    size_t sizes[3] = {100 << 10, MIB + 4, 5 * MIB};
+    unsigned char *a[3];
+    for (int i = 0; i < 3; i++) {
+        a[i] = kc_calloc_weights(sizes[i], 1);
+        assert_non_null(a[i]);
+        assert_int_equal((uintptr_t)a[i] % 64, 0);
+        assert_true(has_flag(a[i], "hg"));
+        for (size_t j = 0; j < sizes[i]; j += 509)
+            assert_int_equal(a[i][j], 0);
+        memset(a[i], 0x10 + i, sizes[i]); /* writable end to end */
+    }
+    /* one after the other, a header apart, in one chunk */
+    assert_true(a[1] >= a[0] + sizes[0] && a[1] - a[0] < (ptrdiff_t)(sizes[0] + 4096));
+    assert_true(a[2] >= a[1] + sizes[1] && a[2] - a[1] < (ptrdiff_t)(sizes[1] + 4096));
+    assert_int_equal(kc_wheap_chunks(), chunks + 1);
+    /* the middle one freed: its neighbours keep their bytes */
+    kc_free_weights(a[1]);
+    assert_int_equal(a[0][sizes[0] - 1], 0x10);
+    assert_int_equal(a[2][0], 0x12);
+    assert_int_equal(kc_wheap_chunks(), chunks + 1);
+    /* larger than a chunk: one of its own */
+    unsigned char *big = kc_calloc_weights(70 * MIB, 1);
+    assert_non_null(big);
+    assert_int_equal(kc_wheap_chunks(), chunks + 2);
+    big[70 * MIB - 1] = 1;
+    kc_free_weights(big);
+    assert_int_equal(kc_wheap_chunks(), chunks + 1);
+    kc_free_weights(a[0]);
+    kc_free_weights(a[2]);
+    assert_int_equal(kc_wheap_chunks(), chunks);
+    /* below KC_WHEAP_MIN: the heap's, freed the old way */
+    float *small = kc_calloc_weights(1000, sizeof(float));
+    assert_non_null(small);
+    assert_int_equal(kc_wheap_free(small), 0);
+    kc_free_weights(small);
+}
+
+/* kc_huge_alloc: whole huge pages of its own, aligned, advised, zeroed;
+ * kc_huge_free unmaps them. */
+static void test_huge_alloc(void **state)
+{
+    (void)state;
+    if (!thp_available() || !kc_huge_maps_on())
+        skip();
+    size_t bytes = 3 * MIB;
+    unsigned char *p = kc_huge_alloc(bytes);
+    assert_non_null(p);
+    assert_int_equal((uintptr_t)p % (2 * MIB), 0);
+    assert_true(has_flag(p, "hg"));
+    for (size_t j = 0; j < 4 * MIB; j += 4093) /* the rest of the last page too */
+        assert_int_equal(p[j], 0);
+    memset(p, 3, 4 * MIB);
+    kc_huge_free(p, bytes);
+    char flags[256];
+    assert_false(vm_flags_of(p, flags, sizeof flags) && strstr(flags, " hg"));
+    assert_null(kc_huge_alloc(SIZE_MAX - MIB));
+}
+
+/* A thread's workspace from 128 KiB on: huge pages of its own, kept while
+ * it is large enough; below, the heap's. */
+static void test_workspace_on_huge_pages(void **state)
+{
+    (void)state;
+    if (!thp_available() || !kc_huge_maps_on())
+        skip();
+    char *big = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, MIB);
+    assert_non_null(big);
+    assert_int_equal((uintptr_t)big % (2 * MIB), 0);
+    assert_true(has_flag(big, "hg"));
+    memset(big, 1, 2 * MIB); /* the whole huge page is the slot's */
+    assert_ptr_equal(kc_dnnl_workspace(KC_DNNL_SLOT_SRC, 2 * MIB), big);
+    char *grown = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, 3 * MIB);
+    assert_non_null(grown);
+    assert_true(has_flag(grown + 2 * MIB, "hg"));
+    char *small = kc_dnnl_workspace(KC_DNNL_SLOT_DST, 4096);
+    assert_non_null(small);
+    assert_false(has_flag(small, "hg"));
 }
 
 static void test_free_pages_takes_the_advice_back(void **state)
@@ -166,6 +261,10 @@ static int env_off_child(void)
     int ok = a && (uintptr_t)a % 4096 == 0 && vm_flags_of(a, flags, sizeof flags) &&
              !strstr(flags, " hg") && w && vm_flags_of(w + MIB, wflags, sizeof wflags) &&
              !strstr(wflags, " hg") && w[MIB] == 0.0f;
+    /* the arena's and the workspaces' huge pages: not advised either */
+    char *h = kc_huge_alloc(3 * MIB), hflags[256];
+    ok = ok && h && vm_flags_of(h, hflags, sizeof hflags) && !strstr(hflags, " hg");
+    kc_huge_free(h, 3 * MIB);
     free(a); /* LeakSanitizer checks this process's exit too */
     kc_free_weights(w);
     return ok ? 0 : 1;
@@ -196,6 +295,9 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_large_array_on_huge_pages),
         cmocka_unit_test(test_weights_on_huge_pages),
+        cmocka_unit_test(test_weights_heap_side_by_side),
+        cmocka_unit_test(test_huge_alloc),
+        cmocka_unit_test(test_workspace_on_huge_pages),
         cmocka_unit_test(test_small_and_zeroed_stay_small),
         cmocka_unit_test(test_free_pages_takes_the_advice_back),
         cmocka_unit_test(test_overflow_refused),

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "kerasc.h"
+#include "base/huge.h"
 #include "kernels/dnnl_common.h"
 #include "kernels/dw.h"
 #include "kernels/isa.h"
@@ -193,6 +194,29 @@ static void test_long_chain(void **state)
     assert_true(kc_session_arena_bytes(s) <= 3 * one + 4096);
     kc_tensor_free(in);
     kc_tensor_free(out);
+    kc_session_free(s);
+    kc_model_free(m);
+}
+
+/* The arena lies on huge pages of its own where they are on (base/huge.h):
+ * 2 MiB aligned, its whole pages its own, and it runs as on kc_calloc's. */
+static void test_arena_on_huge_pages(void **state)
+{
+    (void)state;
+    kc_model *m = load_json(kc_model_json);
+    kc_session *s = NULL;
+    assert_int_equal(kc_session_new(m, NULL, &s), KC_OK);
+    kc_tensor *in = make_input(3), *out[2] = {NULL, NULL};
+    assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&in, 1, out, 2), KC_OK);
+    assert_non_null(s->arena);
+    assert_int_equal(s->arena_huge, kc_huge_maps_on());
+    if (s->arena_huge)
+        assert_int_equal((uintptr_t)s->arena % ((size_t)2 << 20), 0);
+    const float *c = kc_tensor_cdata(out[0]);
+    assert_true(c[0] == 0.0f && c[3] == -2.0f); /* relu(-2), then -2 + relu(-2) */
+    kc_tensor_free(in);
+    kc_tensor_free(out[0]);
+    kc_tensor_free(out[1]);
     kc_session_free(s);
     kc_model_free(m);
 }
@@ -2046,6 +2070,7 @@ int main(void)
         cmocka_unit_test(test_input_dtypes_converted),
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_long_chain),
+        cmocka_unit_test(test_arena_on_huge_pages),
         cmocka_unit_test(test_fusion_matches_unfused),
         cmocka_unit_test(test_identity_layers_absorbed),
         cmocka_unit_test(test_residual_add_fusion),
