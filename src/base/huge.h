@@ -19,8 +19,9 @@ int kc_huge_pages_on(void);
  * of a packed kernel or of the arena must still be caught there). */
 int kc_huge_maps_on(void);
 
-/* bytes rounded up to whole huge pages, mapped on its own, 2 MiB
- * aligned, zeroed, advised onto huge pages (where kc_huge_pages_on);
+/* bytes mapped on their own, 2 MiB aligned, zeroed, the whole huge
+ * pages inside them advised onto huge pages (where kc_huge_pages_on), the
+ * rest of the last one on small pages (resident as touched, not whole);
  * NULL with the error set on failure. kc_huge_free with the same bytes
  * unmaps it (p NULL: nothing). */
 void *kc_huge_alloc(size_t bytes);

@@ -14,9 +14,11 @@
  * the session's arena and the threads' workspaces base/huge.h's. */
 void *kc_calloc(size_t count, size_t size);
 /* kc_calloc for a kernel's packed weights (written whole at build, read
- * on every run for the session's life): from KC_WHEAP_MIN (64 KiB) on, in
- * the weights heap (base/huge.h: side by side in chunks of transparent
- * huge pages, 64-byte aligned, zeroed). A model larger than the caches
+ * on every run for the session's life): from KC_WHEAP_MIN (64 KiB) to 2
+ * MiB in the weights heap (base/huge.h: side by side in chunks of
+ * transparent huge pages, 64-byte aligned, zeroed), from 2 MiB on 2 MiB
+ * aligned and advised onto huge pages as kc_alloc_array's (its tail on
+ * small pages, resident as touched). A model larger than the caches
  * streams them from memory on every run, a TLB miss per 4 KiB page.
  * Measured 12-05 on the 2-vCPU Zen 5, alternating pairs against small
  * pages, with arrays from 2 MiB on each on huge pages of its own:
@@ -25,8 +27,8 @@ void *kc_calloc(size_t count, size_t size);
  * thread 0.878 (three), MobileNetV2 0.993; peak RSS unchanged. (Earlier
  * sessions had measured InceptionV3 batch 8 10-30% slower with packed
  * kernels on huge pages; not reproduced.) From 12-07 the smaller arrays
- * too, and the larger ones' tails, in the heap's chunks, with the arena
- * and the workspaces on huge pages: huge.c has the measurements.
+ * too, in the heap's chunks, with the arena and the workspaces on huge
+ * pages: huge.c has the measurements.
  * KC_HUGEPAGES=0: small pages. */
 void *kc_calloc_weights(size_t count, size_t size);
 /* Frees a kc_calloc_weights array: the weights heap's (its pages given

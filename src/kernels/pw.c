@@ -215,7 +215,27 @@
  * against 0.33-0.34 ms on the 256 -> 1024 layers with a sum and
  * 0.27-0.29 against 0.29-0.31 on the 1024 -> 256 ones (three pairs):
  * level. (Unpaired, minutes apart, the two had looked 10-25% apart: the
- * machine's phase.) */
+ * machine's phase.)
+ * Tried on the same Zen 5 on 12-07 (ResNet50 batch 1, alternating runs
+ * of 40), none landed:
+ * - a 1x1 layer by pixels that reads the output of the 1x1 layer before
+ *   (a residual block's output and the next block's first 1x1, ten pairs
+ *   in ResNet50) run inside it, chunk by chunk, on the rows the chunk
+ *   had just written, its output over the first layer's input rows (the
+ *   same bits; one team call less a pair): 1.001 and 1.005 of the time
+ *   (10 and 12 runs), the pairs' layers level. Run twice in a row (a
+ *   probe), the second pass over hot inputs and kernel had taken 10%
+ *   less, but the kernel from memory, not the input, was the difference;
+ * - each 4-vector panel packed row by row (its vectors side by side, one
+ *   stream of 256 bytes a row rather than four of 64): 1.007; a chain of
+ *   24 14x14 bottlenecks (48 MB of weights, from memory) 1024 -> 256
+ *   0.272 -> 0.303 ms a layer, 256 -> 1024 0.289 -> 0.300;
+ * - the next panel fetched into L2 as a panel runs (KC_PW_PREFETCH's
+ *   loop) where its kernel has at most 256 (or 128) input channels:
+ *   1.025 (1.019).
+ * What the 1x1 layers did lose to memory there was the TLB: the arena,
+ *   the workspaces and the packed kernels below 2 MiB on small pages
+ *   (base/huge.c). */
 #define KC_PW_MAX_PIXELS 64
 #define KC_PW_MAX_PIXELS_STRIDED 256
 /* A kernel of several taps (kc_pw_taps_geometry), by the output pixels

@@ -93,9 +93,9 @@ static void test_small_and_zeroed_stay_small(void **state)
     free(zeroed);
 }
 
-/* Packed weights: advised, 64-byte aligned, zeroed even where the heap
- * held something before; small ones plain; once freed, their range is
- * advised no more (the chunk unmapped, its last array gone). */
+/* Packed weights from 2 MiB on: 2 MiB aligned, advised, zeroed even
+ * where the heap held something before; small ones plain;
+ * kc_free_weights takes the advice back as kc_mem_free_pages does. */
 static void test_weights_on_huge_pages(void **state)
 {
     (void)state;
@@ -116,9 +116,8 @@ static void test_weights_on_huge_pages(void **state)
     free(dirty);
     float *w = kc_calloc_weights(floats, sizeof(float));
     assert_non_null(w);
-    assert_int_equal((uintptr_t)w % 64, 0);
-    assert_true(has_flag(w, "hg"));
-    assert_true(has_flag(w + floats - 1, "hg"));
+    assert_int_equal((uintptr_t)w % (2 * MIB), 0);
+    assert_true(has_flag(w + MIB, "hg"));
     for (size_t i = 0; i < floats; i += 1021)
         if (w[i] != 0.0f)
             fail_msg("element %zu is %g, not zero", i, w[i]);
@@ -135,17 +134,18 @@ static void test_weights_on_huge_pages(void **state)
     kc_free_weights(NULL);
 }
 
-/* The weights heap: arrays of any size from KC_WHEAP_MIN on side by side
- * in one chunk, each on huge pages without a page of its own; one larger
- * than a chunk in a chunk of its own; a chunk unmapped with its last
- * array; a pointer it did not give left to the old path. */
+/* The weights heap: packed arrays from KC_WHEAP_MIN to 2 MiB side by
+ * side in one chunk, each on huge pages without a page of its own; an
+ * array freed in the middle leaves a hole the next one fills, zeroed;
+ * one larger than a chunk in a chunk of its own; a chunk unmapped with
+ * its last array; a pointer it did not give left to the old path. */
 static void test_weights_heap_side_by_side(void **state)
 {
     (void)state;
     if (!thp_available() || !kc_huge_maps_on())
         skip();
     int chunks = kc_wheap_chunks();
-    size_t sizes[3] = {100 << 10, MIB + 4, 5 * MIB};
+    size_t sizes[3] = {100 << 10, MIB + 4, MIB + MIB / 2};
     unsigned char *a[3];
     for (int i = 0; i < 3; i++) {
         a[i] = kc_calloc_weights(sizes[i], 1);
@@ -160,17 +160,23 @@ static void test_weights_heap_side_by_side(void **state)
     assert_true(a[1] >= a[0] + sizes[0] && a[1] - a[0] < (ptrdiff_t)(sizes[0] + 4096));
     assert_true(a[2] >= a[1] + sizes[1] && a[2] - a[1] < (ptrdiff_t)(sizes[1] + 4096));
     assert_int_equal(kc_wheap_chunks(), chunks + 1);
-    /* the middle one freed: its neighbours keep their bytes */
+    /* the middle one freed: its neighbours keep their bytes, and a
+     * smaller array takes its place, zeroed */
     kc_free_weights(a[1]);
     assert_int_equal(a[0][sizes[0] - 1], 0x10);
     assert_int_equal(a[2][0], 0x12);
     assert_int_equal(kc_wheap_chunks(), chunks + 1);
+    unsigned char *again = kc_calloc_weights(MIB / 2, 1);
+    assert_ptr_equal(again, a[1]);
+    for (size_t j = 0; j < MIB / 2; j += 61)
+        assert_int_equal(again[j], 0);
+    kc_free_weights(again);
     /* larger than a chunk: one of its own */
-    unsigned char *big = kc_calloc_weights(70 * MIB, 1);
+    unsigned char *big = kc_wheap_alloc(70 * MIB);
     assert_non_null(big);
     assert_int_equal(kc_wheap_chunks(), chunks + 2);
     big[70 * MIB - 1] = 1;
-    kc_free_weights(big);
+    assert_int_equal(kc_wheap_free(big), 1);
     assert_int_equal(kc_wheap_chunks(), chunks + 1);
     kc_free_weights(a[0]);
     kc_free_weights(a[2]);
@@ -203,23 +209,24 @@ static void test_huge_alloc(void **state)
     assert_null(kc_huge_alloc(SIZE_MAX - MIB));
 }
 
-/* A thread's workspace from 128 KiB on: huge pages of its own, kept while
- * it is large enough; below, the heap's. */
+/* A thread's workspace from 2 MiB on: a mapping of its own, its whole
+ * huge pages advised, kept while large enough; below, the heap's. */
 static void test_workspace_on_huge_pages(void **state)
 {
     (void)state;
     if (!thp_available() || !kc_huge_maps_on())
         skip();
-    char *big = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, MIB);
+    char *big = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, 3 * MIB);
     assert_non_null(big);
     assert_int_equal((uintptr_t)big % (2 * MIB), 0);
     assert_true(has_flag(big, "hg"));
-    memset(big, 1, 2 * MIB); /* the whole huge page is the slot's */
+    memset(big, 1, 3 * MIB);
     assert_ptr_equal(kc_dnnl_workspace(KC_DNNL_SLOT_SRC, 2 * MIB), big);
-    char *grown = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, 3 * MIB);
+    char *grown = kc_dnnl_workspace(KC_DNNL_SLOT_SRC, 5 * MIB);
     assert_non_null(grown);
     assert_true(has_flag(grown + 2 * MIB, "hg"));
-    char *small = kc_dnnl_workspace(KC_DNNL_SLOT_DST, 4096);
+    memset(grown, 2, 5 * MIB);
+    char *small = kc_dnnl_workspace(KC_DNNL_SLOT_DST, MIB);
     assert_non_null(small);
     assert_false(has_flag(small, "hg"));
 }
