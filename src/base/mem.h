@@ -14,7 +14,7 @@
  * the session's arena and the threads' workspaces base/huge.h's. */
 void *kc_calloc(size_t count, size_t size);
 /* kc_calloc for a kernel's packed weights (written whole at build, read
- * on every run for the session's life): from KC_WHEAP_MIN (64 KiB) to 2
+ * on every run for the session's life): from KC_WHEAP_MIN (1 MiB) to 2
  * MiB in the weights heap (base/huge.h: side by side in chunks of
  * transparent huge pages, 64-byte aligned, zeroed), from 2 MiB on 2 MiB
  * aligned and advised onto huge pages as kc_alloc_array's (its tail on

@@ -385,8 +385,9 @@ kc_status kc_dnnl_pack(const dnnl_memory_desc_t *w_md, const dnnl_memory_desc_t 
                        const float *w, void *spare, size_t spare_bytes, float **packed)
 {
     size_t bytes = dnnl_memory_desc_get_size(to_md);
-    /* On huge pages from 64 KiB on, in the weights heap (kc_calloc_weights,
-     * whose comment has the measurements). An earlier one had InceptionV3 at batch 8 20-30%
+    /* On huge pages from 1 MiB on (from 2 MiB each on its own, below in
+     * the weights heap: kc_calloc_weights, whose comment has the
+     * measurements). An earlier one had InceptionV3 at batch 8 20-30%
      * slower so (24.7-25.3 against 28.0-34.7 ms an image); on 12-05 it was
      * level (0.997-0.999 in two sets of alternating pairs). */
     float *buf = kc_calloc_weights(bytes / sizeof(float) + 1, sizeof(float));

@@ -145,7 +145,7 @@ static void test_weights_heap_side_by_side(void **state)
     if (!thp_available() || !kc_huge_maps_on())
         skip();
     int chunks = kc_wheap_chunks();
-    size_t sizes[3] = {100 << 10, MIB + 4, MIB + MIB / 2};
+    size_t sizes[3] = {MIB, MIB + 4, MIB + MIB / 2};
     unsigned char *a[3];
     for (int i = 0; i < 3; i++) {
         a[i] = kc_calloc_weights(sizes[i], 1);
@@ -166,9 +166,9 @@ static void test_weights_heap_side_by_side(void **state)
     assert_int_equal(a[0][sizes[0] - 1], 0x10);
     assert_int_equal(a[2][0], 0x12);
     assert_int_equal(kc_wheap_chunks(), chunks + 1);
-    unsigned char *again = kc_calloc_weights(MIB / 2, 1);
+    unsigned char *again = kc_calloc_weights(MIB, 1);
     assert_ptr_equal(again, a[1]);
-    for (size_t j = 0; j < MIB / 2; j += 61)
+    for (size_t j = 0; j < MIB; j += 61)
         assert_int_equal(again[j], 0);
     kc_free_weights(again);
     /* larger than a chunk: one of its own */
