@@ -36,13 +36,13 @@
 
 #include <pthread.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/env.h"
 #include "base/error.h"
+#include "base/mem.h"
 
 int kc_huge_pages_on(void)
 {
@@ -65,6 +65,22 @@ int kc_huge_maps_on(void)
 #else
     return kc_huge_pages_on();
 #endif
+}
+
+/* The huge pages wholly inside [p, p + bytes): [*lo, *hi), empty where
+ * *hi <= *lo. */
+static void kc_huge_inside(const void *p, size_t bytes, uintptr_t *lo, uintptr_t *hi)
+{
+    *lo = ((uintptr_t)p + KC_HUGE_PAGE_BYTES - 1) & ~(uintptr_t)(KC_HUGE_PAGE_BYTES - 1);
+    *hi = ((uintptr_t)p + bytes) & ~(uintptr_t)(KC_HUGE_PAGE_BYTES - 1);
+}
+
+void kc_huge_advise(void *p, size_t bytes)
+{
+    uintptr_t lo, hi;
+    kc_huge_inside(p, bytes, &lo, &hi);
+    if (kc_huge_pages_on() && hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* a hint: ignored where unsupported */
 }
 
 /* bytes rounded up to a multiple of `to` (a power of two); 0 on overflow. */
@@ -99,9 +115,7 @@ void *kc_huge_alloc(size_t bytes)
      * come resident whole at its first touch (a huge page is faulted in
      * at once), so what lies past the last whole page stays on small
      * pages, resident as touched */
-    size_t advised = bytes & ~(KC_HUGE_PAGE_BYTES - 1);
-    if (kc_huge_pages_on() && advised)
-        (void)madvise((void *)at, advised, MADV_HUGEPAGE); /* a hint: ignored where unsupported */
+    kc_huge_advise((void *)at, bytes);
     return (void *)at;
 }
 
@@ -140,7 +154,8 @@ typedef struct kc_wheap_hole {
 static kc_wheap_chunk kc_wheap[KC_WHEAP_MAX_CHUNKS];
 static int kc_wheap_n;
 static kc_wheap_hole *kc_holes; /* by address, no two adjacent in one chunk */
-static int kc_n_holes, kc_cap_holes;
+static int kc_n_holes;
+static size_t kc_cap_holes;
 static pthread_mutex_t kc_wheap_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t kc_wheap_once = PTHREAD_ONCE_INIT;
 
@@ -186,9 +201,8 @@ static int kc_wheap_room(size_t need)
  * never does (a packing's zero padding), for nothing. */
 static void kc_wheap_zero(char *at, size_t need, const char *end)
 {
-    uintptr_t a = (uintptr_t)at, stop = a + need;
-    uintptr_t first_whole = (a + KC_HUGE_PAGE_BYTES - 1) & ~(uintptr_t)(KC_HUGE_PAGE_BYTES - 1);
-    uintptr_t last_whole = (uintptr_t)end & ~(uintptr_t)(KC_HUGE_PAGE_BYTES - 1);
+    uintptr_t a = (uintptr_t)at, stop = a + need, first_whole, last_whole;
+    kc_huge_inside(at, (size_t)(end - at), &first_whole, &last_whole);
     if (first_whole >= last_whole) { /* no whole page inside the hole */
         memset(at, 0, need);
         return;
@@ -251,8 +265,8 @@ void *kc_wheap_alloc(size_t bytes)
  * again or the chunk empties. */
 static void kc_wheap_give_back(char *p, size_t bytes)
 {
-    uintptr_t lo = ((uintptr_t)p + KC_HUGE_PAGE_BYTES - 1) & ~(uintptr_t)(KC_HUGE_PAGE_BYTES - 1);
-    uintptr_t hi = ((uintptr_t)p + bytes) & ~(uintptr_t)(KC_HUGE_PAGE_BYTES - 1);
+    uintptr_t lo, hi;
+    kc_huge_inside(p, bytes, &lo, &hi);
     if (hi > lo)
         (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
@@ -283,14 +297,9 @@ static void kc_wheap_hole_add(int c, char *at, size_t size)
         ch->used = (size_t)(at - ch->base);
         return;
     }
-    if (kc_n_holes == kc_cap_holes) {
-        int cap = kc_cap_holes ? 2 * kc_cap_holes : 64;
-        kc_wheap_hole *grown = realloc(kc_holes, (size_t)cap * sizeof *grown);
-        if (!grown)
-            return;
-        kc_holes = grown;
-        kc_cap_holes = cap;
-    }
+    if (kc_grow((void **)&kc_holes, &kc_cap_holes, (size_t)kc_n_holes + 1, sizeof *kc_holes) !=
+        KC_OK)
+        return;
     memmove(&kc_holes[h + 1], &kc_holes[h], (size_t)(kc_n_holes - h) * sizeof *kc_holes);
     kc_holes[h] = (kc_wheap_hole){at, size, c};
     kc_n_holes++;

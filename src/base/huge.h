@@ -19,6 +19,11 @@ int kc_huge_pages_on(void);
  * of a packed kernel or of the arena must still be caught there). */
 int kc_huge_maps_on(void);
 
+/* madvise(MADV_HUGEPAGE) on the huge pages wholly inside [p, p + bytes)
+ * (where kc_huge_pages_on): pages around them stay small, so the hint
+ * never makes memory resident that the buffer does not use. */
+void kc_huge_advise(void *p, size_t bytes);
+
 /* bytes mapped on their own, 2 MiB aligned, zeroed, the whole huge
  * pages inside them advised onto huge pages (where kc_huge_pages_on), the
  * rest of the last one on small pages (resident as touched, not whole);

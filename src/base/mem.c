@@ -13,32 +13,20 @@
 #include "error.h"
 
 /* A transparent huge page, and the size from which an array takes them. */
-#define KC_HUGE_PAGE ((size_t)2 << 20)
 #define KC_SMALL_PAGE ((size_t)4096)
-
-/* madvise(MADV_HUGEPAGE) on the 2 MiB pages wholly inside [p, p+bytes):
- * pages around them stay small, so the hint never makes memory resident
- * that the buffer does not use. */
-static void kc_mem_advise_huge(void *p, size_t bytes)
-{
-    uintptr_t lo = ((uintptr_t)p + KC_HUGE_PAGE - 1) & ~(uintptr_t)(KC_HUGE_PAGE - 1);
-    uintptr_t hi = ((uintptr_t)p + bytes) & ~(uintptr_t)(KC_HUGE_PAGE - 1);
-    if (kc_huge_pages_on() && hi > lo)
-        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* a hint: ignored where unsupported */
-}
 
 /* bytes (at least 1), 64-byte aligned, or NULL; free() frees it. From 2
  * MiB on, page-aligned (whole pages, which an owner may drop), 2 MiB
  * aligned and advised onto transparent huge pages (mem.h, kc_alloc_array). */
 static void *kc_alloc_aligned(size_t bytes)
 {
-    int big = bytes >= KC_HUGE_PAGE, huge = big && kc_huge_pages_on();
-    size_t align = huge ? KC_HUGE_PAGE : big ? KC_SMALL_PAGE : 64;
+    int big = bytes >= KC_HUGE_PAGE_BYTES, huge = big && kc_huge_pages_on();
+    size_t align = huge ? KC_HUGE_PAGE_BYTES : big ? KC_SMALL_PAGE : 64;
     void *p = NULL;
     if (posix_memalign(&p, align, bytes ? bytes : 1))
         return NULL;
     if (huge)
-        kc_mem_advise_huge(p, bytes);
+        kc_huge_advise(p, bytes);
     return p;
 }
 
@@ -74,7 +62,7 @@ void *kc_calloc_weights(size_t count, size_t size)
     size_t bytes = kc_array_bytes(count, size);
     if (!bytes || bytes < KC_WHEAP_MIN || !kc_huge_maps_on())
         return bytes ? kc_calloc(count, size) : NULL;
-    if (bytes < KC_HUGE_PAGE)
+    if (bytes < KC_HUGE_PAGE_BYTES)
         return kc_wheap_alloc(bytes); /* zeroed, side by side on huge pages (huge.c) */
     /* from 2 MiB on, huge pages of its own, its tail on small ones: in the
      * weights heap, the whole pages under a kernel's untouched padding
@@ -140,7 +128,7 @@ void kc_mem_free_pages(void *p, size_t bytes)
         /* A huge-page array (kc_alloc_array) carved from the heap leaves
          * its range advised: whatever small blocks come there next would
          * fault in 2 MiB at a time. */
-        if (hi - lo >= KC_HUGE_PAGE)
+        if (hi - lo >= KC_HUGE_PAGE_BYTES)
             (void)madvise((void *)lo, hi - lo, MADV_NOHUGEPAGE);
     }
     free(p);
