@@ -419,26 +419,39 @@ static kc_wino2d_lines kc_wf_fetch_share(const kc_wf_state *st, const kc_wf_piec
 }
 
 /* The block's transformed inputs (io->v: [36 points][tiles][c]) into
- * vf as kc_wino_simd's fused4 reads them, [6 rows i][c][6 columns
- * j][tiles]: a channel's 6 x tiles of a row side by side, one pointer
- * for all of them (read at 6 x tiles offsets from the io->v rows, they
- * took as many pointers, which the compiler kept on the stack). */
+ * vf as kc_wino_simd's fused4 reads them, [6 rows i][c / 16 blocks][6
+ * columns j][tiles][16 channels, a run every KC_WINO_FUSED_RUN floats]:
+ * a block of 16 channels' 6 x tiles points of a row side by side, so
+ * that fused4 reads a channel's at constant offsets from one pointer
+ * (read at 6 x tiles offsets from the io->v rows, they took as many
+ * pointers, which the compiler kept on the stack), and this copy moves
+ * whole runs of 16 channels. Channel by channel ([6 rows][c][6][tiles],
+ * 24 floats a channel, copied one float at a time) it took 28 us of each
+ * thread's ~0.43 ms in ResNet50's 7x7 512 -> 512 layers at batch 1; by
+ * runs 10-11 us (the Zen 5 of bench/results, 12-07, means over 300
+ * layers; the run level within the noise: 0.997 over 10 alternating
+ * pairs). The same values in the same order: the same bits. Floats past
+ * c in a run are zeros (never read). */
 static void kc_wf_fused_inputs(const kc_wf_state *st, const kc_wf_io *io, float *vf)
 {
-    int64_t ldv = kc_wino2d_ld(io->n * st->c), n = io->n, c = st->c;
+    int64_t ldv = kc_wino2d_ld(io->n * st->c), n = io->n, c = st->c, blocks = (c + 15) / 16;
     for (int i = 0; i < 6; i++)
-        for (int64_t ci = 0; ci < c; ci++) {
-            float *to = vf + (i * c + ci) * 6 * n;
+        for (int64_t cb = 0; cb < blocks; cb++) {
+            float *to = vf + (i * blocks + cb) * 6 * n * KC_WINO_FUSED_RUN;
+            int64_t lanes = c - cb * 16 < 16 ? c - cb * 16 : 16;
             for (int j = 0; j < 6; j++)
-                for (int64_t t = 0; t < n; t++)
-                    to[j * n + t] = io->v[(i * 6 + j) * ldv + t * c + ci];
+                for (int64_t t = 0; t < n; t++, to += KC_WINO_FUSED_RUN) {
+                    memcpy(to, io->v + (i * 6 + j) * ldv + t * c + cb * 16,
+                           (size_t)lanes * sizeof(float));
+                    memset(to + lanes, 0, (size_t)(KC_WINO_FUSED_RUN - lanes) * sizeof(float));
+                }
         }
 }
 
 /* Floats of kc_wf_fused_inputs's layout. */
 static size_t kc_wf_fused_floats(const kc_wf_state *st, int64_t tiles)
 {
-    return (size_t)(36 * tiles * st->c);
+    return (size_t)(36 * tiles * ((st->c + 15) / 16) * KC_WINO_FUSED_RUN);
 }
 
 /* Output vectors v0 .. v0+nv-1 over the block's (at most four) tiles,
