@@ -458,7 +458,17 @@ static size_t kc_wf_fused_floats(const kc_wf_state *st, int64_t tiles)
  * one vector at a time, with the kernel transformed inside the products
  * (kc_wino_simd's fused4) from the transformed inputs in vf
  * (kc_wf_fused_inputs), then its output transform; the next vector's
- * kernel (the one after v0+nv-1: `then`) fetched into L2 meanwhile. */
+ * kernel (the one after v0+nv-1: `then`) fetched into L2 meanwhile.
+ * Measured apart on 12-07 (the Zen 5 of bench/results, fused4 on 4
+ * tiles of 512 channels, 16 vectors a thread): 14.4-15.0 us a vector on
+ * one thread with its kernel in cache; streamed on two threads, each its
+ * own vectors, 18-21 us with this fetch and 31-36 without. Not better:
+ * fetching two or three vectors ahead (18-28, by the machine's phase),
+ * the next vector's lines all issued in the first half or third of the
+ * loop (19.5-21 against 18-18.5); in ResNet50 (batch 1, 12 alternating
+ * `--stats` pairs) the part's first vector fetched before its input
+ * transform: its three 7x7 layers 1.010 of the time, the run 0.995. In
+ * the network a vector took 22-26 us there (means over 300 layers). */
 static void kc_wf_fused(const kc_wf_state *st, const kc_wf_io *io, int64_t v0, int nv,
                         const float *vf, float *mt, kc_wf_piece then)
 {
