@@ -8,11 +8,10 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "huge.h"
-#include "env.h"
 #include "error.h"
+#include "huge.h"
 
-/* A transparent huge page, and the size from which an array takes them. */
+/* A small page: big arrays on the heap are aligned to it. */
 #define KC_SMALL_PAGE ((size_t)4096)
 
 /* bytes (at least 1), 64-byte aligned, or NULL; free() frees it. From 2

@@ -434,7 +434,7 @@ static kc_wino2d_lines kc_wf_fetch_share(const kc_wf_state *st, const kc_wf_piec
  * c in a run are zeros (never read). */
 static void kc_wf_fused_inputs(const kc_wf_state *st, const kc_wf_io *io, float *vf)
 {
-    int64_t ldv = kc_wino2d_ld(io->n * st->c), n = io->n, c = st->c, blocks = (c + 15) / 16;
+    int64_t ldv = kc_wino2d_ld(io->n * st->c), n = io->n, c = st->c, blocks = kc_wino_fused_blocks(c);
     for (int i = 0; i < 6; i++)
         for (int64_t cb = 0; cb < blocks; cb++) {
             float *to = vf + (i * blocks + cb) * 6 * n * KC_WINO_FUSED_RUN;
@@ -451,7 +451,7 @@ static void kc_wf_fused_inputs(const kc_wf_state *st, const kc_wf_io *io, float 
 /* Floats of kc_wf_fused_inputs's layout. */
 static size_t kc_wf_fused_floats(const kc_wf_state *st, int64_t tiles)
 {
-    return (size_t)(36 * tiles * ((st->c + 15) / 16) * KC_WINO_FUSED_RUN);
+    return (size_t)(36 * tiles * kc_wino_fused_blocks(st->c) * KC_WINO_FUSED_RUN);
 }
 
 /* Output vectors v0 .. v0+nv-1 over the block's (at most four) tiles,

@@ -138,6 +138,9 @@ static inline int64_t kc_wino2d_ld(int64_t floats) { return floats + 16; }
  * kernel in cache, one thread, the Zen 5 of bench/results) took 15.1-15.3
  * us a vector against 14.7-15.0 (17, 18 level; 20, 24 between). */
 #define KC_WINO_FUSED_RUN 17
+/* The runs of 16 channels a row of fused4's transformed inputs holds for
+ * c channels (the last one padded with zeros). */
+static inline int64_t kc_wino_fused_blocks(int64_t c) { return (c + 15) / 16; }
 
 typedef struct kc_wino_simd {
     const char *name; /* "avx512", "avx2" */
