@@ -457,12 +457,15 @@ static size_t kc_wf_fused_floats(const kc_wf_state *st, int64_t tiles)
 /* Output vectors v0 .. v0+nv-1 over the block's (at most four) tiles,
  * one vector at a time, with the kernel transformed inside the products
  * (kc_wino_simd's fused4) from the transformed inputs in vf
- * (kc_wf_fused_inputs), then its output transform; the next vector's
- * kernel (the one after v0+nv-1: `then`) fetched into L2 meanwhile.
+ * (kc_wf_fused_inputs), then its output transform; each pass of its
+ * channels fetches the next pass's taps into L2, the last one the next
+ * vector's first (after v0+nv-1: `then`'s).
  * Measured apart on 12-07 (the Zen 5 of bench/results, fused4 on 4
  * tiles of 512 channels, 16 vectors a thread): 14.4-15.0 us a vector on
  * one thread with its kernel in cache; streamed on two threads, each its
- * own vectors, 18-21 us with this fetch and 31-36 without. Not better:
+ * own vectors, 18-21 us with the next vector fetched ahead and 31-36
+ * without (since 12-07 the fetch runs a pass of 32 channels ahead instead,
+ * level with the kernel in cache: wino_simd.inc's kc_ws_fused). Not better:
  * fetching two or three vectors ahead (18-28, by the machine's phase),
  * the next vector's lines all issued in the first half or third of the
  * loop (19.5-21 against 18-18.5); in ResNet50 (batch 1, 12 alternating
