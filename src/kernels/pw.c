@@ -232,7 +232,18 @@
  *   0.272 -> 0.303 ms a layer, 256 -> 1024 0.289 -> 0.300;
  * - the next panel fetched into L2 as a panel runs (KC_PW_PREFETCH's
  *   loop) where its kernel has at most 256 (or 128) input channels:
- *   1.025 (1.019).
+ *   1.025 (1.019);
+ * - later on 12-07 (after wino_simd.inc's fused F(4x4) gained from
+ *   fetching a pass ahead): by vectors, the next panel fetched a line a
+ *   step in the blocks after the panel's first (each of them a share,
+ *   no counters in the loop): ResNet50's nine 7x7 1x1 layers 2.54-2.90
+ *   against 2.55-2.76 ms a run (8 alternating runs), level; by pixels,
+ *   a chunk's residual rows (at most 512 KB) read in address order
+ *   before its panels (kernels/touch.c): the 14x14 256 -> 1024 layers
+ *   1.53-1.61 against 1.52-1.63 ms, level; blocks of 7 pixels x 4
+ *   vectors need 33 vector registers (GCC kept an accumulator on the
+ *   stack), not timed. Apart, this file's 6 x 4 loop reaches 208-212
+ *   GFLOP/s of the core's ~225 with its data in L1.
  * What the 1x1 layers did lose to memory there was the TLB: the arena,
  *   the workspaces and the packed kernels below 2 MiB on small pages
  *   (base/huge.c). */
