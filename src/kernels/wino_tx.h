@@ -96,6 +96,17 @@ static inline int64_t kc_wino2d_ld(int64_t floats) { return floats + 16; }
  * pieces, wino.c's groups). */
 #define KC_WINO2D_NV 3
 
+/* fused4's transformed inputs: a run of 16 channels of one point and
+ * tile every KC_WINO_FUSED_RUN floats (wino_fly.c's kc_wf_fused_inputs).
+ * 17 rather than 16: with runs 64 bytes apart, a channel's 24 values sat
+ * at one offset in 24 cache lines, and fused4 (4 tiles, 512 channels, its
+ * kernel in cache, one thread, the Zen 5 of bench/results) took 15.1-15.3
+ * us a vector against 14.7-15.0 (17, 18 level; 20, 24 between). */
+#define KC_WINO_FUSED_RUN 17
+/* The runs of 16 channels a row of fused4's transformed inputs holds for
+ * c channels (the last one padded with zeros). */
+static inline int64_t kc_wino_fused_blocks(int64_t c) { return (c + 15) / 16; }
+
 /* The Winograd kernels' vector code (wino_simd.inc), one table per
  * instruction set; kc_wino_simd_pick gives the CPU's. Layouts are the
  * same for all (vectors of 16 channels), so a state built with one runs
@@ -129,19 +140,10 @@ static inline int64_t kc_wino2d_ld(int64_t floats) { return floats + 16; }
  * vector (w: its [c][9 taps][16]) over at most 4 tiles, the kernel
  * transformed in registers as they run: m[p * ldm + t * 16] = sum over ci
  * of x[p][t][ci] (g · w[ci] · g')[p], x the transformed inputs in vf as
- * wino_fly.c's kc_wf_fused_inputs lays them out (KC_WINO_FUSED_RUN); the same bits as kernel2d then
- * product; the lines of pf fetched into L2 along the way. */
-/* fused4's transformed inputs: a run of 16 channels of one point and
- * tile every KC_WINO_FUSED_RUN floats (wino_fly.c's kc_wf_fused_inputs).
- * 17 rather than 16: with runs 64 bytes apart, a channel's 24 values sat
- * at one offset in 24 cache lines, and fused4 (4 tiles, 512 channels, its
- * kernel in cache, one thread, the Zen 5 of bench/results) took 15.1-15.3
- * us a vector against 14.7-15.0 (17, 18 level; 20, 24 between). */
-#define KC_WINO_FUSED_RUN 17
-/* The runs of 16 channels a row of fused4's transformed inputs holds for
- * c channels (the last one padded with zeros). */
-static inline int64_t kc_wino_fused_blocks(int64_t c) { return (c + 15) / 16; }
-
+ * wino_fly.c's kc_wf_fused_inputs lays them out (KC_WINO_FUSED_RUN); the
+ * same bits as kernel2d then product; each pass over its channels fetches
+ * the next pass's taps into L2, the last one the first of pf's (the next
+ * vector's, pf_lines lines; NULL: none). */
 typedef struct kc_wino_simd {
     const char *name; /* "avx512", "avx2" */
     void (*in1d)(int alpha, const float *bt, int64_t c_all, const float *const *d, float *v,
