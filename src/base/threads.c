@@ -122,13 +122,54 @@ static int kc_in_team(void) { return kc_pool_index() >= 0 || omp_in_parallel(); 
 
 int kc_parallel_width(void) { return kc_in_team() ? 1 : kc_threads_max(); }
 
-void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg)
+/* Thread time the calling thread's teams spent waiting at their joins
+ * (kc_parallel_idle_watch), and whether its calls measure it. */
+static _Thread_local double kc_idle_seconds;
+static _Thread_local int kc_idle_watching;
+
+double kc_parallel_idle_watch(void)
 {
-    if (n <= 1 || kc_in_team()) {
-        for (int i = 0; i < (n < 1 ? 1 : n); i++)
-            fn(arg, i);
-        return;
-    }
+    kc_idle_watching = 1;
+    return kc_idle_seconds;
+}
+
+/* Indexes of a measured call at most (more: not measured). */
+#define KC_IDLE_MAX 64
+
+/* When each index of a measured call returned. */
+typedef struct kc_idle_stamps {
+    double end[KC_IDLE_MAX];
+    int n;
+} kc_idle_stamps;
+
+/* What the indexes that returned before the last waited, added to the
+ * calling thread's idle time. */
+static void kc_idle_add(const kc_idle_stamps *stamps)
+{
+    double last = stamps->end[0], waited = 0;
+    for (int i = 1; i < stamps->n; i++)
+        last = stamps->end[i] > last ? stamps->end[i] : last;
+    for (int i = 0; i < stamps->n; i++)
+        waited += last - stamps->end[i];
+    kc_idle_seconds += waited;
+}
+
+typedef struct kc_idle_job {
+    void (*fn)(void *arg, int index);
+    void *arg;
+    kc_idle_stamps stamps;
+} kc_idle_job;
+
+static void kc_idle_body(void *data, int index)
+{
+    kc_idle_job *job = data;
+    job->fn(job->arg, index);
+    job->stamps.end[index] = kc_now();
+}
+
+/* fn on a team of n, no measuring. */
+static void kc_parallel_team(int n, void (*fn)(void *arg, int index), void *arg)
+{
     if (kc_pool_run(n, fn, arg))
         return;
     /* What `#pragma omp parallel num_threads(n)` compiles to, called
@@ -136,6 +177,22 @@ void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg)
     kc_parallel_job job = {fn, arg, n};
     kc_pool_team_note();
     GOMP_parallel(kc_parallel_body, &job, (unsigned)n, 0);
+}
+
+void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg)
+{
+    if (n <= 1 || kc_in_team()) {
+        for (int i = 0; i < (n < 1 ? 1 : n); i++)
+            fn(arg, i);
+        return;
+    }
+    if (!kc_idle_watching || n > KC_IDLE_MAX) {
+        kc_parallel_team(n, fn, arg);
+        return;
+    }
+    kc_idle_job job = {fn, arg, {.n = n}};
+    kc_parallel_team(n, kc_idle_body, &job);
+    kc_idle_add(&job.stamps);
 }
 
 typedef struct kc_range_job {
@@ -195,7 +252,16 @@ void kc_parallel_timed(int n, void (*fn)(void *arg, int index), void *arg, doubl
 typedef struct kc_two_job {
     kc_timed_job first, second;
     int n;
+    kc_idle_stamps *stamps; /* measured (kc_parallel_idle_watch): each pass's, else NULL */
 } kc_two_job;
+
+/* Index i's pass (0 first, 1 second), its end stamped where measured. */
+static void kc_two_pass(kc_two_job *job, int pass, int i)
+{
+    kc_timed_body(pass ? &job->second : &job->first, i);
+    if (job->stamps)
+        job->stamps[pass].end[i] = kc_now();
+}
 
 /* As kc_parallel_body, each pass over the thread's indexes; every thread
  * of the team reaches the barrier once, whatever its share. */
@@ -204,10 +270,10 @@ static void kc_two_body(void *data)
     kc_two_job *job = data;
     int team = omp_get_num_threads();
     for (int i = omp_get_thread_num(); i < job->n; i += team)
-        kc_timed_body(&job->first, i);
+        kc_two_pass(job, 0, i);
     GOMP_barrier();
     for (int i = omp_get_thread_num(); i < job->n; i += team)
-        kc_timed_body(&job->second, i);
+        kc_two_pass(job, 1, i);
 }
 
 /* kc_two_body on kerasc's pool: index i's two passes, the pool's barrier
@@ -215,9 +281,9 @@ static void kc_two_body(void *data)
 static void kc_two_pool_body(void *data, int i)
 {
     kc_two_job *job = data;
-    kc_timed_body(&job->first, i);
+    kc_two_pass(job, 0, i);
     kc_pool_barrier();
-    kc_timed_body(&job->second, i);
+    kc_two_pass(job, 1, i);
 }
 
 /* Why: MobileNetV2's blocks cut by channels (a pass of partial sums) and
@@ -227,7 +293,8 @@ void kc_parallel_two(int n, void (*first)(void *arg, int index),
                      void (*second)(void *arg, int index), void *arg, double *first_seconds,
                      double *second_seconds)
 {
-    kc_two_job job = {{first, arg, first_seconds}, {second, arg, second_seconds}, n < 1 ? 1 : n};
+    kc_two_job job = {
+        {first, arg, first_seconds}, {second, arg, second_seconds}, n < 1 ? 1 : n, NULL};
     if (n <= 1 || kc_in_team()) {
         for (int i = 0; i < job.n; i++)
             kc_timed_body(&job.first, i);
@@ -235,8 +302,15 @@ void kc_parallel_two(int n, void (*first)(void *arg, int index),
             kc_timed_body(&job.second, i);
         return;
     }
-    if (kc_pool_run(n, kc_two_pool_body, &job))
-        return;
-    kc_pool_team_note();
-    GOMP_parallel(kc_two_body, &job, (unsigned)n, 0);
+    kc_idle_stamps stamps[2] = {{.n = n}, {.n = n}};
+    if (kc_idle_watching && n <= KC_IDLE_MAX)
+        job.stamps = stamps; /* the wait at the barrier and at the join */
+    if (!kc_pool_run(n, kc_two_pool_body, &job)) {
+        kc_pool_team_note();
+        GOMP_parallel(kc_two_body, &job, (unsigned)n, 0);
+    }
+    if (job.stamps) {
+        kc_idle_add(&stamps[0]);
+        kc_idle_add(&stamps[1]);
+    }
 }

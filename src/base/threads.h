@@ -29,6 +29,16 @@ int kc_threads_cpus(void);
  * libgomp would allocate a nested team of one on every call. */
 void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg);
 
+/* The thread time the calling thread's teams (kc_parallel, _timed, _two)
+ * have spent waiting at their joins and barriers so far, in seconds: at
+ * each, the sum over the team's indexes of how long before the last one
+ * each returned (what a perfect cut would have saved, times the
+ * threads). From the first call on, this thread's teams measure it (two
+ * clock reads an index: `kerasc bench --stats`, runtime/profile.c);
+ * before it, and on other threads, they do not. Teams of over 64
+ * indexes are not measured; nor are oneDNN's own OpenMP regions. */
+double kc_parallel_idle_watch(void);
+
 /* kc_parallel, adding to seconds[i] the time index i took on its thread
  * (what kc_balance cuts by). */
 void kc_parallel_timed(int n, void (*fn)(void *arg, int index), void *arg, double *seconds);

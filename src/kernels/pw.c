@@ -187,6 +187,15 @@
  * as long as the 1280-channel chunks also 1.02x, so the cost was the
  * passes' bookkeeping, and nothing was won back: the hardware's fetch
  * already keeps the first block fed).
+ * Tried on the same Zen 5 on 12-07 (ResNet50 batch 1): the two parts by
+ * pixels meeting where they meet, part 0 from the front and part 1 from
+ * the back of one shared range (each first 80% of its cut's share in
+ * chunks, then pieces of a quarter of what is left, at least 12 or 24
+ * pixels): the threads' idle time at the layers' joins (`--stats`' idle
+ * ms) 0.95 -> 0.63 ms a run, but the 1x1 layers level, 8.96-9.15 ms a
+ * run against 8.97-9.30 (eight alternating runs): the small pieces'
+ * extra passes over the kernel cost what the evener ends saved. Without
+ * the first 80% (every piece a quarter of what is left) level or slower.
  * Tried on the same Zen 5 on 12-06 night (alternating runs), none landed:
  * - by pixels, outputs of over 4 MB without a residual sum written with
  *   non-temporal stores (no read of the line before its write): a chain

@@ -521,7 +521,12 @@ static void kc_wf_vectors(const kc_wf_state *st, const kc_wf_io *io, int64_t v0,
  * the back of the other's run. ResNet50 batch 1, its three 7x7 layers
  * (the Zen 5 of bench/results, 12-07, pool probe, three alternating runs
  * of 100): the parts' ends 79-106 -> 42-55 us apart in all, the layers
- * 1.37-1.44 -> 1.31-1.34 ms. */
+ * 1.37-1.44 -> 1.31-1.34 ms. Through the pieces, narrower pieces would
+ * cut finer (each part's 8 vectors of a 14x14 256 -> 256 layer run as
+ * 3, 3, 2, ~50 us a vector, and the parts' ends there are 55-80 us
+ * apart, `--stats`' idle ms), but cost more than that: ResNet50 batch 1,
+ * its six such layers, pieces of at most 2 vectors 3.19-3.79 ms against
+ * 2.86-3.28, of 1 4.80 against 3.17 (12-07, alternating runs). */
 static int kc_wf_piece_most(const kc_wf_state *st)
 {
     return st->fused ? 1 : KC_WF_NV;

@@ -10,6 +10,7 @@
 
 #include "base/clock.h"
 #include "base/mem.h"
+#include "base/threads.h"
 
 /* Runs on a new plan not counted. The first builds the kernels and packs
  * the weights. The second still pays once for some oneDNN primitives:
@@ -22,6 +23,8 @@
 struct kc_profile {
     double *node_s; /* seconds summed over the counted runs, per node */
     double *run_s;  /* this run's, per node */
+    double *node_idle_s, *run_idle_s; /* the same, of thread time idle at the node's joins */
+    double idle_mark; /* the calling thread's idle time at the node's start (kc_profile_clock) */
     int n_nodes;
     int64_t runs;
     int warm_left;  /* warm-up runs still to come on this plan */
@@ -39,7 +42,9 @@ kc_profile *kc_profile_new(int n_nodes)
         return NULL;
     p->node_s = kc_calloc((size_t)n_nodes + 1, sizeof *p->node_s);
     p->run_s = kc_calloc((size_t)n_nodes + 1, sizeof *p->run_s);
-    if (!p->node_s || !p->run_s) {
+    p->node_idle_s = kc_calloc((size_t)n_nodes + 1, sizeof *p->node_idle_s);
+    p->run_idle_s = kc_calloc((size_t)n_nodes + 1, sizeof *p->run_idle_s);
+    if (!p->node_s || !p->run_s || !p->node_idle_s || !p->run_idle_s) {
         kc_profile_free(p);
         return NULL;
     }
@@ -54,6 +59,8 @@ void kc_profile_free(kc_profile *p)
         return;
     free(p->node_s);
     free(p->run_s);
+    free(p->node_idle_s);
+    free(p->run_idle_s);
     free(p->text);
     free(p);
 }
@@ -71,19 +78,30 @@ void kc_profile_run_done(kc_profile *p)
     int warming = p->warm_left > 0, replace = warming || p->warm_only;
     for (int i = 0; i < p->n_nodes; i++) {
         p->node_s[i] = replace ? p->run_s[i] : p->node_s[i] + p->run_s[i];
+        p->node_idle_s[i] = replace ? p->run_idle_s[i] : p->node_idle_s[i] + p->run_idle_s[i];
         p->run_s[i] = 0;
+        p->run_idle_s[i] = 0;
     }
     p->warm_only = warming;
     p->runs += !warming;
     p->warm_left -= warming;
 }
 
-double kc_profile_clock(const kc_profile *p) { return p ? kc_now() : 0; }
+double kc_profile_clock(kc_profile *p)
+{
+    if (!p)
+        return 0;
+    p->idle_mark = kc_parallel_idle_watch();
+    return kc_now();
+}
 
 void kc_profile_since(kc_profile *p, int node, double start)
 {
-    if (p)
-        kc_profile_add(p, node, kc_now() - start);
+    if (!p)
+        return;
+    kc_profile_add(p, node, kc_now() - start);
+    if (node >= 0 && node < p->n_nodes)
+        p->run_idle_s[node] += kc_parallel_idle_watch() - p->idle_mark;
 }
 
 void kc_profile_new_plan(kc_profile *p, int lanes, int64_t lane_images)
@@ -92,6 +110,8 @@ void kc_profile_new_plan(kc_profile *p, int lanes, int64_t lane_images)
     p->lane_images = lane_images;
     memset(p->node_s, 0, (size_t)p->n_nodes * sizeof *p->node_s);
     memset(p->run_s, 0, (size_t)p->n_nodes * sizeof *p->run_s);
+    memset(p->node_idle_s, 0, (size_t)p->n_nodes * sizeof *p->node_idle_s);
+    memset(p->run_idle_s, 0, (size_t)p->n_nodes * sizeof *p->run_idle_s);
     p->runs = 0;
     p->warm_left = KC_PROFILE_WARMUP_RUNS;
     p->warm_only = 0;
@@ -138,9 +158,11 @@ const char *kc_profile_report(kc_profile *p, const kc_graph *g)
     p->len = 0;
     if (p->text)
         p->text[0] = 0;
-    double runs = p->runs > 0 ? (double)p->runs : 1.0, total = 0;
-    for (int i = 0; i < p->n_nodes; i++)
+    double runs = p->runs > 0 ? (double)p->runs : 1.0, total = 0, idle = 0;
+    for (int i = 0; i < p->n_nodes; i++) {
         total += p->node_s[i] * 1e3 / runs;
+        idle += p->node_idle_s[i] * 1e3 / runs;
+    }
     if (p->warm_only)
         kc_profile_printf(p,
                           "profile: ms of warm-up run %d of %d on this plan, on the host CPU "
@@ -157,7 +179,7 @@ const char *kc_profile_report(kc_profile *p, const kc_graph *g)
                           "  in %d batch lanes: lane 0's times, its %lld image(s) on one thread "
                           "beside the other lanes (the unprofiled run's schedule)\n",
                           p->lanes, (long long)p->lane_images);
-    kc_profile_printf(p, "  %-36s %-26s %10s %6s\n", "layer", "class", "ms", "%");
+    kc_profile_printf(p, "  %-36s %-26s %10s %6s %9s\n", "layer", "class", "ms", "%", "idle ms");
     kc_class_time *classes = kc_calloc((size_t)p->n_nodes + 1, sizeof *classes);
     int n_classes = 0;
     for (int i = 0; i < p->n_nodes && i < g->n_nodes; i++) {
@@ -165,8 +187,8 @@ const char *kc_profile_report(kc_profile *p, const kc_graph *g)
             continue; /* fused into its producer, or never ran */
         const kc_layer *l = g->nodes[i].layer;
         double ms = p->node_s[i] * 1e3 / runs;
-        kc_profile_printf(p, "  %-36s %-26s %10.4f %6.2f\n", l->name, l->class_name, ms,
-                          total > 0 ? 100 * ms / total : 0);
+        kc_profile_printf(p, "  %-36s %-26s %10.4f %6.2f %9.4f\n", l->name, l->class_name, ms,
+                          total > 0 ? 100 * ms / total : 0, p->node_idle_s[i] * 1e3 / runs);
         int c = 0;
         while (classes && c < n_classes && strcmp(classes[c].name, l->class_name))
             c++;
@@ -187,5 +209,9 @@ const char *kc_profile_report(kc_profile *p, const kc_graph *g)
         free(classes);
     }
     kc_profile_printf(p, "total: %.4f ms per run in layers\n", total);
+    kc_profile_printf(p,
+                      "idle: %.4f ms of thread time per run, threads waiting at the layers' "
+                      "joins for the last of their team (kerasc's own teams; idle ms above)\n",
+                      idle);
     return p->text ? p->text : "";
 }

@@ -26,10 +26,13 @@ void kc_profile_run_done(kc_profile *p);
  * by layer. */
 void kc_profile_new_plan(kc_profile *p, int lanes, int64_t lane_images);
 /* A node's start time for kc_profile_since: the clock's now, or 0 when
- * p is NULL (a run or lane not profiled). */
-double kc_profile_clock(const kc_profile *p);
-/* Node `node`, started at `start` (kc_profile_clock), has run: its time
- * added; nothing when p is NULL. */
+ * p is NULL (a run or lane not profiled). Also notes the calling
+ * thread's idle time at joins so far (kc_parallel_idle_watch), which
+ * the calling thread's teams measure from then on. */
+double kc_profile_clock(kc_profile *p);
+/* Node `node`, started at `start` (kc_profile_clock) on this thread, has
+ * run: its time added, and the thread time its teams spent idle at their
+ * joins since kc_profile_clock; nothing when p is NULL. */
 void kc_profile_since(kc_profile *p, int node, double start);
 /* The mean time per run of each node that ran, in graph order, then the
  * totals per layer class, largest first; valid until the next call. */

@@ -237,6 +237,70 @@ static void test_after_fork(void **state)
     kc_threads_enter(0);
 }
 
+/* Index `slow` sleeps `ms` milliseconds, the others return at once. */
+typedef struct sleepy {
+    int slow;
+    long ms;
+} sleepy;
+
+static void sleep_one(void *arg, int i)
+{
+    const sleepy *s = arg;
+    if (i != s->slow)
+        return;
+    struct timespec pause = {s->ms / 1000, (s->ms % 1000) * 1000 * 1000};
+    nanosleep(&pause, NULL);
+}
+
+/* On a thread of its own (the measure is per calling thread): nothing
+ * counted before the first kc_parallel_idle_watch; then a team whose
+ * index 1 sleeps 40 ms while index 0 returns counts ~40 ms, and a two-pass
+ * team, 40 ms at the barrier and 20 at the join, ~60 more. */
+static void *idle_caller(void *arg)
+{
+    int *failed = arg;
+    kc_threads_enter(2);
+    sleepy late = {1, 40}, early = {0, 20};
+    kc_parallel(2, sleep_one, &late);
+    double before = kc_parallel_idle_watch();
+    kc_parallel(2, sleep_one, &late);
+    double one = kc_parallel_idle_watch() - before;
+    kc_parallel_two(2, sleep_one, sleep_one, &late, NULL, NULL);
+    double two_late = kc_parallel_idle_watch() - before - one;
+    kc_parallel_two(2, sleep_one, sleep_one, &early, NULL, NULL);
+    double two_early = kc_parallel_idle_watch() - before - one - two_late;
+    /* a sleep runs at least its time; an idle machine may stretch it */
+    *failed = before != 0 || one < 0.039 || one > 2 || two_late < 0.079 || two_late > 4 ||
+              two_early < 0.039 || two_early > 4;
+    if (*failed)
+        print_error("idle before %g, one team %g s, two-pass %g and %g s\n", before, one,
+                    two_late, two_early);
+    kc_threads_enter(0);
+    return NULL;
+}
+
+/* kc_parallel_idle_watch (`--stats`' idle ms) on the pool and on libgomp. */
+static void test_idle_at_joins(void **state)
+{
+    (void)state;
+    for (int way = 0; way < 2; way++) {
+        if (way == 0)
+            pool_with_spins("1000");
+        else
+            kc_pool_enable(0);
+        long before = kc_pool_runs();
+        pthread_t t;
+        int failed = 1;
+        assert_int_equal(pthread_create(&t, NULL, idle_caller, &failed), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+        if (failed)
+            fail_msg("idle time at joins mismeasured (%s)", way == 0 ? "pool" : "libgomp");
+        if ((kc_pool_runs() > before) != (way == 0))
+            fail_msg("the %s path was not the one taken", way == 0 ? "pool" : "libgomp");
+    }
+    kc_pool_enable(-1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -247,6 +311,7 @@ int main(void)
         cmocka_unit_test(test_sleeping_workers),
         cmocka_unit_test(test_two_callers),
         cmocka_unit_test(test_after_fork),
+        cmocka_unit_test(test_idle_at_joins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -894,6 +894,8 @@ static void test_profile_per_layer(void **state)
     assert_non_null(strstr(report, "over 2 run(s)"));
     assert_non_null(strstr(report, "Conv2D"));
     assert_non_null(strstr(report, "by class:"));
+    assert_non_null(strstr(report, "idle ms\n")); /* the column of thread time at joins */
+    assert_non_null(strstr(report, "\nidle: "));
     assert_null(strstr(report, "batch_normalization ")); /* folded into the conv */
     assert_non_null(strstr(report, "batch_normalization_1 ")); /* after the activation */
     /* another batch size: a new plan, counted afresh */

@@ -80,7 +80,8 @@ def parse_stats(text):
             continue
         if line.startswith('by class:'):
             break
-        m = re.match(r'^  (\S+)\s+(\w+)\s+([0-9.]+)\s+([0-9.]+)$', line)
+        # name, class, ms, % and (since 12-07) idle ms
+        m = re.match(r'^  (\S+)\s+(\w+)\s+([0-9.]+)\s+([0-9.]+)(?:\s+[0-9.]+)?$', line)
         if inside and m:
             rows.append((m.group(1), m.group(2), float(m.group(3))))
     if not rows:
