@@ -154,20 +154,7 @@ static void kc_idle_add(const kc_idle_stamps *stamps)
     kc_idle_seconds += waited;
 }
 
-typedef struct kc_idle_job {
-    void (*fn)(void *arg, int index);
-    void *arg;
-    kc_idle_stamps stamps;
-} kc_idle_job;
-
-static void kc_idle_body(void *data, int index)
-{
-    kc_idle_job *job = data;
-    job->fn(job->arg, index);
-    job->stamps.end[index] = kc_now();
-}
-
-/* fn on a team of n, no measuring. */
+/* fn on a team of n (n > 1, outside any team). */
 static void kc_parallel_team(int n, void (*fn)(void *arg, int index), void *arg)
 {
     if (kc_pool_run(n, fn, arg))
@@ -179,20 +166,63 @@ static void kc_parallel_team(int n, void (*fn)(void *arg, int index), void *arg)
     GOMP_parallel(kc_parallel_body, &job, (unsigned)n, 0);
 }
 
-void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg)
+typedef struct kc_timed_job {
+    void (*fn)(void *arg, int index);
+    void *arg;
+    double *seconds; /* each index's time added, or NULL */
+    double *ends;    /* when each index returned (kc_idle_stamps), or NULL */
+} kc_timed_job;
+
+/* fn(arg, index), its time added to seconds[index] and its end stamped
+ * in ends[index] (neither where NULL), from one read of the clock. */
+static void kc_timed_body(void *data, int index)
 {
+    const kc_timed_job *job = data;
+    double start = job->seconds ? kc_now() : 0;
+    job->fn(job->arg, index);
+    if (!job->seconds && !job->ends)
+        return;
+    double end = kc_now();
+    if (job->seconds)
+        job->seconds[index] += end - start;
+    if (job->ends)
+        job->ends[index] = end;
+}
+
+/* Whether the calling thread measures a team of n's idle time: then
+ * stamps is readied for it (its stamps written by the team). */
+static int kc_idle_ready(kc_idle_stamps *stamps, int n)
+{
+    if (!kc_idle_watching || n > KC_IDLE_MAX)
+        return 0;
+    stamps->n = n;
+    return 1;
+}
+
+/* kc_parallel, each index's time added to seconds where not NULL. */
+static void kc_parallel_clocked(int n, void (*fn)(void *arg, int index), void *arg,
+                                double *seconds)
+{
+    kc_timed_job job = {fn, arg, seconds, NULL};
     if (n <= 1 || kc_in_team()) {
         for (int i = 0; i < (n < 1 ? 1 : n); i++)
-            fn(arg, i);
+            kc_timed_body(&job, i);
         return;
     }
-    if (!kc_idle_watching || n > KC_IDLE_MAX) {
+    kc_idle_stamps stamps; /* its first n ends written by the team */
+    if (kc_idle_ready(&stamps, n))
+        job.ends = stamps.end;
+    if (!seconds && !job.ends)
         kc_parallel_team(n, fn, arg);
-        return;
-    }
-    kc_idle_job job = {fn, arg, {.n = n}};
-    kc_parallel_team(n, kc_idle_body, &job);
-    kc_idle_add(&job.stamps);
+    else
+        kc_parallel_team(n, kc_timed_body, &job);
+    if (job.ends)
+        kc_idle_add(&stamps);
+}
+
+void kc_parallel(int n, void (*fn)(void *arg, int index), void *arg)
+{
+    kc_parallel_clocked(n, fn, arg, NULL);
 }
 
 typedef struct kc_range_job {
@@ -226,42 +256,15 @@ void kc_parallel_for(int64_t n, int64_t bytes, int64_t grain,
     kc_parallel(job.parts, kc_range_body, &job);
 }
 
-typedef struct kc_timed_job {
-    void (*fn)(void *arg, int index);
-    void *arg;
-    double *seconds;
-} kc_timed_job;
-
-/* fn(arg, index), its time added to seconds[index] (none kept where
- * seconds is NULL) */
-static void kc_timed_body(void *data, int index)
-{
-    const kc_timed_job *job = data;
-    double start = job->seconds ? kc_now() : 0;
-    job->fn(job->arg, index);
-    if (job->seconds)
-        job->seconds[index] += kc_now() - start;
-}
-
 void kc_parallel_timed(int n, void (*fn)(void *arg, int index), void *arg, double *seconds)
 {
-    kc_timed_job job = {fn, arg, seconds};
-    kc_parallel(n, kc_timed_body, &job);
+    kc_parallel_clocked(n, fn, arg, seconds);
 }
 
 typedef struct kc_two_job {
     kc_timed_job first, second;
     int n;
-    kc_idle_stamps *stamps; /* measured (kc_parallel_idle_watch): each pass's, else NULL */
 } kc_two_job;
-
-/* Index i's pass (0 first, 1 second), its end stamped where measured. */
-static void kc_two_pass(kc_two_job *job, int pass, int i)
-{
-    kc_timed_body(pass ? &job->second : &job->first, i);
-    if (job->stamps)
-        job->stamps[pass].end[i] = kc_now();
-}
 
 /* As kc_parallel_body, each pass over the thread's indexes; every thread
  * of the team reaches the barrier once, whatever its share. */
@@ -270,10 +273,10 @@ static void kc_two_body(void *data)
     kc_two_job *job = data;
     int team = omp_get_num_threads();
     for (int i = omp_get_thread_num(); i < job->n; i += team)
-        kc_two_pass(job, 0, i);
+        kc_timed_body(&job->first, i);
     GOMP_barrier();
     for (int i = omp_get_thread_num(); i < job->n; i += team)
-        kc_two_pass(job, 1, i);
+        kc_timed_body(&job->second, i);
 }
 
 /* kc_two_body on kerasc's pool: index i's two passes, the pool's barrier
@@ -281,9 +284,9 @@ static void kc_two_body(void *data)
 static void kc_two_pool_body(void *data, int i)
 {
     kc_two_job *job = data;
-    kc_two_pass(job, 0, i);
+    kc_timed_body(&job->first, i);
     kc_pool_barrier();
-    kc_two_pass(job, 1, i);
+    kc_timed_body(&job->second, i);
 }
 
 /* Why: MobileNetV2's blocks cut by channels (a pass of partial sums) and
@@ -293,8 +296,9 @@ void kc_parallel_two(int n, void (*first)(void *arg, int index),
                      void (*second)(void *arg, int index), void *arg, double *first_seconds,
                      double *second_seconds)
 {
-    kc_two_job job = {
-        {first, arg, first_seconds}, {second, arg, second_seconds}, n < 1 ? 1 : n, NULL};
+    kc_two_job job = {{first, arg, first_seconds, NULL},
+                      {second, arg, second_seconds, NULL},
+                      n < 1 ? 1 : n};
     if (n <= 1 || kc_in_team()) {
         for (int i = 0; i < job.n; i++)
             kc_timed_body(&job.first, i);
@@ -302,15 +306,17 @@ void kc_parallel_two(int n, void (*first)(void *arg, int index),
             kc_timed_body(&job.second, i);
         return;
     }
-    kc_idle_stamps stamps[2] = {{.n = n}, {.n = n}};
-    if (kc_idle_watching && n <= KC_IDLE_MAX)
-        job.stamps = stamps; /* the wait at the barrier and at the join */
+    kc_idle_stamps at_barrier, at_join; /* their first n ends written by the team */
+    if (kc_idle_ready(&at_barrier, n) && kc_idle_ready(&at_join, n)) {
+        job.first.ends = at_barrier.end;
+        job.second.ends = at_join.end;
+    }
     if (!kc_pool_run(n, kc_two_pool_body, &job)) {
         kc_pool_team_note();
         GOMP_parallel(kc_two_body, &job, (unsigned)n, 0);
     }
-    if (job.stamps) {
-        kc_idle_add(&stamps[0]);
-        kc_idle_add(&stamps[1]);
+    if (job.first.ends) {
+        kc_idle_add(&at_barrier);
+        kc_idle_add(&at_join);
     }
 }

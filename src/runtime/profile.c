@@ -20,10 +20,15 @@
  * a 20-run mean. */
 #define KC_PROFILE_WARMUP_RUNS 2
 
+/* A node's seconds: its time, and the thread time its teams spent idle
+ * at their joins (kc_parallel_idle_watch). */
+typedef struct kc_profile_times {
+    double seconds, idle;
+} kc_profile_times;
+
 struct kc_profile {
-    double *node_s; /* seconds summed over the counted runs, per node */
-    double *run_s;  /* this run's, per node */
-    double *node_idle_s, *run_idle_s; /* the same, of thread time idle at the node's joins */
+    kc_profile_times *node_s; /* summed over the counted runs, per node */
+    kc_profile_times *run_s;  /* this run's, per node */
     double idle_mark; /* the calling thread's idle time at the node's start (kc_profile_clock) */
     int n_nodes;
     int64_t runs;
@@ -42,9 +47,7 @@ kc_profile *kc_profile_new(int n_nodes)
         return NULL;
     p->node_s = kc_calloc((size_t)n_nodes + 1, sizeof *p->node_s);
     p->run_s = kc_calloc((size_t)n_nodes + 1, sizeof *p->run_s);
-    p->node_idle_s = kc_calloc((size_t)n_nodes + 1, sizeof *p->node_idle_s);
-    p->run_idle_s = kc_calloc((size_t)n_nodes + 1, sizeof *p->run_idle_s);
-    if (!p->node_s || !p->run_s || !p->node_idle_s || !p->run_idle_s) {
+    if (!p->node_s || !p->run_s) {
         kc_profile_free(p);
         return NULL;
     }
@@ -59,16 +62,8 @@ void kc_profile_free(kc_profile *p)
         return;
     free(p->node_s);
     free(p->run_s);
-    free(p->node_idle_s);
-    free(p->run_idle_s);
     free(p->text);
     free(p);
-}
-
-void kc_profile_add(kc_profile *p, int node, double seconds)
-{
-    if (node >= 0 && node < p->n_nodes)
-        p->run_s[node] += seconds;
 }
 
 void kc_profile_run_done(kc_profile *p)
@@ -77,10 +72,10 @@ void kc_profile_run_done(kc_profile *p)
      * that a single run (`kerasc run --stats`) still has a profile. */
     int warming = p->warm_left > 0, replace = warming || p->warm_only;
     for (int i = 0; i < p->n_nodes; i++) {
-        p->node_s[i] = replace ? p->run_s[i] : p->node_s[i] + p->run_s[i];
-        p->node_idle_s[i] = replace ? p->run_idle_s[i] : p->node_idle_s[i] + p->run_idle_s[i];
-        p->run_s[i] = 0;
-        p->run_idle_s[i] = 0;
+        kc_profile_times *sum = &p->node_s[i], *run = &p->run_s[i];
+        sum->seconds = replace ? run->seconds : sum->seconds + run->seconds;
+        sum->idle = replace ? run->idle : sum->idle + run->idle;
+        *run = (kc_profile_times){0, 0};
     }
     p->warm_only = warming;
     p->runs += !warming;
@@ -99,9 +94,10 @@ void kc_profile_since(kc_profile *p, int node, double start)
 {
     if (!p)
         return;
-    kc_profile_add(p, node, kc_now() - start);
-    if (node >= 0 && node < p->n_nodes)
-        p->run_idle_s[node] += kc_parallel_idle_watch() - p->idle_mark;
+    if (node < 0 || node >= p->n_nodes)
+        return;
+    p->run_s[node].seconds += kc_now() - start;
+    p->run_s[node].idle += kc_parallel_idle_watch() - p->idle_mark;
 }
 
 void kc_profile_new_plan(kc_profile *p, int lanes, int64_t lane_images)
@@ -110,8 +106,6 @@ void kc_profile_new_plan(kc_profile *p, int lanes, int64_t lane_images)
     p->lane_images = lane_images;
     memset(p->node_s, 0, (size_t)p->n_nodes * sizeof *p->node_s);
     memset(p->run_s, 0, (size_t)p->n_nodes * sizeof *p->run_s);
-    memset(p->node_idle_s, 0, (size_t)p->n_nodes * sizeof *p->node_idle_s);
-    memset(p->run_idle_s, 0, (size_t)p->n_nodes * sizeof *p->run_idle_s);
     p->runs = 0;
     p->warm_left = KC_PROFILE_WARMUP_RUNS;
     p->warm_only = 0;
@@ -160,8 +154,8 @@ const char *kc_profile_report(kc_profile *p, const kc_graph *g)
         p->text[0] = 0;
     double runs = p->runs > 0 ? (double)p->runs : 1.0, total = 0, idle = 0;
     for (int i = 0; i < p->n_nodes; i++) {
-        total += p->node_s[i] * 1e3 / runs;
-        idle += p->node_idle_s[i] * 1e3 / runs;
+        total += p->node_s[i].seconds * 1e3 / runs;
+        idle += p->node_s[i].idle * 1e3 / runs;
     }
     if (p->warm_only)
         kc_profile_printf(p,
@@ -183,12 +177,12 @@ const char *kc_profile_report(kc_profile *p, const kc_graph *g)
     kc_class_time *classes = kc_calloc((size_t)p->n_nodes + 1, sizeof *classes);
     int n_classes = 0;
     for (int i = 0; i < p->n_nodes && i < g->n_nodes; i++) {
-        if (p->node_s[i] <= 0)
+        if (p->node_s[i].seconds <= 0)
             continue; /* fused into its producer, or never ran */
         const kc_layer *l = g->nodes[i].layer;
-        double ms = p->node_s[i] * 1e3 / runs;
+        double ms = p->node_s[i].seconds * 1e3 / runs;
         kc_profile_printf(p, "  %-36s %-26s %10.4f %6.2f %9.4f\n", l->name, l->class_name, ms,
-                          total > 0 ? 100 * ms / total : 0, p->node_idle_s[i] * 1e3 / runs);
+                          total > 0 ? 100 * ms / total : 0, p->node_s[i].idle * 1e3 / runs);
         int c = 0;
         while (classes && c < n_classes && strcmp(classes[c].name, l->class_name))
             c++;

@@ -12,8 +12,6 @@ typedef struct kc_profile kc_profile;
 
 kc_profile *kc_profile_new(int n_nodes);
 void kc_profile_free(kc_profile *p);
-/* Node `node` took `seconds` in this run. */
-void kc_profile_add(kc_profile *p, int node, double seconds);
 /* The run is over: its times count, unless it was one of the first two
  * on a new plan (kernels built, weights packed, oneDNN's one-time costs:
  * warm-ups, not the steady state), whose times are reported only until
