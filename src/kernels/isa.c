@@ -34,18 +34,26 @@ const char *kc_isa_name(kc_isa_level level)
     return level == KC_ISA_AVX512 ? "avx512" : level == KC_ISA_AVX2 ? "avx2" : "none";
 }
 
+kc_cpu_vendor kc_isa_vendor(void)
+{
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx))
+        return KC_CPU_OTHER;
+    /* the vendor string's 12 bytes in ebx, edx, ecx */
+    if (ebx == 0x756e6547u && edx == 0x49656e69u && ecx == 0x6c65746eu) /* Genu ineI ntel */
+        return KC_CPU_INTEL;
+    if (ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u) /* Auth enti cAMD */
+        return KC_CPU_AMD;
+    return KC_CPU_OTHER;
+}
+
 /* AMD's family 0x19 with AVX-512 is Zen 4, whose AVX-512 units are
  * 256 bits wide (Zen 5, family 0x1a, has 512-bit ones in its desktop and
  * server parts). */
 static int kc_isa_half_width_cpu(void)
 {
     unsigned eax, ebx, ecx, edx;
-    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx))
-        return 0;
-    /* "AuthenticAMD": ebx "Auth", edx "enti", ecx "cAMD" */
-    if (ebx != 0x68747541u || edx != 0x69746e65u || ecx != 0x444d4163u)
-        return 0;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx))
+    if (kc_isa_vendor() != KC_CPU_AMD || !__get_cpuid(1, &eax, &ebx, &ecx, &edx))
         return 0;
     unsigned family = (eax >> 8) & 0xf;
     if (family == 0xf)

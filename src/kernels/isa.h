@@ -21,6 +21,17 @@ kc_isa_level kc_isa(void);
  * the same sums in the same order, the same bits. */
 int kc_isa_vec_bits(void);
 
+/* Who made this CPU (cpuid leaf 0's vendor string). Some choices follow
+ * the maker's memory system where no test of the machine settles them
+ * cheaply: pw.c's fetch of the next panel ahead of the hardware's own. */
+typedef enum kc_cpu_vendor {
+    KC_CPU_OTHER = 0,
+    KC_CPU_INTEL = 1, /* "GenuineIntel" */
+    KC_CPU_AMD = 2    /* "AuthenticAMD" */
+} kc_cpu_vendor;
+
+kc_cpu_vendor kc_isa_vendor(void);
+
 /* "avx512", "avx2" or "none". */
 const char *kc_isa_name(kc_isa_level level);
 

@@ -333,7 +333,7 @@ typedef struct kc_pw_state {
     int residual;            /* the output holds a sum to add to */
     int residual_first;      /* ... added before the bias (kc_pw_residual_order) */
     /* by vectors: the part's next panel fetched into L2 as a panel runs
-     * (KC_PW_PREFETCH=1; kc_pw_build says why not by default), and with a
+     * (kc_pw_fetch_wanted: by default on Intel's CPUs only), and with a
      * head the Dense rows its channels multiply (KC_PW_HEAD_PREFETCH=0: not) */
     int prefetch_panels, prefetch_head;
     int by_pixels;           /* parts own runs of pixels, not of vectors (kc_pw_rows_wanted) */
@@ -380,6 +380,15 @@ typedef struct kc_pw_io {
 /* ------------------------------------------------------------ geometry */
 
 static int kc_pw_off(void) { return kc_env_off("KC_PW"); }
+
+/* By vectors, the next panel fetched into L2 as a panel runs:
+ * KC_PW_PREFETCH=1 or =0, else where the CPU is Intel's (kc_pw_build). */
+static int kc_pw_fetch_wanted(void)
+{
+    if (kc_env_on("KC_PW_PREFETCH") || kc_env_off("KC_PW_PREFETCH"))
+        return kc_env_on("KC_PW_PREFETCH");
+    return kc_isa_vendor() == KC_CPU_INTEL;
+}
 
 /* Larger images (beyond KC_PW_MAX_PIXELS, or _STRIDED): each part owns
  * a run of pixels and reads all of the kernel, a chunk of its pixels
@@ -879,7 +888,7 @@ static void kc_pw_gather(const kc_pw_state *st, const float *in, int64_t p0, int
 
 /* Part `part`'s panels over all the pixels: its run of vectors, then
  * what is left of the others' (base/claims.h), each panel fetching the
- * next into L2 as it runs where asked (KC_PW_PREFETCH=1); with a head,
+ * next into L2 as it runs where asked (kc_pw_fetch_wanted); with a head,
  * the panel's channels then pooled and multiplied into the Dense's rows
  * for them, fetched as it ran. */
 static void kc_pw_vectors_job(void *arg, int part)
@@ -1086,8 +1095,21 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
      * against 0.295-0.315 / 0.288-0.314. The same chain of two blocks (16
      * MB, kept in the last-level cache) runs them in 0.27-0.28 / 0.26-0.27:
      * memory costs those layers 15-23%, but not as a first block waiting
-     * for its panel, which the fetch would hide. */
-    st->prefetch_panels = kc_env_on("KC_PW_PREFETCH");
+     * for its panel, which the fetch would hide.
+     * On Intel's (a 2-vCPU Xeon of family 6 model 207, Sapphire/Emerald
+     * Rapids, 12-07: ~20 GB/s from memory for two cores, ~10 for one) it
+     * pays: ResNet50 at batch 1, both sessions in one process, run in
+     * turns (ABBA) 120 times, each order once: its 7x7 1x1 layers
+     * (1x1a, 1x1b, shortcut) 0.880 / 0.865 / 0.838 and 0.887 / 0.843 /
+     * 0.825 of the time, the strided 14x14 ones level (1.000, 0.995),
+     * the run 0.987 and 0.968. So on by default where the CPU is Intel's;
+     * KC_PW_PREFETCH=1 / =0 says otherwise anywhere. Tried there too and
+     * not kept: by pixels, each panel fetching the next as it runs (all
+     * chunks, or a part's first chunk only, where the panels come from
+     * memory): the 14x14 layers 0.91-0.97 but the 56x56 and 28x28 ones
+     * with a residual sum 1.02-1.08, the run level (0.986, 0.967 with the
+     * by-vectors fetch in both); chunks of 512 KB rather than 192: level. */
+    st->prefetch_panels = kc_pw_fetch_wanted();
     st->prefetch_head = !kc_env_off("KC_PW_HEAD_PREFETCH");
     /* By pixels on a team (images larger than the caches' share of a
      * thread), each block asks for its output lines for writing as it

@@ -239,6 +239,25 @@ static int have_isa(const char *isa)
     return have;
 }
 
+/* kc_isa_vendor names the maker /proc/cpuinfo's vendor_id names (pw.c's
+ * fetch of the next panel is on by default on Intel's CPUs only). */
+static void test_cpu_vendor(void **state)
+{
+    (void)state;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        skip();
+    char line[256], vendor[64] = "";
+    while (fgets(line, sizeof line, f) && !vendor[0])
+        if (!strncmp(line, "vendor_id", 9))
+            sscanf(strchr(line, ':') + 1, "%63s", vendor);
+    fclose(f);
+    kc_cpu_vendor want = !strcmp(vendor, "GenuineIntel")   ? KC_CPU_INTEL
+                         : !strcmp(vendor, "AuthenticAMD") ? KC_CPU_AMD
+                                                           : KC_CPU_OTHER;
+    assert_int_equal(kc_isa_vendor(), want);
+}
+
 /* `name` over x[0, n) in place on instruction set isa (act_simd.inc's
  * vector loops, or with "none" fastmath.h's scalar functions), outside
  * any parallel region. */
@@ -755,6 +774,7 @@ int main(void)
         cmocka_unit_test(test_gelu_accuracy),
         cmocka_unit_test(test_sigmoid_accuracy),
         cmocka_unit_test(test_tanh_accuracy),
+        cmocka_unit_test(test_cpu_vendor),
         cmocka_unit_test(test_top_binary_cut),
         cmocka_unit_test(test_channel_affine_cut),
         cmocka_unit_test(test_upsampling_cut),
