@@ -47,6 +47,10 @@ int kc_wino_fly_alone(const kc_kernel_state *state);
  * read all of the input in address order (kernels/touch.c; KC_TOUCH=0:
  * not), 0 otherwise. */
 int kc_wino_fly_touches(const kc_kernel_state *state);
+/* 1 when its input transform and products fetch the next rows of
+ * transformed inputs ahead (wino_fly.c's kc_wf_fetch_rows_wanted), 0
+ * otherwise (or for another kernel's state). */
+int kc_wino_fly_fetches_rows(const kc_kernel_state *state);
 
 /* For tests and reports: the output tile m of a node's Winograd state and
  * how many axes it spans (1 or 2); 0 when state is none. */

@@ -2576,6 +2576,32 @@ static void expect_fly_touches(conv_run *r, const float *want, float *got, float
     }
 }
 
+/* The next rows of transformed inputs fetched ahead (kc_wf_fetch_rows_wanted):
+ * on one thread (a lane) always, on a team except on Intel's CPUs,
+ * anywhere as KC_WINO_FETCH_ROWS=1 / =0 says; the same bits every way. */
+static void expect_fly_fetch_rows(conv_run *r, const float *want, float *got, float peak,
+                                  const char *what)
+{
+    static const struct {
+        const char *env;
+        int threads, fetches; /* fetches -1: not on Intel's CPUs */
+    } ways[] = {{NULL, 2, -1}, {NULL, 1, 1}, {"1", 2, 1}, {"0", 2, 0}, {"0", 1, 0}};
+    float *first = malloc((size_t)r->out_count * sizeof *first);
+    assert_non_null(first);
+    for (size_t w = 0; w < sizeof ways / sizeof ways[0]; w++) {
+        if (ways[w].env)
+            setenv("KC_WINO_FETCH_ROWS", ways[w].env, 1);
+        int fetches = ways[w].fetches < 0 ? kc_isa_vendor() != KC_CPU_INTEL : ways[w].fetches;
+        expect_count_close(r, want, w ? got : first, peak, ways[w].threads,
+                           kc_wino_fly_fetches_rows, fetches, "fetching rows ahead", what);
+        unsetenv("KC_WINO_FETCH_ROWS");
+        if (w && memcmp(got, first, (size_t)r->out_count * sizeof *got))
+            fail_msg("%s: other bits with KC_WINO_FETCH_ROWS=%s on %d threads", what,
+                     ways[w].env ? ways[w].env : "(unset)", ways[w].threads);
+    }
+    free(first);
+}
+
 /* A layer kc_wf_fused takes (its parts claiming one vector at a time,
  * through the pieces three): the same bits as F(4x4) through the pieces
  * of transformed kernel and the products (KC_WINOFLY_FUSED=pieces), on
@@ -2706,8 +2732,10 @@ static void wino_fly_layers_isa(void)
             }
             unsetenv(ways[w][0]);
         }
-        if (parts_wanted[1] > 1)
+        if (parts_wanted[1] > 1) {
             expect_fly_touches(&r, want, got, peak, c->what);
+            expect_fly_fetch_rows(&r, want, got, peak, c->what);
+        }
         /* by default, each its own where its inputs and piece of kernel
          * fit the core's L2 (kc_wf_alone_fits): the one 7x7 image of 128
          * channels (131 + 197 KB) on any L2 of 512 KB or more */
