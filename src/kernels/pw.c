@@ -343,6 +343,7 @@ typedef struct kc_pw_state {
     int claim_outputs;       /* on a team: each block's output lines fetched for writing first */
     int alone;               /* built for one thread (a lane): by pixels, one part */
     int64_t chunk;           /* by pixels: pixels a pass over every panel */
+    int64_t pass;            /* by pixels: input channels a pass of a panel's blocks (0: one) */
     kc_balance cut;          /* parts: runs of vectors (or of pixels), one per thread */
     /* the pooling and Dense run after each panel (kc_conv_attrs.post_head,
      * pw_head.c), the output going to head->conv; NULL without */
@@ -644,72 +645,15 @@ kc_pw_act(__m512 v, int act, __m512 zero, __m512 six)
     return v;
 }
 
-/* Pixels [p0, p0 + mr) x nv vectors from `b` (vector j at b + k * 16 * j; output channels from
- * n0, the last vector's lanes `last`), all k input channels; `fetch`'s
- * lines fetched into L2 spread over the loop. Inlined with mr and nv
- * constants, the accumulators stay in registers. */
-/* GCC 12 cannot see that `done` is stored (k0 past the first chunk)
- * before it is read (k0 past the second) once the fetch's counters are
- * gone from the loop, and warns. */
-#if defined(__GNUC__) && !defined(__clang__) /* clang (the fuzz build) has no such warning */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+/* A block's sums acc (pixels [p0, p0 + mr) x nv vectors from output
+ * channel n0, the last vector's lanes `last`) into the output: the
+ * residual and the bias added in the layer's order, the activation. */
 __attribute__((target("avx512f"), always_inline)) static inline void
-kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, int nv,
-            __mmask16 last, kc_pw_fetch fetch, int fetching)
+kc_pw_block_store(const kc_pw_io *io, int64_t p0, int64_t n0, int mr, int nv, __mmask16 last,
+                  __m512 acc[KC_PW_MR][4])
 {
     const kc_pw_state *st = io->st;
-    int64_t k = st->k, ldc = st->n, sum_chunk = kc_pw_sum_chunk(st);
-    __m512 acc[KC_PW_MR][4];
-    #pragma GCC unroll 8
-    for (int i = 0; i < mr; i++)
-        #pragma GCC unroll 4
-        for (int j = 0; j < nv; j++)
-            acc[i][j] = _mm512_setzero_ps();
-    const float *a = io->in + (p0 - io->in_p0) * k;
-    const char *pf0 = fetch.run[0].at, *pf1 = fetch.run[1].at;
-    const int64_t n_pf0 = fetch.run[0].n, n_pf = n_pf0 + fetch.run[1].n;
-    int64_t issued = 0;
-    /* the sums of the chunks before the last (kc_pw_sum_chunk) */
-    __attribute__((aligned(64))) float done[KC_PW_MR][4][16];
-    for (int64_t k0 = 0; k0 < k; k0 += sum_chunk) {
-        int64_t k1 = k - k0 > sum_chunk ? k0 + sum_chunk : k;
-        if (k0 > 0) {
-            #pragma GCC unroll 8
-            for (int i = 0; i < mr; i++)
-                #pragma GCC unroll 4
-                for (int j = 0; j < nv; j++) {
-                    if (k0 > sum_chunk)
-                        acc[i][j] = _mm512_add_ps(_mm512_load_ps(done[i][j]), acc[i][j]);
-                    _mm512_store_ps(done[i][j], acc[i][j]);
-                    acc[i][j] = _mm512_setzero_ps();
-                }
-        }
-        for (int64_t kk = k0; kk < k1; kk++, b += 16) {
-            for (; fetching && issued * k < n_pf * (kk + 1); issued++)
-                _mm_prefetch(issued < n_pf0 ? pf0 + issued * 64 : pf1 + (issued - n_pf0) * 64,
-                             _MM_HINT_T1);
-            __m512 bv[4];
-            #pragma GCC unroll 4
-            for (int j = 0; j < nv; j++)
-                bv[j] = _mm512_loadu_ps(b + k * 16 * j);
-            #pragma GCC unroll 8
-            for (int i = 0; i < mr; i++) {
-                __m512 x = _mm512_set1_ps(a[i * k + kk]);
-                #pragma GCC unroll 4
-                for (int j = 0; j < nv; j++)
-                    acc[i][j] = _mm512_fmadd_ps(x, bv[j], acc[i][j]);
-            }
-        }
-    }
-    if (k > sum_chunk) {
-        #pragma GCC unroll 8
-        for (int i = 0; i < mr; i++)
-            #pragma GCC unroll 4
-            for (int j = 0; j < nv; j++)
-                acc[i][j] = _mm512_add_ps(_mm512_load_ps(done[i][j]), acc[i][j]);
-    }
+    int64_t ldc = st->n;
     /* what the stores need, in locals: read through io and st, it was
      * loaded again after each store (an intrinsic's store may alias
      * anything), with the activation's constants */
@@ -748,6 +692,83 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
         for (int j = 0; j < nv; j++)
             _mm512_mask_storeu_ps(out + i * ldc + 16 * j, j == nv - 1 ? last : (__mmask16)0xFFFF,
                                   kc_pw_act(acc[i][j], act, zero, six));
+}
+
+/* One input channel's products into a block's sums: acc[i][j] +=
+ * a[i * k] x vector j of b (at b + k * 16 * j), mr pixels x nv vectors. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+kc_pw_step(__m512 acc[KC_PW_MR][4], const float *a, const float *b, int64_t k, int mr, int nv)
+{
+    __m512 bv[4];
+    #pragma GCC unroll 4
+    for (int j = 0; j < nv; j++)
+        bv[j] = _mm512_loadu_ps(b + k * 16 * j);
+    #pragma GCC unroll 8
+    for (int i = 0; i < mr; i++) {
+        __m512 x = _mm512_set1_ps(a[i * k]);
+        #pragma GCC unroll 4
+        for (int j = 0; j < nv; j++)
+            acc[i][j] = _mm512_fmadd_ps(x, bv[j], acc[i][j]);
+    }
+}
+
+/* Pixels [p0, p0 + mr) x nv vectors from `b` (vector j at b + k * 16 * j; output channels from
+ * n0, the last vector's lanes `last`), all k input channels; `fetch`'s
+ * lines fetched into L2 spread over the loop. Inlined with mr and nv
+ * constants, the accumulators stay in registers. */
+/* GCC 12 cannot see that `done` is stored (k0 past the first chunk)
+ * before it is read (k0 past the second) once the fetch's counters are
+ * gone from the loop, and warns. */
+#if defined(__GNUC__) && !defined(__clang__) /* clang (the fuzz build) has no such warning */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+__attribute__((target("avx512f"), always_inline)) static inline void
+kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, int nv,
+            __mmask16 last, kc_pw_fetch fetch, int fetching)
+{
+    const kc_pw_state *st = io->st;
+    int64_t k = st->k, sum_chunk = kc_pw_sum_chunk(st);
+    __m512 acc[KC_PW_MR][4];
+    #pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+        #pragma GCC unroll 4
+        for (int j = 0; j < nv; j++)
+            acc[i][j] = _mm512_setzero_ps();
+    const float *a = io->in + (p0 - io->in_p0) * k;
+    const char *pf0 = fetch.run[0].at, *pf1 = fetch.run[1].at;
+    const int64_t n_pf0 = fetch.run[0].n, n_pf = n_pf0 + fetch.run[1].n;
+    int64_t issued = 0;
+    /* the sums of the chunks before the last (kc_pw_sum_chunk) */
+    __attribute__((aligned(64))) float done[KC_PW_MR][4][16];
+    for (int64_t k0 = 0; k0 < k; k0 += sum_chunk) {
+        int64_t k1 = k - k0 > sum_chunk ? k0 + sum_chunk : k;
+        if (k0 > 0) {
+            #pragma GCC unroll 8
+            for (int i = 0; i < mr; i++)
+                #pragma GCC unroll 4
+                for (int j = 0; j < nv; j++) {
+                    if (k0 > sum_chunk)
+                        acc[i][j] = _mm512_add_ps(_mm512_load_ps(done[i][j]), acc[i][j]);
+                    _mm512_store_ps(done[i][j], acc[i][j]);
+                    acc[i][j] = _mm512_setzero_ps();
+                }
+        }
+        for (int64_t kk = k0; kk < k1; kk++, b += 16) {
+            for (; fetching && issued * k < n_pf * (kk + 1); issued++)
+                _mm_prefetch(issued < n_pf0 ? pf0 + issued * 64 : pf1 + (issued - n_pf0) * 64,
+                             _MM_HINT_T1);
+            kc_pw_step(acc, a + kk, b, k, mr, nv);
+        }
+    }
+    if (k > sum_chunk) {
+        #pragma GCC unroll 8
+        for (int i = 0; i < mr; i++)
+            #pragma GCC unroll 4
+            for (int j = 0; j < nv; j++)
+                acc[i][j] = _mm512_add_ps(_mm512_load_ps(done[i][j]), acc[i][j]);
+    }
+    kc_pw_block_store(io, p0, n0, mr, nv, last, acc);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -822,6 +843,90 @@ __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, i
         case 3: KC_PW_MRS(3); break;
         case 2: KC_PW_MRS(2); break;
         default: KC_PW_MRS(1); break;
+        }
+    }
+}
+
+/* A block's pass over input channels [k0, k1) (kc_pw_panel_passes):
+ * pixels [p0, p0 + mr) x nv vectors from `b` (as kc_pw_block's), the
+ * sums so far taken from `part` (none at k0 = 0) and left there, or on
+ * the last pass (k1 = k) stored as kc_pw_block stores them. Each sum
+ * adds its products in kc_pw_block's order: the same bits. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+kc_pw_pass_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, int nv,
+                 __mmask16 last, int64_t k0, int64_t k1, float *part)
+{
+    const kc_pw_state *st = io->st;
+    int64_t k = st->k;
+    __m512 acc[KC_PW_MR][4];
+    #pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+        #pragma GCC unroll 4
+        for (int j = 0; j < nv; j++)
+            acc[i][j] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(part + (i * 4 + j) * 16);
+    const float *a = io->in + (p0 - io->in_p0) * k;
+    b += k0 * 16;
+    for (int64_t kk = k0; kk < k1; kk++, b += 16)
+        kc_pw_step(acc, a + kk, b, k, mr, nv);
+    if (k1 == k) {
+        kc_pw_block_store(io, p0, n0, mr, nv, last, acc);
+        return;
+    }
+    #pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+        #pragma GCC unroll 4
+        for (int j = 0; j < nv; j++)
+            _mm512_store_ps(part + (i * 4 + j) * 16, acc[i][j]);
+}
+
+#define KC_PW_PASS_NVS(mr_)                                                                        \
+    do {                                                                                           \
+        if (nv == 4) {                                                                             \
+            if (mr_ <= KC_PW_MR4)                                                                  \
+                kc_pw_pass_block(io, b, lo, n0, mr_, 4, last, k0, k1, part);                       \
+            else                                                                                   \
+                __builtin_unreachable();                                                           \
+        } else if (nv == 3)                                                                        \
+            kc_pw_pass_block(io, b, lo, n0, mr_, 3, last, k0, k1, part);                           \
+        else if (nv == 2)                                                                          \
+            kc_pw_pass_block(io, b, lo, n0, mr_, 2, last, k0, k1, part);                           \
+        else                                                                                       \
+            kc_pw_pass_block(io, b, lo, n0, mr_, 1, last, k0, k1, part);                           \
+    } while (0)
+
+/* kc_pw_panel by pixels over more input channels than a pass
+ * (st->pass): the panel's first st->pass channels over every block of
+ * [p0, p1), then the next st->pass, the blocks' sums kept in `parts`
+ * (KC_PW_MR x 4 vectors a block) between passes, so that a pass's slice
+ * of the panel is read from L1 by every block after the first rather
+ * than from L2 (kc_pw_build says where it pays). */
+__attribute__((target("avx512f"))) static void kc_pw_panel_passes(const kc_pw_io *io, int64_t v0,
+                                                                  int nv, int64_t p0, int64_t p1,
+                                                                  float *parts)
+{
+    const kc_pw_state *st = io->st;
+    int64_t n0 = 16 * v0, rem = st->n - 16 * (v0 + nv - 1);
+    __mmask16 last = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1);
+    const float *b = st->w + st->k * 16 * v0;
+    int64_t mr = nv == 4 ? KC_PW_MR4 : KC_PW_MR;
+    int64_t pixels = p1 - p0, blocks = (pixels + mr - 1) / mr;
+    for (int64_t k0 = 0, k1; k0 < st->k; k0 = k1) {
+        k1 = st->k - k0 > st->pass ? k0 + st->pass : st->k;
+        for (int64_t blk = 0; blk < blocks; blk++) {
+            int64_t lo = p0 + pixels * blk / blocks, hi = p0 + pixels * (blk + 1) / blocks;
+            float *part = parts + blk * KC_PW_MR * 4 * 16;
+            if (k1 == st->k && st->claim_outputs)
+                kc_prefetchw_block(io->out + lo * st->n + n0, st->n, hi - lo, nv);
+            switch (hi - lo) {
+            case 8: KC_PW_PASS_NVS(8); break;
+            case 7: KC_PW_PASS_NVS(7); break;
+            case 6: KC_PW_PASS_NVS(6); break;
+            case 5: KC_PW_PASS_NVS(5); break;
+            case 4: KC_PW_PASS_NVS(4); break;
+            case 3: KC_PW_PASS_NVS(3); break;
+            case 2: KC_PW_PASS_NVS(2); break;
+            default: KC_PW_PASS_NVS(1); break;
+            }
         }
     }
 }
@@ -976,6 +1081,14 @@ static int64_t kc_pw_chunks(const kc_pw_state *st, int64_t pixels)
     return chunks < 1 ? 1 : chunks;
 }
 
+/* By passes (st->pass): the bytes of a chunk's blocks' sums between
+ * passes, KC_PW_MR x 4 vectors a block of at least KC_PW_MR4 pixels. */
+static size_t kc_pw_parts_bytes(const kc_pw_state *st)
+{
+    int64_t blocks = kc_pw_chunk_most(st) / KC_PW_MR4 + 1;
+    return (size_t)(blocks * KC_PW_MR * 4 * 16) * sizeof(float);
+}
+
 /* The calling thread's buffer for a chunk's gathered pixels into *buf
  * (NULL where the layer gathers none); 0 when it needs one and there is
  * no memory. */
@@ -990,7 +1103,8 @@ static int kc_pw_chunk_buffer(const kc_pw_state *st, float **buf)
 }
 
 /* Pixels [c0, c1) against every panel (kc_pw_panel_width); strided,
- * their input pixels gathered first into buf. */
+ * their input pixels gathered first into buf; over many input channels
+ * in passes (st->pass, kc_pw_panel_passes). */
 static void kc_pw_chunk(const kc_pw_io *io, float *buf, int64_t c0, int64_t c1)
 {
     const kc_pw_state *st = io->st;
@@ -1001,9 +1115,14 @@ static void kc_pw_chunk(const kc_pw_io *io, float *buf, int64_t c0, int64_t c1)
         chunk.in = buf;
         chunk.in_p0 = c0;
     }
+    float *parts = st->pass ? kc_dnnl_workspace(KC_DNNL_SLOT_SCRATCHPAD, kc_pw_parts_bytes(st))
+                            : NULL;
     for (int64_t v0 = 0, nv; v0 < st->vectors; v0 += nv) {
         nv = kc_pw_panel_width(st->vectors - v0);
-        kc_pw_panel(&chunk, v0, (int)nv, none, c0, c1);
+        if (parts)
+            kc_pw_panel_passes(&chunk, v0, (int)nv, c0, c1, parts);
+        else
+            kc_pw_panel(&chunk, v0, (int)nv, none, c0, c1);
     }
 }
 
@@ -1068,6 +1187,40 @@ static void kc_pw_run_helped(const kc_pw_io *io, int parts)
     kc_help_open(&task);
     kc_pw_help_job(&h, 0);
     kc_help_close(&task);
+}
+
+/* By pixels on a team, input channels a pass of a panel's blocks
+ * (kc_pw_panel_passes), 0 for one pass: KC_PW_PASS channels where set
+ * (0: never), else KC_PW_PASS_CHANNELS on Intel's CPUs where the kernel
+ * is at least KC_PW_PASS_MIN_BYTES; passes only over more input channels
+ * than a pass. Only where the sums run in one chunk (kc_pw_sum_chunk)
+ * and on a team (a lane's blocks read their residual lines ahead).
+ * Why, on a 2-vCPU Sapphire/Emerald Rapids Xeon (12-07, build/envab,
+ * ResNet50 batch 1, ABBA, both orders): passes of 128 channels made its
+ * 14x14 1x1 layers (1 MB kernels, 1024 -> 256 and 256 -> 1024) 0.97-0.98
+ * of the time and its 28x28 512 -> 128 ones 0.99, the run 0.987, 0.989
+ * and 0.991 in three sets of 160-240 pairs (119-174 faster), but its
+ * 56x56 256 -> 64 ones (64 KB kernels) 1.03; passes of 192 or 256: level,
+ * of 64: 0.994. A pass's slice of a 4-vector panel (128 x 64 floats, 32
+ * KB) is then read from L1 by every block after the first. On the Zen 5
+ * of 12-06 passes of 128 or 256 had been level or slower (pw.c's notes
+ * above). oneDNN's brgconv took 0.84-0.92 of this kernel's time on the
+ * layers without a residual sum there, with their kernels from memory
+ * (level or slower when the kernels stay in the last-level cache: a
+ * chain of four 14x14 blocks, 1.11), and is not what runs them for its
+ * allocations (334 an inference, none here). */
+#define KC_PW_PASS_CHANNELS 128
+#define KC_PW_PASS_MIN_BYTES ((int64_t)512 << 10)
+static int64_t kc_pw_pass_wanted(const kc_pw_state *st)
+{
+    if (!st->by_pixels || st->alone || st->k > kc_pw_sum_chunk(st))
+        return 0;
+    const char *env = getenv("KC_PW_PASS");
+    int64_t pass = env ? atoll(env) : KC_PW_PASS_CHANNELS;
+    if (!env && (kc_isa_vendor() != KC_CPU_INTEL ||
+                 st->k * st->n * (int64_t)sizeof(float) < KC_PW_PASS_MIN_BYTES))
+        return 0;
+    return pass > 0 && st->k > pass ? pass : 0;
 }
 
 /* The state for geometry *probe: the kernel packed, the cut even. */
@@ -1164,6 +1317,7 @@ static kc_status kc_pw_build(const kc_exec_ctx *ctx, const kc_pw_state *probe, k
     st->fetch_residual = st->residual && st->alone && !kc_env_off("KC_PW_RESIDUAL_FETCH");
     if (st->alone && !a->post_head)
         st->by_pixels = 1;
+    st->pass = kc_pw_pass_wanted(st);
     /* By pixels the cut falls on any pixel (kc_pw_panel evens a part's
      * blocks out), each part at least a block's. Cut in blocks of
      * KC_PW_MR pixels, a 14x14 image's halves (12.25 blocks each) could
@@ -1379,6 +1533,11 @@ int kc_pw_fetches_residual(const kc_kernel_state *state)
 int kc_pw_claims_outputs(const kc_kernel_state *state)
 {
     return state && state->free == kc_pw_free && ((const kc_pw_state *)state)->claim_outputs;
+}
+
+int kc_pw_pass_channels(const kc_kernel_state *state)
+{
+    return state && state->free == kc_pw_free ? (int)((const kc_pw_state *)state)->pass : 0;
 }
 
 int kc_pw_fetches_panels(const kc_kernel_state *state)

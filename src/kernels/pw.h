@@ -25,8 +25,13 @@ int kc_pw_head_fusable(const kc_conv_attrs *a, const kc_shape *in, const kc_shap
 int kc_pw_parts(const kc_kernel_state *state);
 
 /* For tests: 1 where a state of this kernel fetches each part's next
- * panel of weights into L2 as a panel runs (KC_PW_PREFETCH=1), else 0. */
+ * panel of weights into L2 as a panel runs (by default on Intel's CPUs,
+ * KC_PW_PREFETCH), else 0. */
 int kc_pw_fetches_panels(const kc_kernel_state *state);
+
+/* For tests: the input channels a pass of a panel's blocks runs over
+ * by pixels (kc_pw_panel_passes), 0 for one pass or another kernel. */
+int kc_pw_pass_channels(const kc_kernel_state *state);
 
 /* For tests: 1 where a state of this kernel runs alone (one thread) with
  * a residual sum and fetches each block's next block's sums into L1

@@ -2061,6 +2061,57 @@ static void pw_panel_fetch(conv_run *r, const float *want, float *got, float pea
     free(plain);
 }
 
+/* By pixels over many input channels in passes (kc_pw_panel_passes):
+ * passes of 128 by default only on Intel's CPUs and kernels of 512 KB or
+ * more, of KC_PW_PASS channels anywhere (0: none), never alone (one
+ * thread) or where the sums run in chunks (over 1280 channels); the
+ * outputs equal oneDNN's bit for bit every way: a last pass shorter than
+ * the others, a residual sum, a last vector partly zeros. */
+static void test_pw_passes(void **state)
+{
+    (void)state;
+    static const conv_case cases[] = {
+        {"1x1 1024 -> 256 on one 14x14 (1 MB)", "Conv2D", KC_CONV_PLAIN, 2, 1, 14, 14, 1024,
+         256, 1, 1, 1, 1, 0, 0, "relu", 1},
+        {"1x1 200 -> 1032 + sum on one 13x13 (825 KB)", "Conv2D", KC_CONV_PLAIN, 2, 1, 13, 13, 200, 1032,
+         1, 1, 1, 1, 0, 1, "relu", 1},
+        {"1x1 256 -> 64 on one 28x28 (64 KB)", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 256, 64, 1,
+         1, 1, 1, 0, 0, "relu", 1},
+        {"1x1 1296 -> 64 on one 12x12: sums in chunks", "Conv2D", KC_CONV_PLAIN, 2, 1, 12, 12,
+         1296, 64, 1, 1, 1, 1, 0, 0, "relu", 1},
+    };
+    /* passes by default, with KC_PW_PASS=96, on one thread with it */
+    int intel = kc_isa_vendor() == KC_CPU_INTEL;
+    const int want[][3] = {{intel ? 128 : 0, 96, 0}, {intel ? 128 : 0, 96, 0}, {0, 96, 0}, {0, 0, 0}};
+    if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
+        skip();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        conv_run r;
+        setup(&cases[i], &r);
+        float *want_out = plain_output(&r);
+        float *got = malloc((size_t)r.out_count * sizeof *got);
+        float peak = peak_of(want_out, r.out_count);
+        const char *what = cases[i].what;
+        expect_count_close(&r, want_out, got, peak, 2, kc_pw_pass_channels, want[i][0],
+                           "channels a pass, by default", what);
+        expect_same_as_onednn(&r, 2, what);
+        setenv("KC_PW_PASS", "96", 1);
+        expect_count_close(&r, want_out, got, peak, 2, kc_pw_pass_channels, want[i][1],
+                           "channels a pass, KC_PW_PASS=96", what);
+        expect_same_as_onednn(&r, 2, what);
+        expect_count_close(&r, want_out, got, peak, 1, kc_pw_pass_channels, want[i][2],
+                           "channels a pass alone, KC_PW_PASS=96", what);
+        setenv("KC_PW_PASS", "0", 1);
+        expect_count_close(&r, want_out, got, peak, 2, kc_pw_pass_channels, 0,
+                           "channels a pass, KC_PW_PASS=0", what);
+        unsetenv("KC_PW_PASS");
+        kc_threads_enter(0);
+        free(want_out);
+        free(got);
+        teardown(&r);
+    }
+}
+
 /* The first case's checks: what keeps it off kc_pw_conv, the panels'
  * fetch. */
 static void pw_first_checks(conv_run *r, const float *want, float *got, float peak)
@@ -4551,6 +4602,7 @@ int main(void)
         cmocka_unit_test(test_wino_fly_blocks_claimed),
         cmocka_unit_test(test_wino2d_blocks),
         cmocka_unit_test(test_wino_fetch_rows),
+        cmocka_unit_test(test_pw_passes),
         cmocka_unit_test(test_wino_balanced_cut),
         cmocka_unit_test(test_wino_state_handover),
         cmocka_unit_test(test_pool_cuts),
