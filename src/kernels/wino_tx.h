@@ -129,10 +129,11 @@ static inline int64_t kc_wino_fused_blocks(int64_t c) { return (c + 15) / 16; }
  * lda apart (transformed inputs), b's rows nv * 16 wide (transformed
  * kernel, nv <= KC_WINO2D_NV), c's rows ldc apart (first: written, else
  * added onto); the lines of `fetch` (or none) fetched into L2 along the
- * way, spread evenly over the loop; and with `fetch_rows` each block of
- * tiles fetches into L1 the a rows the next reads (the next block's, the
- * last block those of `after`, the next call's a, or none where NULL;
- * kc_wino2d_fetch_rows_wanted).
+ * way, spread evenly over the loop (with KC_WINO2D_LINES_LEAD in `flags`:
+ * two a step over a block's first steps); and with KC_WINO2D_ROWS_AHEAD
+ * each block of tiles fetches into L1 the a rows the next reads (the
+ * next block's, the last block those of `after`, the next call's a, or
+ * none where NULL; kc_wino2d_fetch_rows_wanted).
  * kernel2d: F(m x m, 3x3)'s transformed kernel (g · w · g', g wino_fly.c's)
  * of input channels c0 .. c0+cn-1 and output vectors v0 .. v0+nv-1 of w
  * ([vecs][c][9 taps][16]) into u: [alpha^2][cn][nv * 16], rows ldu apart.
@@ -144,6 +145,17 @@ static inline int64_t kc_wino_fused_blocks(int64_t c) { return (c + 15) / 16; }
  * same bits as kernel2d then product; each pass over its channels fetches
  * the next pass's taps into L2, the last one the first of pf's (the next
  * vector's, pf_lines lines; NULL: none). */
+/* product's flags. ROWS_AHEAD: each block fetches the next block's rows
+ * of transformed inputs into L1 as it runs. LINES_LEAD: the block's
+ * share of `fetch`'s lines two a step over its first steps, then its
+ * remaining steps without a fetch, rather than spread over every step by
+ * a counter of its own (which took two of the loop's general registers:
+ * the rows' pointers then came from the stack and from vector registers
+ * at every step; wino_fly.c's kc_wf_lead_wanted). A block that fetches
+ * rows ahead keeps the spread fetch (its loop has the counters anyway). */
+#define KC_WINO2D_ROWS_AHEAD 1
+#define KC_WINO2D_LINES_LEAD 2
+
 typedef struct kc_wino_simd {
     const char *name; /* "avx512", "avx2" */
     void (*in1d)(int alpha, const float *bt, int64_t c_all, const float *const *d, float *v,
@@ -155,7 +167,7 @@ typedef struct kc_wino_simd {
     void (*out2d)(int m, int alpha, const float *at, int64_t f_all, const float *mt, int64_t ldm,
                   const float *bias, int act, float *const *y, int valid_h, int valid_w);
     void (*product)(const float *a, int64_t lda, const float *b, int64_t k, float *c, int64_t ldc,
-                    int64_t tiles, int nv, int first, kc_wino2d_lines fetch, int fetch_rows,
+                    int64_t tiles, int nv, int first, kc_wino2d_lines fetch, int flags,
                     const float *after);
     void (*kernel2d)(const float *w, int64_t c, int alpha, int64_t v0, int nv, int64_t c0,
                      int64_t cn, float *u, int64_t ldu);

@@ -1781,10 +1781,12 @@ static void wino2d_blocks_isa(void)
     unsetenv("KC_BALANCE");
 }
 
-/* kc_wino_simd's product with its rows fetched ahead (fetch_rows, after)
- * and without: the same bits, and the sums right, for block counts of one
- * to four, rows that start mid-line, with and without a next call's rows,
- * on each instruction set; KC_WINO_FETCH_ROWS=0 turns the fetch off. */
+/* kc_wino_simd's product with its rows fetched ahead (KC_WINO2D_ROWS_AHEAD,
+ * after) and without, a run of lines fetched spread or in a lead
+ * (KC_WINO2D_LINES_LEAD; more lines than two a step, and fewer): the same
+ * bits, and the sums right, for block counts of one to four, rows that
+ * start mid-line, with and without a next call's rows, on each
+ * instruction set; KC_WINO_FETCH_ROWS=0 turns the fetch off. */
 static void wino_product_fetch_isa(void)
 {
     const kc_wino_simd *simd = kc_wino_simd_pick();
@@ -1805,10 +1807,23 @@ static void wino_product_fetch_isa(void)
                 simd->product(a + 1, lda, b, k, plain, width, tiles, nv, 1, none, 0, NULL);
                 for (int with_after = 0; with_after < 2; with_after++) {
                     memset(fetched, 0, (size_t)(tiles * width) * sizeof *fetched);
-                    simd->product(a + 1, lda, b, k, fetched, width, tiles, nv, 1, none, 1,
-                                  with_after ? after + 1 : NULL);
+                    simd->product(a + 1, lda, b, k, fetched, width, tiles, nv, 1, none,
+                                  KC_WINO2D_ROWS_AHEAD, with_after ? after + 1 : NULL);
                     assert_memory_equal(plain, fetched, (size_t)(tiles * width) * sizeof *plain);
                 }
+                /* the lines of `after` as the run: 5 x k of them (more than
+                 * two a step) and k / 2 */
+                for (int lines = 0; lines < 2; lines++)
+                    for (int flags = 0; flags < 4; flags++) {
+                        kc_wino2d_lines run = {(const char *)after, lines ? k / 2 : 5 * k};
+                        if (run.n * 64 > tiles * lda * (int64_t)sizeof(float))
+                            run.n = tiles * lda * (int64_t)sizeof(float) / 64;
+                        memset(fetched, 0, (size_t)(tiles * width) * sizeof *fetched);
+                        simd->product(a + 1, lda, b, k, fetched, width, tiles, nv, 1, run, flags,
+                                      after + 1);
+                        assert_memory_equal(plain, fetched,
+                                            (size_t)(tiles * width) * sizeof *plain);
+                    }
                 for (int64_t t = 0; t < tiles; t++)
                     for (int64_t f = 0; f < width; f++) {
                         double want = 0.0;
