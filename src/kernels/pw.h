@@ -29,6 +29,10 @@ int kc_pw_parts(const kc_kernel_state *state);
  * KC_PW_PREFETCH), else 0. */
 int kc_pw_fetches_panels(const kc_kernel_state *state);
 
+/* For tests: 1 where a state of this kernel fetches its panels' lines two
+ * a step over each block's first steps (kc_pw_lead_wanted), else 0. */
+int kc_pw_fetch_leads(const kc_kernel_state *state);
+
 /* For tests: the input channels a pass of a panel's blocks runs over
  * by pixels (kc_pw_panel_passes), 0 for one pass or another kernel. */
 int kc_pw_pass_channels(const kc_kernel_state *state);

@@ -2066,9 +2066,21 @@ static void pw_panel_fetch(conv_run *r, const float *want, float *got, float pea
     setenv("KC_PW_PREFETCH", "1", 1);
     expect_count_close(r, want, fetched, peak, 2, kc_pw_fetches_panels, 1,
                        "panels fetched, KC_PW_PREFETCH=1", what);
+    /* the lines two a step over a block's first steps (by default on
+     * Intel's CPUs), or spread over all its steps */
+    for (int lead = 0; lead < 2; lead++) {
+        setenv("KC_PW_FETCH_LEAD", lead ? "1" : "0", 1);
+        expect_count_close(r, want, got, peak, 2, kc_pw_fetch_leads, lead,
+                           lead ? "leads, KC_PW_FETCH_LEAD=1" : "leads, KC_PW_FETCH_LEAD=0", what);
+        if (memcmp(got, plain, (size_t)r->out_count * sizeof *plain))
+            fail_msg("%s: other outputs with KC_PW_FETCH_LEAD=%d", what, lead);
+    }
+    unsetenv("KC_PW_FETCH_LEAD");
     unsetenv("KC_PW_PREFETCH");
-    expect_count_close(r, want, got, peak, 2, kc_pw_fetches_panels,
-                       kc_isa_vendor() == KC_CPU_INTEL, "panels fetched by default", what);
+    int intel = kc_isa_vendor() == KC_CPU_INTEL;
+    expect_count_close(r, want, got, peak, 2, kc_pw_fetches_panels, intel,
+                       "panels fetched by default", what);
+    expect_count_close(r, want, got, peak, 2, kc_pw_fetch_leads, intel, "leads by default", what);
     if (memcmp(fetched, plain, (size_t)r->out_count * sizeof *plain) ||
         memcmp(got, plain, (size_t)r->out_count * sizeof *plain))
         fail_msg("%s: other outputs with the panels fetched", what);
