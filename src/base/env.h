@@ -10,4 +10,8 @@ int kc_env_off(const char *name);
  * something kerasc does not do by default on this machine. */
 int kc_env_on(const char *name);
 
+/* A switch that turns something on or off where kerasc's default differs
+ * by machine: 1 where `name` is "1", 0 where it is "0", else `otherwise`. */
+int kc_env_switch(const char *name, int otherwise);
+
 #endif

@@ -336,7 +336,8 @@ typedef struct kc_pw_state {
      * (kc_pw_fetch_wanted: by default on Intel's CPUs only), and with a
      * head the Dense rows its channels multiply (KC_PW_HEAD_PREFETCH=0: not) */
     int prefetch_panels, prefetch_head;
-    int fetch_lead;          /* those lines two a step over a block's first steps (kc_pw_lead_wanted) */
+    /* those lines two a step over a block's first steps (kc_pw_lead_wanted) */
+    int fetch_lead;
     int by_pixels;           /* parts own runs of pixels, not of vectors (kc_pw_rows_wanted) */
     /* alone with a residual sum: each block fetches the next block's
      * residual lines into L1 as it starts (kc_pw_build says why) */
@@ -387,9 +388,7 @@ static int kc_pw_off(void) { return kc_env_off("KC_PW"); }
  * KC_PW_PREFETCH=1 or =0, else where the CPU is Intel's (kc_pw_build). */
 static int kc_pw_fetch_wanted(void)
 {
-    if (kc_env_on("KC_PW_PREFETCH") || kc_env_off("KC_PW_PREFETCH"))
-        return kc_env_on("KC_PW_PREFETCH");
-    return kc_isa_vendor() == KC_CPU_INTEL;
+    return kc_env_switch("KC_PW_PREFETCH", kc_isa_vendor() == KC_CPU_INTEL);
 }
 
 /* Larger images (beyond KC_PW_MAX_PIXELS, or _STRIDED): each part owns
@@ -799,20 +798,43 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
 #pragma GCC diagnostic pop
 #endif
 
-#define KC_PW_NVS(mr_, f_)                                                                         \
+/* CALL(mr_, nv_) with nv_ the constant equal to nv (1 to 4; 4 vectors
+ * in blocks of at most KC_PW_MR4 pixels), so that the block inlined for
+ * it keeps its accumulators in registers. */
+#define KC_PW_BY_NV(mr_, CALL)                                                                     \
     do {                                                                                           \
-        if (nv == 4) { /* blocks of at most KC_PW_MR4 pixels (kc_pw_panel) */                      \
+        if (nv == 4) {                                                                             \
             if (mr_ <= KC_PW_MR4)                                                                  \
-                kc_pw_block(io, b, lo, n0, mr_, 4, last, mine, f_);                                \
+                CALL(mr_, 4);                                                                      \
             else                                                                                   \
                 __builtin_unreachable();                                                           \
         } else if (nv == 3)                                                                        \
-            kc_pw_block(io, b, lo, n0, mr_, 3, last, mine, f_);                                    \
+            CALL(mr_, 3);                                                                          \
         else if (nv == 2)                                                                          \
-            kc_pw_block(io, b, lo, n0, mr_, 2, last, mine, f_);                                    \
+            CALL(mr_, 2);                                                                          \
         else                                                                                       \
-            kc_pw_block(io, b, lo, n0, mr_, 1, last, mine, f_);                                    \
+            CALL(mr_, 1);                                                                          \
     } while (0)
+
+/* PER_MR(mr_) with mr_ the constant equal to a block's hi - lo pixels
+ * (1 to KC_PW_MR). */
+#define KC_PW_BY_MR(PER_MR)                                                                        \
+    do {                                                                                           \
+        switch (hi - lo) {                                                                         \
+        case 8: PER_MR(8); break;                                                                  \
+        case 7: PER_MR(7); break;                                                                  \
+        case 6: PER_MR(6); break;                                                                  \
+        case 5: PER_MR(5); break;                                                                  \
+        case 4: PER_MR(4); break;                                                                  \
+        case 3: PER_MR(3); break;                                                                  \
+        case 2: PER_MR(2); break;                                                                  \
+        default: PER_MR(1); break;                                                                 \
+        }                                                                                          \
+    } while (0)
+
+#define KC_PW_BLOCK_NONE(mr_, nv_) kc_pw_block(io, at.b, lo, at.n0, mr_, nv_, at.last, mine, 0)
+#define KC_PW_BLOCK_SPREAD(mr_, nv_) kc_pw_block(io, at.b, lo, at.n0, mr_, nv_, at.last, mine, 1)
+#define KC_PW_BLOCK_LEAD(mr_, nv_) kc_pw_block(io, at.b, lo, at.n0, mr_, nv_, at.last, mine, 2)
 
 /* Without lines to fetch, a block's loop has none of the fetch's
  * counters: they took the general registers that the pixels' row
@@ -820,12 +842,33 @@ kc_pw_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int mr, 
 #define KC_PW_MRS(mr_)                                                                             \
     do {                                                                                           \
         if ((mine.run[0].n || mine.run[1].n) && st->fetch_lead)                                    \
-            KC_PW_NVS(mr_, 2);                                                                     \
+            KC_PW_BY_NV(mr_, KC_PW_BLOCK_LEAD);                                                    \
         else if (mine.run[0].n || mine.run[1].n)                                                   \
-            KC_PW_NVS(mr_, 1);                                                                     \
+            KC_PW_BY_NV(mr_, KC_PW_BLOCK_SPREAD);                                                  \
         else                                                                                       \
-            KC_PW_NVS(mr_, 0);                                                                     \
+            KC_PW_BY_NV(mr_, KC_PW_BLOCK_NONE);                                                    \
     } while (0)
+
+/* A panel of nv vectors from v0 over pixels [p0, p1), as kc_pw_panel and
+ * kc_pw_panel_passes cut it: its first output channel, the last vector's
+ * lanes, its packed kernel, and blocks of at most mr pixels, evened out. */
+typedef struct kc_pw_panel_at {
+    int64_t n0;
+    __mmask16 last;
+    const float *b;
+    int64_t pixels, blocks;
+} kc_pw_panel_at;
+
+static inline kc_pw_panel_at kc_pw_panel_cut(const kc_pw_state *st, int64_t v0, int nv, int64_t p0,
+                                      int64_t p1)
+{
+    int64_t rem = st->n - 16 * (v0 + nv - 1);
+    int64_t mr = nv == 4 ? KC_PW_MR4 : KC_PW_MR;
+    kc_pw_panel_at at = {16 * v0, rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1),
+                         st->w + st->k * 16 * v0, p1 - p0, 0};
+    at.blocks = (at.pixels + mr - 1) / mr;
+    return at;
+}
 
 /* The residual sums a block of pixels [lo, hi) x nv vectors from output
  * channel n0 will read, fetched into L1 (kc_pw_build: fetch_residual). */
@@ -847,29 +890,16 @@ __attribute__((target("avx512f"))) static void kc_pw_panel(const kc_pw_io *io, i
                                                            int64_t p1)
 {
     const kc_pw_state *st = io->st;
-    int64_t n0 = 16 * v0, rem = st->n - 16 * (v0 + nv - 1);
-    __mmask16 last = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1);
-    const float *b = st->w + st->k * 16 * v0;
-    int64_t mr = nv == 4 ? KC_PW_MR4 : KC_PW_MR;
-    int64_t pixels = p1 - p0, blocks = (pixels + mr - 1) / mr;
-    for (int64_t blk = 0; blk < blocks; blk++) {
-        int64_t lo = p0 + pixels * blk / blocks, hi = p0 + pixels * (blk + 1) / blocks;
-        kc_pw_fetch mine = {{kc_wino2d_lines_share(fetch.run[0], blk, blocks),
-                             kc_wino2d_lines_share(fetch.run[1], blk, blocks)}};
-        if (st->fetch_residual && blk + 1 < blocks)
-            kc_pw_fetch_sums(io, hi, p0 + pixels * (blk + 2) / blocks, n0, nv);
+    kc_pw_panel_at at = kc_pw_panel_cut(st, v0, nv, p0, p1);
+    for (int64_t blk = 0; blk < at.blocks; blk++) {
+        int64_t lo = p0 + at.pixels * blk / at.blocks, hi = p0 + at.pixels * (blk + 1) / at.blocks;
+        kc_pw_fetch mine = {{kc_wino2d_lines_share(fetch.run[0], blk, at.blocks),
+                             kc_wino2d_lines_share(fetch.run[1], blk, at.blocks)}};
+        if (st->fetch_residual && blk + 1 < at.blocks)
+            kc_pw_fetch_sums(io, hi, p0 + at.pixels * (blk + 2) / at.blocks, at.n0, nv);
         if (st->claim_outputs) /* the block's output lines, for writing (kc_pw_build) */
-            kc_prefetchw_block(io->out + lo * st->n + n0, st->n, hi - lo, nv);
-        switch (hi - lo) {
-        case 8: KC_PW_MRS(8); break;
-        case 7: KC_PW_MRS(7); break;
-        case 6: KC_PW_MRS(6); break;
-        case 5: KC_PW_MRS(5); break;
-        case 4: KC_PW_MRS(4); break;
-        case 3: KC_PW_MRS(3); break;
-        case 2: KC_PW_MRS(2); break;
-        default: KC_PW_MRS(1); break;
-        }
+            kc_prefetchw_block(io->out + lo * st->n + at.n0, st->n, hi - lo, nv);
+        KC_PW_BY_MR(KC_PW_MRS);
     }
 }
 
@@ -905,20 +935,9 @@ kc_pw_pass_block(const kc_pw_io *io, const float *b, int64_t p0, int64_t n0, int
             _mm512_store_ps(part + (i * 4 + j) * 16, acc[i][j]);
 }
 
-#define KC_PW_PASS_NVS(mr_)                                                                        \
-    do {                                                                                           \
-        if (nv == 4) {                                                                             \
-            if (mr_ <= KC_PW_MR4)                                                                  \
-                kc_pw_pass_block(io, b, lo, n0, mr_, 4, last, k0, k1, part);                       \
-            else                                                                                   \
-                __builtin_unreachable();                                                           \
-        } else if (nv == 3)                                                                        \
-            kc_pw_pass_block(io, b, lo, n0, mr_, 3, last, k0, k1, part);                           \
-        else if (nv == 2)                                                                          \
-            kc_pw_pass_block(io, b, lo, n0, mr_, 2, last, k0, k1, part);                           \
-        else                                                                                       \
-            kc_pw_pass_block(io, b, lo, n0, mr_, 1, last, k0, k1, part);                           \
-    } while (0)
+#define KC_PW_PASS_BLOCK(mr_, nv_)                                                                 \
+    kc_pw_pass_block(io, at.b, lo, at.n0, mr_, nv_, at.last, k0, k1, part)
+#define KC_PW_PASS_MRS(mr_) KC_PW_BY_NV(mr_, KC_PW_PASS_BLOCK)
 
 /* kc_pw_panel by pixels over more input channels than a pass
  * (st->pass): the panel's first st->pass channels over every block of
@@ -931,28 +950,16 @@ __attribute__((target("avx512f"))) static void kc_pw_panel_passes(const kc_pw_io
                                                                   float *parts)
 {
     const kc_pw_state *st = io->st;
-    int64_t n0 = 16 * v0, rem = st->n - 16 * (v0 + nv - 1);
-    __mmask16 last = rem >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << rem) - 1);
-    const float *b = st->w + st->k * 16 * v0;
-    int64_t mr = nv == 4 ? KC_PW_MR4 : KC_PW_MR;
-    int64_t pixels = p1 - p0, blocks = (pixels + mr - 1) / mr;
+    kc_pw_panel_at at = kc_pw_panel_cut(st, v0, nv, p0, p1);
     for (int64_t k0 = 0, k1; k0 < st->k; k0 = k1) {
         k1 = st->k - k0 > st->pass ? k0 + st->pass : st->k;
-        for (int64_t blk = 0; blk < blocks; blk++) {
-            int64_t lo = p0 + pixels * blk / blocks, hi = p0 + pixels * (blk + 1) / blocks;
+        for (int64_t blk = 0; blk < at.blocks; blk++) {
+            int64_t lo = p0 + at.pixels * blk / at.blocks;
+            int64_t hi = p0 + at.pixels * (blk + 1) / at.blocks;
             float *part = parts + blk * KC_PW_MR * 4 * 16;
             if (k1 == st->k && st->claim_outputs)
-                kc_prefetchw_block(io->out + lo * st->n + n0, st->n, hi - lo, nv);
-            switch (hi - lo) {
-            case 8: KC_PW_PASS_NVS(8); break;
-            case 7: KC_PW_PASS_NVS(7); break;
-            case 6: KC_PW_PASS_NVS(6); break;
-            case 5: KC_PW_PASS_NVS(5); break;
-            case 4: KC_PW_PASS_NVS(4); break;
-            case 3: KC_PW_PASS_NVS(3); break;
-            case 2: KC_PW_PASS_NVS(2); break;
-            default: KC_PW_PASS_NVS(1); break;
-            }
+                kc_prefetchw_block(io->out + lo * st->n + at.n0, st->n, hi - lo, nv);
+            KC_PW_BY_MR(KC_PW_PASS_MRS);
         }
     }
 }
@@ -1262,9 +1269,7 @@ static int64_t kc_pw_pass_wanted(const kc_pw_state *st)
  * pairs faster). The same sums: the same bits. */
 static int kc_pw_lead_wanted(void)
 {
-    if (kc_env_on("KC_PW_FETCH_LEAD") || kc_env_off("KC_PW_FETCH_LEAD"))
-        return kc_env_on("KC_PW_FETCH_LEAD");
-    return kc_isa_vendor() == KC_CPU_INTEL;
+    return kc_env_switch("KC_PW_FETCH_LEAD", kc_isa_vendor() == KC_CPU_INTEL);
 }
 
 /* The state for geometry *probe: the kernel packed, the cut even. */

@@ -141,8 +141,9 @@ typedef struct kc_wf_state {
     const kc_wino_simd *simd;        /* the transforms and products for this CPU */
     int alone;                       /* each part transforms its own inputs */
     int touch;                       /* ... each first reading all of them in order (kc_touch) */
-    int fetch_rows;                  /* rows fetched ahead (kc_wf_fetch_rows_wanted) */
-    int product_flags;               /* the products' (KC_WINO2D_ROWS_AHEAD, _LINES_LEAD) */
+    /* the products' fetches (KC_WINO2D_ROWS_AHEAD: also the input
+     * transform's, kc_wf_fetch_rows_wanted; KC_WINO2D_LINES_LEAD) */
+    int product_flags;
     int fused;                       /* F(4x4) with the kernel made inside the products (kc_wf_fused) */
 } kc_wf_state;
 
@@ -254,9 +255,8 @@ static kc_status kc_wf_repack(const kc_exec_ctx *ctx, kc_wf_state *st)
  * without it. KC_WINO_FETCH_ROWS=1 / =0 says otherwise anywhere. */
 static int kc_wf_fetch_rows_wanted(const kc_wf_state *st)
 {
-    if (kc_env_on("KC_WINO_FETCH_ROWS") || kc_env_off("KC_WINO_FETCH_ROWS"))
-        return kc_env_on("KC_WINO_FETCH_ROWS");
-    return st->cut.parts < 2 || kc_isa_vendor() != KC_CPU_INTEL;
+    return kc_env_switch("KC_WINO_FETCH_ROWS",
+                         st->cut.parts < 2 || kc_isa_vendor() != KC_CPU_INTEL);
 }
 
 /* Whether the products fetch the next piece's kernel lines two a step
@@ -271,9 +271,7 @@ static int kc_wf_fetch_rows_wanted(const kc_wf_state *st)
  * multiply-add port. The same sums: the same bits. */
 static int kc_wf_lead_wanted(void)
 {
-    if (kc_env_on("KC_WINO_FETCH_LEAD") || kc_env_off("KC_WINO_FETCH_LEAD"))
-        return kc_env_on("KC_WINO_FETCH_LEAD");
-    return kc_isa_vendor() == KC_CPU_INTEL;
+    return kc_env_switch("KC_WINO_FETCH_LEAD", kc_isa_vendor() == KC_CPU_INTEL);
 }
 
 /* Parts: runs of output vectors, one per thread, at least two vectors
@@ -340,7 +338,7 @@ static void kc_wf_inputs(const kc_wf_state *st, const kc_wf_io *io, int64_t lo, 
         const float *d[36];
         kc_wino2d_cells(&st->grid, st->m, st->alpha, st->c, io->in, io->t0 + b, d);
         st->simd->in2d(st->alpha, st->bt, st->c, d, io->v + b * st->c,
-                       kc_wino2d_ld(io->n * st->c), st->fetch_rows);
+                       kc_wino2d_ld(io->n * st->c), st->product_flags & KC_WINO2D_ROWS_AHEAD);
     }
 }
 
@@ -802,8 +800,7 @@ kc_status kc_wino_fly_conv(const kc_exec_ctx *ctx, int *handled, int *act_done)
         const char *alone = getenv("KC_WINOFLY_ALONE");
         st->alone = alone ? strcmp(alone, "0") != 0 : kc_wf_alone_fits(st);
         st->touch = kc_touch_wanted();
-        st->fetch_rows = kc_wf_fetch_rows_wanted(st);
-        st->product_flags = (st->fetch_rows ? KC_WINO2D_ROWS_AHEAD : 0) |
+        st->product_flags = (kc_wf_fetch_rows_wanted(st) ? KC_WINO2D_ROWS_AHEAD : 0) |
                             (kc_wf_lead_wanted() ? KC_WINO2D_LINES_LEAD : 0);
         if (kc_wf_repack(ctx, st) != KC_OK) {
             kc_wf_free(&st->base);
@@ -838,7 +835,8 @@ int kc_wino_fly_touches(const kc_kernel_state *state)
 
 int kc_wino_fly_fetches_rows(const kc_kernel_state *state)
 {
-    return state && state->free == kc_wf_free && ((const kc_wf_state *)state)->fetch_rows;
+    return state && state->free == kc_wf_free &&
+           (((const kc_wf_state *)state)->product_flags & KC_WINO2D_ROWS_AHEAD);
 }
 
 int kc_wino_fly_tile(const kc_kernel_state *state)

@@ -2100,8 +2100,8 @@ static void test_pw_passes(void **state)
     static const conv_case cases[] = {
         {"1x1 1024 -> 256 on one 14x14 (1 MB)", "Conv2D", KC_CONV_PLAIN, 2, 1, 14, 14, 1024,
          256, 1, 1, 1, 1, 0, 0, "relu", 1},
-        {"1x1 200 -> 1032 + sum on one 13x13 (825 KB)", "Conv2D", KC_CONV_PLAIN, 2, 1, 13, 13, 200, 1032,
-         1, 1, 1, 1, 0, 1, "relu", 1},
+        {"1x1 200 -> 1032 + sum on one 13x13 (825 KB)", "Conv2D", KC_CONV_PLAIN, 2, 1, 13, 13,
+         200, 1032, 1, 1, 1, 1, 0, 1, "relu", 1},
         {"1x1 256 -> 64 on one 28x28 (64 KB)", "Conv2D", KC_CONV_PLAIN, 2, 1, 28, 28, 256, 64, 1,
          1, 1, 1, 0, 0, "relu", 1},
         {"1x1 1296 -> 64 on one 12x12: sums in chunks", "Conv2D", KC_CONV_PLAIN, 2, 1, 12, 12,
@@ -2109,7 +2109,8 @@ static void test_pw_passes(void **state)
     };
     /* passes by default, with KC_PW_PASS=96, on one thread with it */
     int intel = kc_isa_vendor() == KC_CPU_INTEL;
-    const int want[][3] = {{intel ? 128 : 0, 96, 0}, {intel ? 128 : 0, 96, 0}, {0, 96, 0}, {0, 0, 0}};
+    const int want[][3] = {
+        {intel ? 128 : 0, 96, 0}, {intel ? 128 : 0, 96, 0}, {0, 96, 0}, {0, 0, 0}};
     if (kc_isa() != KC_ISA_AVX512 || !kc_dnnl_avx512())
         skip();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -98,10 +98,10 @@ static int envab_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static double envab_quantile(double *v, int n, double q)
+/* Quantile q of n values sorted in increasing order. */
+static double envab_quantile(const double *sorted, int n, double q)
 {
-    qsort(v, (size_t)n, sizeof *v, envab_cmp);
-    return v[(int)(q * (n - 1) + 0.5)];
+    return sorted[(int)(q * (n - 1) + 0.5)];
 }
 
 /* Input 0 at the asked batch, seeded uniform [0, 1). */
@@ -135,6 +135,8 @@ static kc_tensor *envab_input(const kc_model *m, int batch)
 static int envab_add_stats(const char *stats, int side, envab_layer *layers, int n, int most)
 {
     char *copy = strdup(stats ? stats : "");
+    if (!copy)
+        return n;
     for (char *save = NULL, *line = strtok_r(copy, "\n", &save); line;
          line = strtok_r(NULL, "\n", &save)) {
         char name[256], cls[64];
@@ -175,10 +177,9 @@ static int envab_order(const envab_opts *o, const kc_model *m, const kc_tensor *
         envab_apply(&cfg[c], &cfg[1 - c]);
         ok = kc_session_new(m, &so, &s[c]) == KC_OK;
     }
-    /* warm-ups in turns too: the first run of one session after the
-     * other had run first took ~20 ms more on a small model (the threads'
-     * teams made again), and a profile leaves out only each plan's first
-     * two runs */
+    /* warm-ups in turns, like the timed runs: each session's first runs
+     * (its plan, its kernels' states) stay out of the pairs, and out of
+     * its profile, which leaves out only each plan's first two runs */
     for (int w = 0; w < 4 && ok; w++)
         for (int k = 0; k < 2 && ok; k++) {
             int c = k == 0 ? first : 1 - first;
@@ -208,12 +209,16 @@ static int envab_order(const envab_opts *o, const kc_model *m, const kc_tensor *
     return ok;
 }
 
+/* One line of medians and quartiles; sorts the three arrays in place. */
 static void envab_report(const char *what, const envab_opts *o, double *times[2], double *ratio,
                          int n)
 {
     int b_won = 0;
     for (int i = 0; i < n; i++)
         b_won += ratio[i] < 1;
+    qsort(times[0], (size_t)n, sizeof *ratio, envab_cmp);
+    qsort(times[1], (size_t)n, sizeof *ratio, envab_cmp);
+    qsort(ratio, (size_t)n, sizeof *ratio, envab_cmp);
     double a = envab_quantile(times[0], n, 0.5), b = envab_quantile(times[1], n, 0.5);
     double q1 = envab_quantile(ratio, n, 0.25), med = envab_quantile(ratio, n, 0.5),
            q3 = envab_quantile(ratio, n, 0.75);
@@ -289,9 +294,11 @@ static int envab_measure(const envab_opts *o, const kc_model *m, const kc_tensor
     }
     if (ok) {
         envab_report("both", o, times, ratio, 2 * n);
-        for (int i = 0; i < n_layers; i++)
-            printf("layer %-40s %9.4f %9.4f %.3f\n", layers[i].name, layers[i].ms[0] / 2,
-                   layers[i].ms[1] / 2, layers[i].ms[0] > 0 ? layers[i].ms[1] / layers[i].ms[0] : 0);
+        for (int i = 0; i < n_layers; i++) {
+            const double *ms = layers[i].ms; /* summed over the two orders */
+            printf("layer %-40s %9.4f %9.4f %.3f\n", layers[i].name, ms[0] / 2, ms[1] / 2,
+                   ms[0] > 0 ? ms[1] / ms[0] : 0);
+        }
     }
     free(layers);
     free(copy_ratio);
