@@ -26,13 +26,16 @@ got = B.run_sliced({"a": k, "b": other}, dict(os.environ), int(sys.argv[3]), raw
 for r in ("a", "b"):
     out, err = got[r]
     print(r, "err=" + str(err), "slices=" + str(len(out["slices_ms"]) if out else None),
-          "iters=" + str(out.get("iters") if out else None))
+          "iters=" + str(out.get("iters") if out else None),
+          *(["quiet=" + str(len(out["quiet_ms"]))] if out else []))
 PY
 }
 out=$(run kerasc 60)
-if grep -qx 'a err=None slices=4 iters=12' <<<"$out" && grep -qx 'b err=None slices=4 iters=12' <<<"$out" &&
-   [[ $(grep -c '^slice_median_ms:' "$T/a.txt") -eq 4 ]] && grep -q 'side by side with b, 4 slices' "$T/a.txt"; then
-  pass "two runners, four slices each, turn by turn; raw outputs kept"
+if grep -qx 'a err=None slices=4 iters=12 quiet=5' <<<"$out" &&
+   grep -qx 'b err=None slices=4 iters=12 quiet=5' <<<"$out" &&
+   [[ $(grep -c '^slice_median_ms:' "$T/a.txt") -eq 4 ]] && grep -q 'side by side with b, 4 slices' "$T/a.txt" &&
+   grep -Eq '^# waited for it to go quiet \(ms\): [0-9]+( [0-9]+){4}$' "$T/a.txt"; then
+  pass "two runners, four slices each, turn by turn, each after the other went quiet; raw outputs kept"
 else
   fail "side by side: $out"
 fi
@@ -48,6 +51,33 @@ grep -qx 'b err=timed out after 3s slices=None iters=None' <<<"$out" &&
 out=$(run never 60)
 grep -qx 'b err=peer: error: no model slices=None iters=None' <<<"$out" &&
   pass "a runner that never starts: its own last stderr line" || fail "never ready: $out"
+# wait_quiet: the harness's wait for a runner's spinning threads to stop
+# before the other's slice (bounds loose: CI machines are loaded).
+quiet() {
+  /usr/bin/python3 - "$HERE/../../tools/bench" <<'PY' 2>&1
+import subprocess, sys, time
+sys.path.insert(0, sys.argv[1])
+sys.dont_write_bytecode = True
+import bench as B
+B.QUIET_MAX_S = 1.5
+spin = "import time\nt = time.time()\nwhile time.time() - t < {}: pass\ntime.sleep(30)"
+for name, secs in (("idle", 0), ("spins", 0.4), ("forever", 60)):
+    p = subprocess.Popen([sys.executable, "-c", spin.format(secs)])
+    time.sleep(0.05)  # started, spinning
+    print(name, round(B.wait_quiet(p.pid), 2))
+    p.kill()
+    p.wait()
+print("gone", round(B.wait_quiet(p.pid), 2), B.cpu_ns(p.pid))
+PY
+}
+out=$(quiet)
+if awk '$1 == "idle" && $2 < 0.3 {ok++} $1 == "spins" && $2 >= 0.1 && $2 < 1.4 {ok++}
+        $1 == "forever" && $2 >= 1.4 && $2 < 3 {ok++} $1 == "gone" && $2 < 0.1 && $3 == "None" {ok++}
+        END {exit ok != 4}' <<<"$out"; then
+  pass "wait_quiet: an idle process at once, a spinning one once it stops, one that never does after QUIET_MAX_S, a gone one at once"
+else
+  fail "wait_quiet: $out"
+fi
 # The <= 0.8 verdict (bench.py's summarize + target_met), on made-up
 # rounds: ORT in its slow mode in two rounds of three must not make a win.
 verdicts() {

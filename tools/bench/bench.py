@@ -16,7 +16,8 @@ A runner's figure is the median over rounds of its per-run median. kerasc/ORT
 is the median over rounds of each round's ratio. Within a round kerasc and ORT
 run side by side in slices (--slices, default SLICES): both processes load and
 warm up, then take turns, a slice of runs each (`kerasc bench --slices`, the
-same protocol in peer_ort.js), so the two see the same machine: its speed
+same protocol in peer_ort.js), each once the other's threads have gone quiet
+(wait_quiet), so the two see the same machine: its speed
 drifts 10-30% within minutes here, and two whole runs back to back (the
 earlier protocol) gave a round's ratio anywhere from 0.63 to 1.42 on the same
 code. A round's ratio is the median of its slices' ratios; the table also
@@ -97,12 +98,24 @@ ROWS = [
 # s), and a burst of the shared machine's noise moved a round's ratio by
 # 0.1; four times as many samples per run, 2-3 s, for both alike.
 PAIR_ITERS = 4
-# kerasc and ORT alternate in this many slices per round (--slices), with
-# SLICE_GAP_S between one runner's slice and the other's: enough for either
-# runtime's worker threads, which spin a while after a run, to go to sleep
-# before the other runs (libgomp here: ~0.5 ms; ORT's pool: a few ms).
+# kerasc and ORT alternate in this many slices per round (--slices). After
+# a runner's slice (and its warm-up) the harness waits until that process
+# has gone quiet (wait_quiet), then SLICE_GAP_S more, before the other
+# runs. Why not a fixed gap: a runtime's worker threads spin a while after
+# a run, and the other's timed runs then share a CPU with them. The gap
+# was 20 ms, sized on libgomp (~0.5 ms) and a guess of ORT's pool (a few
+# ms); on the 2-vCPU Intel Xeon of 12-07 onnxruntime-node kept one CPU
+# busy for 40-50 ms after each slice (its threads' CPU time in
+# /proc/PID/task/*/schedstat), and kerasc's first 6-7 runs of every
+# MobileNetV2 slice took 8.5-8.8 ms against 4.1-4.6 for the rest: its
+# slices' median 6.5-6.9 ms beside ORT, 4.4 beside a second kerasc.
 SLICES = 8
 SLICE_GAP_S = 0.02
+# Quiet: the process's threads together used under QUIET_SHARE of one CPU
+# over the last QUIET_WINDOW_S; waited for QUIET_MAX_S at most.
+QUIET_WINDOW_S = 0.005
+QUIET_SHARE = 0.1
+QUIET_MAX_S = 2.0
 QUICK_ROW = "mobilenet_v2"
 NUM_KEYS = ("load_ms", "first_run_ms", "median_ms", "median_ms_per_image", "min_ms", "max_ms", "peak_rss_kb",
             "arena_bytes", "weight_f32_bytes")
@@ -218,14 +231,49 @@ class LineReader:
         return "\n".join(self.text)
 
 
+def cpu_ns(pid):
+    """CPU time every thread of process pid has used so far, in ns (the
+    first field of each thread's /proc schedstat), or None once it is
+    gone."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/schedstat") as fh:
+                total += int(fh.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that ended meanwhile
+    return total
+
+
+def wait_quiet(pid):
+    """Waits until process pid has gone quiet (see QUIET_SHARE), at most
+    QUIET_MAX_S; returns the seconds waited."""
+    t0 = time.time()
+    before = cpu_ns(pid)
+    while before is not None and time.time() - t0 < QUIET_MAX_S:
+        time.sleep(QUIET_WINDOW_S)
+        now = cpu_ns(pid)
+        if now is None or now - before < QUIET_SHARE * QUIET_WINDOW_S * 1e9:
+            break
+        before = now
+    return time.time() - t0
+
+
 def run_sliced(cmds, env, timeout, raw_paths, slices):
     """Runs the runners of cmds ({runner: argv}, each with --slices) side
     by side: starts them one after the other, each loading and warming up
     alone until it says `ready`, then gives each a slice of runs in turn,
-    `slices` times, SLICE_GAP_S apart. Returns {runner: (parsed, error)},
-    parsed with `slices_ms`, the slices' medians in order."""
+    `slices` times, each after the other has gone quiet (wait_quiet) and
+    SLICE_GAP_S more. Returns {runner: (parsed, error)}, parsed with
+    `slices_ms`, the slices' medians in order, and `quiet_ms`, how long
+    the harness waited for this runner to go quiet after its warm-up and
+    after each slice."""
     deadline = time.time() + timeout
-    procs, readers, errs, started = {}, {}, {}, {}
+    procs, readers, errs, started, quiet_ms = {}, {}, {}, {}, {}
     result = {}
     cur = next(iter(cmds))  # the runner being waited on: the one to blame
     try:
@@ -238,6 +286,7 @@ def run_sliced(cmds, env, timeout, raw_paths, slices):
             readers[r] = LineReader(procs[r], deadline)
             if readers[r].expect("ready") is None:
                 raise RuntimeError(f"{r} never said ready")
+            quiet_ms[r] = [1000 * wait_quiet(procs[r].pid)]
         slices_ms = {r: [] for r in cmds}
         for _ in range(slices):
             for r in cmds:
@@ -248,6 +297,7 @@ def run_sliced(cmds, env, timeout, raw_paths, slices):
                 if got is None:
                     raise RuntimeError(f"{r} gave no slice")
                 slices_ms[r].append(float(got.split(":", 1)[1]))
+                quiet_ms[r].append(1000 * wait_quiet(procs[r].pid))
                 time.sleep(SLICE_GAP_S)
         for r in cmds:
             cur = r
@@ -276,6 +326,7 @@ def run_sliced(cmds, env, timeout, raw_paths, slices):
         with open(raw_paths[r], "w") as fh:
             fh.write("$ " + " ".join(cmd) + f" (side by side with {', '.join(x for x in cmds if x != r)}, "
                      f"{slices} slices)\n# rc {rc}, {time.time() - started.get(r, time.time()):.1f}s wall\n"
+                     f"# waited for it to go quiet (ms): {' '.join(f'{q:.0f}' for q in quiet_ms.get(r, []))}\n"
                      + so + "\n# stderr\n" + se)
         res = parse(so) if rc == 0 and slices_ms is not None else {}
         if "median_ms_per_image" not in res:
@@ -288,6 +339,7 @@ def run_sliced(cmds, env, timeout, raw_paths, slices):
             result[r] = (None, msg)
             continue
         res["slices_ms"] = slices_ms[r]
+        res["quiet_ms"] = [round(q, 1) for q in quiet_ms.get(r, [])]
         result[r] = (res, None)
     return result
 
