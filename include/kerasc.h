@@ -248,6 +248,12 @@ long kc_session_lanes_helped(const kc_session *session);
  * arena. KC_BRANCHES=0 in the environment when the session is created
  * turns it off. */
 int kc_session_branch_regions(const kc_session *session);
+/* Of those, the regions whose branches were dealt to the two threads again
+ * from their times measured over the first runs side by side (once per
+ * plan, where that shortens the longer thread's share by 3% or more);
+ * the same outputs, bit for bit. KC_BRANCH_REBALANCE=0 in the environment
+ * when the session is created keeps the first deal (by multiply-adds). */
+int kc_session_branch_moved(const kc_session *session);
 /* Nodes absorbed into their producer at session creation (BatchNormalization
  * folded into a convolution/Dense, activations fused); KC_FUSE=0 in the
  * environment disables the rewrites. */

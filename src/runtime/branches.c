@@ -31,7 +31,27 @@
  * branches' kernels for one thread on the thread that will run them (as
  * batch lanes do, lanes.c; the weights they copy are released one lane
  * at a time); from the second run the lanes run side by side. The nodes
- * outside regions still run cut across the threads. */
+ * outside regions still run cut across the threads.
+ *
+ * Dealt again once, from measured times (kc_branches_rebalance): the
+ * branches' multiply-adds are a poor guide to their time, as a 3x3
+ * layer on Winograd does a quarter of its multiplies and a 1x1 all of
+ * them. On the 2-vCPU Intel Xeon of 12-07 (InceptionV3, batch 1) the
+ * lane dealt the 1x1, 5x5 and pooling towers of the first blocks ended
+ * 0.5-1.5 ms after the other (lane 0 1.7-2.3 ms, lane 1 2.7-3.8), and
+ * over the nine regions the lanes ended 6.9-9.0 ms apart a run, of
+ * 47-53 (each lane timed apart, 60 runs). So each region times its
+ * branches over its first KC_BRANCH_MEASURE runs side by side (each
+ * branch's least time) and then deals them again, the split whose
+ * longer lane is shortest (kc_branches_deal), where that shortens it by
+ * KC_BRANCH_GAIN or more. A branch's time depends on what runs beside it
+ * (the two cores share the last-level cache and memory), so the new deal
+ * is then timed as the first was, over as many runs, and kept only if
+ * its longer lane ends sooner (the least over the runs); else the first
+ * deal comes back. Either way the deal then stays. A branch that moves
+ * runs on the other thread, whose buffers may grow once then
+ * (kc_dnnl_workspace); the same bits, each layer whole on one thread
+ * either way. KC_BRANCH_REBALANCE=0: the first deal stays. */
 #include "runtime/branches.h"
 
 #include <sched.h>
@@ -40,6 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "base/threads.h"
@@ -56,6 +77,15 @@
  * threads costs more than the region saves. KC_BRANCH_MIN_FLOPS sets
  * another (tests: the small models of tests/apps). */
 #define KC_BRANCH_MIN_FLOPS 2e6
+/* Runs side by side a region times its branches over before it deals
+ * them to the lanes again (the least of them: a run the host slowed
+ * says nothing of the branch), and the least the longer lane must gain
+ * for the new deal to be taken (the times' noise is a few percent). */
+#define KC_BRANCH_MEASURE 3
+#define KC_BRANCH_GAIN 0.03
+/* Up to this many branches the deal tries every split (InceptionV3's
+ * blocks have 3 or 4; 2^15 splits at most), beyond it longest first. */
+#define KC_BRANCH_EXACT 16
 
 static double kc_branches_min_flops(void)
 {
@@ -164,6 +194,50 @@ static int kc_branches_balanced(const kc_branch_scan *sc, int n, double min_flop
     return total >= min_flops && most <= KC_BRANCH_SHARE * total;
 }
 
+/* The best deal of n <= KC_BRANCH_EXACT branches: every split tried
+ * (branch 0 on lane 0: the mirror deals are the same). */
+static double kc_branches_deal_exact(const double *seconds, int n, int *lane_of)
+{
+    double best = -1.0;
+    unsigned best_mask = 0;
+    for (unsigned mask = 0; mask < 1u << (n - 1); mask++) {
+        double lane[KC_BRANCH_LANES] = {0};
+        for (int b = 0; b < n; b++)
+            lane[b > 0 && (mask >> (b - 1) & 1u)] += seconds[b];
+        double longer = lane[0] > lane[1] ? lane[0] : lane[1];
+        if (best < 0.0 || longer < best) {
+            best = longer;
+            best_mask = mask;
+        }
+    }
+    for (int b = 0; b < n; b++)
+        lane_of[b] = b > 0 && (best_mask >> (b - 1) & 1u);
+    return best;
+}
+
+double kc_branches_deal(const double *seconds, int n, int *lane_of)
+{
+    if (n >= 1 && n <= KC_BRANCH_EXACT)
+        return kc_branches_deal_exact(seconds, n, lane_of);
+    int order[KC_BRANCH_MAX_DEAL];
+    double lane[KC_BRANCH_LANES] = {0};
+    n = n < KC_BRANCH_MAX_DEAL ? n : KC_BRANCH_MAX_DEAL;
+    for (int b = 0; b < n; b++)
+        order[b] = b;
+    for (int a = 1; a < n; a++) /* insertion sort, longest first; ties in branch order */
+        for (int b = a; b > 0 && seconds[order[b]] > seconds[order[b - 1]]; b--) {
+            int t = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = t;
+        }
+    for (int k = 0; k < n; k++) {
+        int to = lane[1] < lane[0];
+        lane[to] += seconds[order[k]];
+        lane_of[order[k]] = to;
+    }
+    return lane[0] > lane[1] ? lane[0] : lane[1];
+}
+
 /* Whether node j, the join of a region, concatenates the region's
  * outputs along their last axis (channels), each input made by one of its
  * branches; r->join_of filled then. */
@@ -204,13 +278,21 @@ static kc_status kc_branches_add(const kc_session *s, kc_branches *bs, const kc_
     r->node_list = kc_calloc((size_t)(last - first + 1), sizeof *r->node_list);
     r->join_of = kc_calloc((size_t)join->n_inputs + 1, sizeof *r->join_of);
     r->lane_of = kc_calloc((size_t)n, sizeof *r->lane_of);
-    if (!r->branch_first || !r->node_list || !r->join_of || !r->lane_of) {
+    r->seconds = kc_calloc((size_t)n, sizeof *r->seconds);
+    r->run_seconds = kc_calloc((size_t)n, sizeof *r->run_seconds);
+    r->lane_first = kc_calloc((size_t)n, sizeof *r->lane_first);
+    if (!r->branch_first || !r->node_list || !r->join_of || !r->lane_of || !r->seconds ||
+        !r->run_seconds || !r->lane_first) {
         free(r->branch_first);
         free(r->node_list);
         free(r->join_of);
         free(r->lane_of);
+        free(r->seconds);
+        free(r->run_seconds);
+        free(r->lane_first);
         return KC_ERR_NOMEM;
     }
+    r->phase = s->branch_rebalance_off || n > KC_BRANCH_MAX_DEAL ? 2 : 0;
     for (int b = 0; b < n; b++)
         r->lane_of[b] = sc->lane[b];
     r->lane_join = !s->branch_join_off && kc_branches_lane_join(s, sc, last + 1, r);
@@ -260,6 +342,9 @@ void kc_branches_free(kc_branches *b)
         free(b->region[r].node_list);
         free(b->region[r].join_of);
         free(b->region[r].lane_of);
+        free(b->region[r].seconds);
+        free(b->region[r].run_seconds);
+        free(b->region[r].lane_first);
     }
     free(b->region);
     free(b->region_of);
@@ -368,9 +453,11 @@ static kc_status kc_branches_lane_nodes(kc_branch_job *job, int lane)
 {
     const kc_branch_region *r = job->r;
     kc_status st = KC_OK;
+    int timed = !job->first && r->phase < 2;
     for (int b = 0; st == KC_OK && b < r->n_branches; b++) {
         if (r->lane_of[b] != lane)
             continue;
+        double t0 = timed ? kc_now() : 0.0;
         for (int k = r->branch_first[b]; st == KC_OK && k < r->branch_first[b + 1]; k++) {
             int i = r->node_list[k];
             if (job->first)
@@ -380,8 +467,49 @@ static kc_status kc_branches_lane_nodes(kc_branch_job *job, int lane)
         }
         if (st == KC_OK && r->lane_join)
             kc_branches_join_copy(job->s, r, b);
+        if (timed) /* this lane's branch: no other thread writes it */
+            r->run_seconds[b] = kc_now() - t0;
     }
     return st;
+}
+
+/* The longer lane's time under deal lane_of for branch times t[]. */
+static double kc_branches_span(const kc_branch_region *r, const int *lane_of, const double *t)
+{
+    double lane[KC_BRANCH_LANES] = {0};
+    for (int b = 0; b < r->n_branches; b++)
+        lane[lane_of[b]] += t[b];
+    return lane[0] > lane[1] ? lane[0] : lane[1];
+}
+
+void kc_branches_rebalance(kc_branch_region *r)
+{
+    int n = r->n_branches, first = r->measured == 0;
+    double span = kc_branches_span(r, r->lane_of, r->run_seconds);
+    r->span = first || span < r->span ? span : r->span;
+    for (int b = 0; r->phase == 0 && b < n; b++)
+        r->seconds[b] = first || r->run_seconds[b] < r->seconds[b] ? r->run_seconds[b]
+                                                                    : r->seconds[b];
+    if (++r->measured < KC_BRANCH_MEASURE)
+        return;
+    r->measured = 0;
+    if (r->phase == 1) { /* the tried deal against the first */
+        if (r->span >= r->span_first)
+            memcpy(r->lane_of, r->lane_first, (size_t)n * sizeof *r->lane_of);
+        r->moved = r->span < r->span_first;
+        r->phase = 2;
+        return;
+    }
+    int lane_of[KC_BRANCH_MAX_DEAL];
+    double longer = kc_branches_span(r, r->lane_of, r->seconds);
+    if (kc_branches_deal(r->seconds, n, lane_of) > (1.0 - KC_BRANCH_GAIN) * longer) {
+        r->phase = 2;
+        return;
+    }
+    memcpy(r->lane_first, r->lane_of, (size_t)n * sizeof *r->lane_of);
+    memcpy(r->lane_of, lane_of, (size_t)n * sizeof *lane_of);
+    r->span_first = r->span;
+    r->phase = 1;
 }
 
 /* A short wait for the other lane's turn (the first run only). */
@@ -415,7 +543,7 @@ static void kc_branches_lane(void *arg, int lane)
         snprintf(job->message[lane], sizeof job->message[lane], "%s", kc_last_error());
 }
 
-static kc_status kc_branches_region_run(kc_session *s, const kc_branch_region *r, int first)
+static kc_status kc_branches_region_run(kc_session *s, kc_branch_region *r, int first)
 {
     kc_branch_job job = {.s = s, .r = r, .first = first};
     atomic_init(&job.turn, 0);
@@ -424,7 +552,17 @@ static kc_status kc_branches_region_run(kc_session *s, const kc_branch_region *r
         if (job.status[k] != KC_OK)
             return kc_fail(job.status[k], "%s (branch lane %d of %d)", job.message[k], k,
                            KC_BRANCH_LANES);
+    if (!first && r->phase < 2)
+        kc_branches_rebalance(r);
     return KC_OK;
+}
+
+int kc_branches_moved(const kc_branches *b)
+{
+    int moved = 0;
+    for (int r = 0; b && r < b->n_regions; r++)
+        moved += b->region[r].moved;
+    return moved;
 }
 
 kc_status kc_branches_run(kc_session *s)

@@ -25,6 +25,17 @@ typedef struct kc_branch_region {
                             * costliest first */
     int *node_list;
     int *lane_of;          /* branch b runs on lane lane_of[b] */
+    /* Measured (branches.c, kc_branches_rebalance), over the region's
+     * first runs side by side: run_seconds[b] branch b's time in the
+     * last run (written by its lane), seconds[b] its least; span the
+     * least over a phase's runs of the longer lane's time; span_first
+     * the first deal's, lane_first that deal while a new one is tried.
+     * `measured` counts a phase's runs; `phase` 0 times the first deal,
+     * 1 a new one, 2 the deal stays; `moved`: the new one stayed. */
+    double *seconds, *run_seconds;
+    int *lane_first;
+    double span, span_first;
+    int measured, phase, moved;
 } kc_branch_region;
 
 typedef struct kc_branches {
@@ -46,5 +57,22 @@ void kc_branches_free(kc_branches *b);
  * lane's thread (the first run: the lanes take turns, building their
  * kernels for one thread). */
 kc_status kc_branches_run(kc_session *s);
+
+/* The session's regions whose branches were dealt to the lanes again
+ * from their measured times (kc_branches_rebalance). */
+int kc_branches_moved(const kc_branches *b);
+
+/* After a run side by side that timed r's branches (r->phase 0 or 1,
+ * r->run_seconds filled): its times taken in, and at a phase's end a new
+ * deal tried, or the tried one kept or the first brought back
+ * (branches.c). */
+void kc_branches_rebalance(kc_branch_region *r);
+
+/* n branches of times seconds[] (n <= KC_BRANCH_MAX_DEAL) dealt to the
+ * two lanes into lane_of[]: the split whose longer lane is shortest (up
+ * to 16 branches; beyond, longest first onto the less loaded lane, ties
+ * onto lane 0); that lane's time. */
+#define KC_BRANCH_MAX_DEAL 64
+double kc_branches_deal(const double *seconds, int n, int *lane_of);
 
 #endif

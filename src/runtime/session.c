@@ -158,6 +158,7 @@ kc_status kc_session_new(const kc_model *model, const kc_session_options *option
     s->lanes_refused = kc_env_off("KC_LANES") || !kc_lanes_model_ok(g);
     s->branches_off = kc_env_off("KC_BRANCHES");
     s->branch_join_off = kc_env_off("KC_BRANCH_JOIN");
+    s->branch_rebalance_off = kc_env_off("KC_BRANCH_REBALANCE");
     s->fuse_pool = !kc_env_off("KC_FUSE_POOL"); /* 0: never move a pooling (fuse.c) */
     s->fuse_up = !kc_env_off("KC_FUSE_UP"); /* 0: upsamplings run before their 3x3 conv */
     s->fuse_head = !kc_env_off("KC_FUSE_HEAD"); /* 0: a classifier runs after its 1x1 conv */
@@ -824,6 +825,11 @@ long kc_session_lanes_helped(const kc_session *s) { return s ? s->lanes_helped :
 int kc_session_branch_regions(const kc_session *s)
 {
     return s && s->branches ? s->branches->n_regions : 0;
+}
+
+int kc_session_branch_moved(const kc_session *s)
+{
+    return s ? kc_branches_moved(s->branches) : 0;
 }
 
 int kc_session_fused_nodes(const kc_session *s) { return s ? s->fused.n_fused : 0; }

@@ -64,10 +64,11 @@ struct kc_session {
     int *head_out, n_head_out; /* values that cross into the tail */
     int64_t *head_size;        /* per head_out: its floats per image */
     /* Branch lanes (branches.c) of the current plan, or NULL; off
-     * (KC_BRANCHES=0) and joins run whole (KC_BRANCH_JOIN=0), read when
-     * the session is created. */
+     * (KC_BRANCHES=0), joins run whole (KC_BRANCH_JOIN=0) and the first
+     * deal kept (KC_BRANCH_REBALANCE=0), read when the session is
+     * created. */
     struct kc_branches *branches;
-    int branches_off, branch_join_off;
+    int branches_off, branch_join_off, branch_rebalance_off;
     /* Model inputs the nodes read where the caller's float32 tensor holds
      * them, not copied into the arena (session.c, kc_session_direct):
      * during a run of the plain loop only; off with KC_INPUT_DIRECT=0,

@@ -1808,6 +1808,133 @@ static void test_branch_lanes(void **state)
     unsetenv("KC_BRANCH_MIN_FLOPS");
 }
 
+/* kc_branches_deal: the split whose longer lane is shortest up to 16
+ * branches (longest first onto the less loaded lane would give 3 + 2 + 2
+ * against 3 + 2 here: 7 / 5 rather than 6 / 6), longest first beyond. */
+static void test_branch_deal(void **state)
+{
+    (void)state;
+    int lane[KC_BRANCH_MAX_DEAL];
+    const double t[] = {3, 3, 2, 2, 2};
+    assert_true(fabs(kc_branches_deal(t, 5, lane) - 6.0) < 1e-12);
+    double sum[2] = {0};
+    for (int b = 0; b < 5; b++)
+        sum[lane[b]] += t[b];
+    assert_true(fabs(sum[0] - 6.0) < 1e-12 && fabs(sum[1] - 6.0) < 1e-12);
+    assert_int_equal(lane[0], 0); /* branch 0 on lane 0: mirrors are one deal */
+    const double one[] = {2.5};
+    assert_true(fabs(kc_branches_deal(one, 1, lane) - 2.5) < 1e-12);
+    assert_int_equal(lane[0], 0);
+    double many[20];
+    for (int b = 0; b < 20; b++)
+        many[b] = b % 2 ? 1.0 : 3.0; /* ten of 3, ten of 1: longest first is even */
+    assert_true(fabs(kc_branches_deal(many, 20, lane) - 20.0) < 1e-12);
+    int on0 = 0;
+    for (int b = 0; b < 20; b++)
+        on0 += lane[b] == 0;
+    assert_int_equal(on0, 10);
+}
+
+/* kc_branches_rebalance over made-up times: three runs of the first
+ * deal; a new deal tried where it gains 3% or more, timed over three
+ * runs, kept where its longer lane ends sooner, else the first deal
+ * back; then the deal stays. */
+static void feed_runs(kc_branch_region *r, const double *t, int runs)
+{
+    for (int k = 0; k < runs; k++) {
+        memcpy(r->run_seconds, t, (size_t)r->n_branches * sizeof *t);
+        kc_branches_rebalance(r);
+    }
+}
+
+static void test_branch_rebalance(void **state)
+{
+    (void)state;
+    int lane_of[4], lane_first[4];
+    double seconds[4], run_seconds[4];
+    kc_branch_region r = {.n_branches = 4, .lane_of = lane_of, .lane_first = lane_first,
+                          .seconds = seconds, .run_seconds = run_seconds};
+    const double dealt[] = {5, 3, 3, 1}, noisy[] = {5.5, 3, 3.4, 1};
+    const double worse[] = {6, 4, 4, 2}; /* the new deal's lanes 8 and 8 */
+    for (int keep = 0; keep < 2; keep++) {
+        const int first[] = {0, 1, 1, 1}; /* lanes 5 and 7 */
+        memcpy(lane_of, first, sizeof first);
+        r.phase = r.measured = r.moved = 0;
+        feed_runs(&r, noisy, 1);
+        feed_runs(&r, dealt, 1);
+        assert_int_equal(r.phase, 0);
+        feed_runs(&r, noisy, 1); /* each branch's least: dealt[] */
+        assert_int_equal(r.phase, 1);
+        assert_memory_equal(lane_first, first, sizeof first);
+        assert_true(fabs(r.span_first - 7.0) < 1e-12); /* the least run: 5 | 7 */
+        double lane[2] = {0};
+        for (int b = 0; b < 4; b++)
+            lane[lane_of[b]] += dealt[b];
+        assert_true(fabs(lane[0] - 6.0) < 1e-12 && fabs(lane[1] - 6.0) < 1e-12);
+        int tried[4];
+        memcpy(tried, lane_of, sizeof tried);
+        feed_runs(&r, keep ? dealt : worse, 3);
+        assert_int_equal(r.phase, 2);
+        assert_int_equal(r.moved, keep);
+        assert_memory_equal(lane_of, keep ? tried : first, sizeof first);
+    }
+    /* no deal gains: the first stays at once */
+    const int even[] = {0, 0, 1, 1};
+    const double four[] = {4, 4, 4, 4};
+    memcpy(lane_of, even, sizeof even);
+    r.phase = r.measured = r.moved = 0;
+    feed_runs(&r, four, 3);
+    assert_int_equal(r.phase, 2);
+    assert_int_equal(r.moved, 0);
+    assert_memory_equal(lane_of, even, sizeof even);
+}
+
+/* The deal measured and settled in a session: InceptionV3 (tests/apps)
+ * at batch 1 on 2 threads, eight runs; every region's deal settles by
+ * the seventh run (one to build, three to time the first deal, three a
+ * new one), and every run's outputs equal, bit for bit, those of a
+ * session that keeps the first deal (KC_BRANCH_REBALANCE=0), whose
+ * regions never time their branches and never move one. */
+static void test_branch_rebalance_session(void **state)
+{
+    (void)state;
+    setenv("KC_BRANCH_MIN_FLOPS", "0", 1);
+    kc_model *m = NULL;
+    assert_int_equal(kc_model_load(KC_TEST_DATA "/../apps/inception_v3/model.keras", NULL, &m),
+                     KC_OK);
+    kc_tensor *one = kc_app_input("inception_v3", 1);
+    kc_session_options o = {.threads = 2};
+    kc_session *dealt = NULL, *kept = NULL;
+    assert_int_equal(kc_session_new(m, &o, &dealt), KC_OK);
+    setenv("KC_BRANCH_REBALANCE", "0", 1);
+    assert_int_equal(kc_session_new(m, &o, &kept), KC_OK);
+    unsetenv("KC_BRANCH_REBALANCE");
+    for (int run = 0; run < 8; run++) {
+        kc_tensor *a = NULL, *b = NULL;
+        assert_int_equal(kc_session_run(dealt, (const kc_tensor *const *)&one, 1, &a, 1), KC_OK);
+        assert_int_equal(kc_session_run(kept, (const kc_tensor *const *)&one, 1, &b, 1), KC_OK);
+        assert_int_equal(kc_tensor_count(a), kc_tensor_count(b));
+        assert_memory_equal(kc_tensor_cdata(a), kc_tensor_cdata(b),
+                            (size_t)kc_tensor_count(a) * sizeof(float));
+        kc_tensor_free(a);
+        kc_tensor_free(b);
+    }
+    assert_true(regions_of(dealt) >= 3);
+    assert_int_equal(regions_of(kept), regions_of(dealt));
+    for (int k = 0; k < regions_of(dealt); k++) {
+        assert_int_equal(dealt->branches->region[k].phase, 2);
+        assert_int_equal(kept->branches->region[k].phase, 2);
+        assert_int_equal(kept->branches->region[k].moved, 0);
+    }
+    assert_int_equal(kc_session_branch_moved(kept), 0);
+    assert_true(kc_session_branch_moved(dealt) <= regions_of(dealt));
+    kc_session_free(dealt);
+    kc_session_free(kept);
+    kc_tensor_free(one);
+    kc_model_free(m);
+    unsetenv("KC_BRANCH_MIN_FLOPS");
+}
+
 /* A model with an Embedding layer (Keras masks, which lanes do not
  * carry) runs as one batch. */
 static void test_batch_lanes_refused(void **state)
@@ -2103,6 +2230,9 @@ int main(void)
         cmocka_unit_test(test_batch_lanes),
         cmocka_unit_test(test_batch_lanes_refused),
         cmocka_unit_test(test_branch_lanes),
+        cmocka_unit_test(test_branch_deal),
+        cmocka_unit_test(test_branch_rebalance),
+        cmocka_unit_test(test_branch_rebalance_session),
         cmocka_unit_test(test_plan_pack_greedy),
         cmocka_unit_test(test_arena_packed),
         cmocka_unit_test(test_batch_head_split_points),
