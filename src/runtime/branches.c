@@ -169,28 +169,36 @@ static int kc_branches_split(const kc_session *s, int first, int last, kc_branch
     return n;
 }
 
-/* Branches costliest first into sc->order; whether two lanes taking
- * them in that order each get at most KC_BRANCH_SHARE of the work. */
-static int kc_branches_balanced(const kc_branch_scan *sc, int n, double min_flops)
+/* n branches of cost[] longest first (ties in branch order) into
+ * order[], each onto the less loaded lane (ties: lane 0), the lane of
+ * the k-th into lane_at[k]; the longer lane's cost. */
+static double kc_branches_longest_first(const double *cost, int n, int *order, int *lane_at)
 {
-    int *order = sc->order;
-    double total = 0, lane[KC_BRANCH_LANES] = {0};
-    for (int b = 0; b < n; b++) {
+    double lane[KC_BRANCH_LANES] = {0};
+    for (int b = 0; b < n; b++)
         order[b] = b;
-        total += sc->cost[b];
-    }
     for (int a = 1; a < n; a++) /* insertion sort: a handful of branches */
-        for (int b = a; b > 0 && sc->cost[order[b]] > sc->cost[order[b - 1]]; b--) {
+        for (int b = a; b > 0 && cost[order[b]] > cost[order[b - 1]]; b--) {
             int t = order[b];
             order[b] = order[b - 1];
             order[b - 1] = t;
         }
-    for (int b = 0; b < n; b++) {
+    for (int k = 0; k < n; k++) {
         int to = lane[1] < lane[0];
-        lane[to] += sc->cost[order[b]];
-        sc->lane[b] = to;
+        lane[to] += cost[order[k]];
+        lane_at[k] = to;
     }
-    double most = lane[0] > lane[1] ? lane[0] : lane[1];
+    return lane[0] > lane[1] ? lane[0] : lane[1];
+}
+
+/* Branches costliest first into sc->order; whether two lanes taking
+ * them in that order each get at most KC_BRANCH_SHARE of the work. */
+static int kc_branches_balanced(const kc_branch_scan *sc, int n, double min_flops)
+{
+    double total = 0;
+    for (int b = 0; b < n; b++)
+        total += sc->cost[b];
+    double most = kc_branches_longest_first(sc->cost, n, sc->order, sc->lane);
     return total >= min_flops && most <= KC_BRANCH_SHARE * total;
 }
 
@@ -219,23 +227,12 @@ double kc_branches_deal(const double *seconds, int n, int *lane_of)
 {
     if (n >= 1 && n <= KC_BRANCH_EXACT)
         return kc_branches_deal_exact(seconds, n, lane_of);
-    int order[KC_BRANCH_MAX_DEAL];
-    double lane[KC_BRANCH_LANES] = {0};
+    int order[KC_BRANCH_MAX_DEAL], lane_at[KC_BRANCH_MAX_DEAL];
     n = n < KC_BRANCH_MAX_DEAL ? n : KC_BRANCH_MAX_DEAL;
-    for (int b = 0; b < n; b++)
-        order[b] = b;
-    for (int a = 1; a < n; a++) /* insertion sort, longest first; ties in branch order */
-        for (int b = a; b > 0 && seconds[order[b]] > seconds[order[b - 1]]; b--) {
-            int t = order[b];
-            order[b] = order[b - 1];
-            order[b - 1] = t;
-        }
-    for (int k = 0; k < n; k++) {
-        int to = lane[1] < lane[0];
-        lane[to] += seconds[order[k]];
-        lane_of[order[k]] = to;
-    }
-    return lane[0] > lane[1] ? lane[0] : lane[1];
+    double longer = kc_branches_longest_first(seconds, n, order, lane_at);
+    for (int k = 0; k < n; k++)
+        lane_of[order[k]] = lane_at[k];
+    return longer;
 }
 
 /* Whether node j, the join of a region, concatenates the region's
