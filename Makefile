@@ -50,13 +50,15 @@ bench: build
 bench-quick: build
 	bash tools/bench/run_bench.sh --quick
 
-# Per-stage time against ONNX Runtime's profile (tools/bench/layer_compare.py;
-# run make bench once first for the models and peers).
+# Per-stage and per-kernel time against ONNX Runtime's profile
+# (tools/bench/layer_compare.py, three rounds in turns; run make bench once
+# first for the models and peers).
 MODEL ?= resnet50
 BATCH ?= 1
+ROUNDS ?= 3
 bench-layers: build
 	/usr/bin/python3 tools/bench/layer_compare.py bench/models/$(MODEL).keras bench/models/$(MODEL).onnx \
-		--batch $(BATCH) --iters $$(( $(BATCH) > 1 ? 12 : 40 ))
+		--batch $(BATCH) --iters $$(( $(BATCH) > 1 ? 12 : 40 )) --rounds $(ROUNDS) --by-kernel
 
 # Split-run pipeline throughput in a namespace testbed with capped links
 # (needs root; see tools/bench/cluster_bench.sh). Not part of make check.

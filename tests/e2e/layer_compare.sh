@@ -14,7 +14,7 @@ trap 'rm -rf "$T"' EXIT
 # a Gemm (warm-ups, then 0.1 ms), a 1-pixel reorder, a session event.
 cat >"$T/ort.json" <<'JSON'
 [{"cat": "Session", "name": "model_run", "dur": 99999},
- {"cat": "Node", "name": "c_kernel_time", "dur": 9000, "args": {"op_name": "Conv", "output_type_shape": [{"float": [1, 4, 6, 6]}]}},
+ {"cat": "Node", "name": "c_kernel_time", "dur": 9000, "args": {"op_name": "Conv", "output_type_shape": [{"float": [1, 4, 6, 6]}], "input_type_shape": [{"float": [1, 3, 8, 8]}, {"float": [4, 3, 3, 3]}, {"float": [4]}]}},
  {"cat": "Node", "name": "c_kernel_time", "dur": 9000, "args": {"op_name": "Conv", "output_type_shape": [{"float": [1, 4, 6, 6]}]}},
  {"cat": "Node", "name": "c_kernel_time", "dur": 9000, "args": {"op_name": "Conv", "output_type_shape": [{"float": [1, 4, 6, 6]}]}},
  {"cat": "Node", "name": "c_kernel_time", "dur": 200, "args": {"op_name": "Conv", "output_type_shape": [{"float": [1, 4, 6, 6]}]}},
@@ -47,6 +47,62 @@ if [[ $rc -eq 0 ]] && grep -qF '| conv | 6 | 0.500 | 0.250 | 2.00 | +0.250 |' <<
 else
   fail "layer_compare table (rc $rc): $out"
 fi
+
+# --by-kernel: the convolutions by their taps, ONNX Runtime's from the
+# weights' shape (4, 3, 3, 3), kerasc's from the summary's parameter counts
+# (conv2d: 112 = 9 x 3 x 4 + 4; conv2d_1: 125 = 6 x 4 x 5 + 5, a 3x2 kernel).
+out=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/summary.txt" --kerasc-stats "$T/stats.txt" \
+      --ort-profile "$T/ort.json" --by-kernel 2>&1)
+rc=$?
+if [[ $rc -eq 0 ]] && grep -qF '| conv 3x3 | 6 | 0.500 | 0.250 | 2.00 | +0.250 |' <<<"$out" &&
+   grep -qF '| conv 6 taps | 5 | 0.250 | 0.000 | - | +0.250 |' <<<"$out" &&
+   grep -qF '| dense | - | 0.000 | 0.100 | 0.00 | -0.100 |' <<<"$out" &&
+   grep -qF '| **all** | | 0.750 | 0.390 | 1.92 | +0.360 |' <<<"$out" && ! grep -qF '| conv | ' <<<"$out"; then
+  pass "--by-kernel: convolutions grouped by their taps on both sides"
+else
+  fail "layer_compare --by-kernel (rc $rc): $out"
+fi
+# A functional model (input channels from "Connected to": 76 = 9 x 2 x 4 + 4)
+# and a depthwise one (a count that divides with a bias and without: 3x3
+# taken, 160 = 9 x 16 + 16), and a depthwise node in ONNX Runtime's profile
+# (weights (16, 1, 3, 3) on 16 input channels).
+"$KERASC" summary "$HERE/../zoo/multi_output/model.keras" >"$T/fsum.txt" 2>&1 &&
+  "$KERASC" summary "$HERE/../zoo/mobilenet_v1_chain/model.keras" >"$T/dsum.txt" 2>&1 &&
+  "$KERASC" summary "$HERE/../zoo/depthwise_conv2d_dm2/model.keras" >"$T/nsum.txt" 2>&1 ||
+  fail "kerasc summary (functional, depthwise) failed"
+printf '%s\n' 'profile: mean ms per run' \
+  '  conv2d                               Conv2D                         0.3000  75.00' \
+  '  class_output                         Dense                          0.1000  25.00' \
+  'by class:' >"$T/fstats.txt"
+printf '%s\n' 'profile: mean ms per run' \
+  '  conv2d                               Conv2D                         0.2000  50.00' \
+  '  depthwise_conv2d                     DepthwiseConv2D                0.2000  50.00' \
+  'by class:' >"$T/dstats.txt"
+printf '%s\n' 'profile: mean ms per run' \
+  '  depthwise_conv2d_1                   DepthwiseConv2D                0.1000 100.00' \
+  'by class:' >"$T/nstats.txt"
+cat >"$T/dw.json" <<'JSON'
+[{"cat": "Node", "name": "d_kernel_time", "dur": 120, "args": {"op_name": "Conv", "output_type_shape": [{"float": [1, 16, 12, 12]}], "input_type_shape": [{"float": [1, 16, 12, 12]}, {"float": [16, 1, 3, 3]}]}}]
+JSON
+fout=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/fsum.txt" --kerasc-stats "$T/fstats.txt" \
+       --ort-profile "$T/dw.json" --by-kernel 2>&1)
+dout=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/dsum.txt" --kerasc-stats "$T/dstats.txt" \
+       --ort-profile "$T/dw.json" --by-kernel 2>&1)
+# depthwise_conv2d_1 has no bias: 54 = 9 x 6 (or 8 x 6 + 6)
+nout=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/nsum.txt" --kerasc-stats "$T/nstats.txt" \
+       --ort-profile "$T/dw.json" --by-kernel 2>&1)
+if grep -qF '| conv 3x3 | 4 | 0.300 | 0.000 |' <<<"$fout" &&
+   grep -qF '| dwconv 3x3 | 3 | 0.100 | 0.000 |' <<<"$nout" &&
+   grep -qF '| conv 1x1 | 12 | 0.200 | 0.000 |' <<<"$dout" &&
+   grep -qF '| dwconv 3x3 | 12 | 0.200 | 0.120 | 1.67 | +0.080 |' <<<"$dout"; then
+  pass "--by-kernel: functional inputs, depthwise layers and nodes"
+else
+  fail "layer_compare --by-kernel on functional/depthwise: $fout / $dout / $nout"
+fi
+err=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/summary.txt" --kerasc-stats "$T/stats.txt" \
+      --ort-profile "$T/ort.json" --rounds 2 2>&1 >/dev/null); rc=$?
+[[ $rc -eq 2 && "$err" == *"--rounds runs the profiles"* ]] &&
+  pass "--rounds with saved outputs is a usage error" || fail "--rounds saved: rc $rc: $err"
 
 # A real `kerasc bench --stats` output parses.
 "$KERASC" bench "$M" --iters 3 --warmup 1 --stats >"$T/real.txt" 2>&1
