@@ -8,6 +8,10 @@ TOOL="$HERE/../../tools/bench/layer_compare.py"
 M="$HERE/../zoo/conv2d_s1_valid/model.keras"   # conv2d -> (6, 6, 4), conv2d_1 -> (5, 4, 5)
 T=$(mktemp -d "${KC_TEST_TMP:-/tmp}/layer_compare.XXXXXX")
 trap 'rm -rf "$T"' EXIT
+# The tool on saved outputs: SUMMARY STATS PROFILE [more arguments].
+saved() {
+  /usr/bin/python3 "$TOOL" --kerasc-summary "$1" --kerasc-stats "$2" --ort-profile "$3" "${@:4}"
+}
 
 "$KERASC" summary "$M" >"$T/summary.txt" 2>&1 || fail "kerasc summary failed"
 # ORT: a conv node at height 6 (3 warm-ups of 9 ms, then 0.2, 0.3, 0.25 ms),
@@ -35,8 +39,7 @@ profile: mean ms per run over 20 run(s) on the host CPU (the first 2 runs on a p
 by class:
   Conv2D                        2 layer(s)     0.7500 ms 100.00%
 TXT
-out=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/summary.txt" --kerasc-stats "$T/stats.txt" \
-      --ort-profile "$T/ort.json" 2>&1)
+out=$(saved "$T/summary.txt" "$T/stats.txt" "$T/ort.json" 2>&1)
 rc=$?
 if [[ $rc -eq 0 ]] && grep -qF '| conv | 6 | 0.500 | 0.250 | 2.00 | +0.250 |' <<<"$out" &&
    grep -qF '| conv | 5 | 0.250 | 0.000 | - | +0.250 |' <<<"$out" &&
@@ -51,8 +54,7 @@ fi
 # --by-kernel: the convolutions by their taps, ONNX Runtime's from the
 # weights' shape (4, 3, 3, 3), kerasc's from the summary's parameter counts
 # (conv2d: 112 = 9 x 3 x 4 + 4; conv2d_1: 125 = 6 x 4 x 5 + 5, a 3x2 kernel).
-out=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/summary.txt" --kerasc-stats "$T/stats.txt" \
-      --ort-profile "$T/ort.json" --by-kernel 2>&1)
+out=$(saved "$T/summary.txt" "$T/stats.txt" "$T/ort.json" --by-kernel 2>&1)
 rc=$?
 if [[ $rc -eq 0 ]] && grep -qF '| conv 3x3 | 6 | 0.500 | 0.250 | 2.00 | +0.250 |' <<<"$out" &&
    grep -qF '| conv 6 taps | 5 | 0.250 | 0.000 | - | +0.250 |' <<<"$out" &&
@@ -84,13 +86,10 @@ printf '%s\n' 'profile: mean ms per run' \
 cat >"$T/dw.json" <<'JSON'
 [{"cat": "Node", "name": "d_kernel_time", "dur": 120, "args": {"op_name": "Conv", "output_type_shape": [{"float": [1, 16, 12, 12]}], "input_type_shape": [{"float": [1, 16, 12, 12]}, {"float": [16, 1, 3, 3]}]}}]
 JSON
-fout=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/fsum.txt" --kerasc-stats "$T/fstats.txt" \
-       --ort-profile "$T/dw.json" --by-kernel 2>&1)
-dout=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/dsum.txt" --kerasc-stats "$T/dstats.txt" \
-       --ort-profile "$T/dw.json" --by-kernel 2>&1)
+fout=$(saved "$T/fsum.txt" "$T/fstats.txt" "$T/dw.json" --by-kernel 2>&1)
+dout=$(saved "$T/dsum.txt" "$T/dstats.txt" "$T/dw.json" --by-kernel 2>&1)
 # depthwise_conv2d_1 has no bias: 54 = 9 x 6 (or 8 x 6 + 6)
-nout=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/nsum.txt" --kerasc-stats "$T/nstats.txt" \
-       --ort-profile "$T/dw.json" --by-kernel 2>&1)
+nout=$(saved "$T/nsum.txt" "$T/nstats.txt" "$T/dw.json" --by-kernel 2>&1)
 if grep -qF '| conv 3x3 | 4 | 0.300 | 0.000 |' <<<"$fout" &&
    grep -qF '| dwconv 3x3 | 3 | 0.100 | 0.000 |' <<<"$nout" &&
    grep -qF '| conv 1x1 | 12 | 0.200 | 0.000 |' <<<"$dout" &&
@@ -99,15 +98,13 @@ if grep -qF '| conv 3x3 | 4 | 0.300 | 0.000 |' <<<"$fout" &&
 else
   fail "layer_compare --by-kernel on functional/depthwise: $fout / $dout / $nout"
 fi
-err=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/summary.txt" --kerasc-stats "$T/stats.txt" \
-      --ort-profile "$T/ort.json" --rounds 2 2>&1 >/dev/null); rc=$?
+err=$(saved "$T/summary.txt" "$T/stats.txt" "$T/ort.json" --rounds 2 2>&1 >/dev/null); rc=$?
 [[ $rc -eq 2 && "$err" == *"--rounds runs the profiles"* ]] &&
   pass "--rounds with saved outputs is a usage error" || fail "--rounds saved: rc $rc: $err"
 
 # A real `kerasc bench --stats` output parses.
 "$KERASC" bench "$M" --iters 3 --warmup 1 --stats >"$T/real.txt" 2>&1
-out=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/summary.txt" --kerasc-stats "$T/real.txt" \
-      --ort-profile "$T/ort.json" 2>&1)
+out=$(saved "$T/summary.txt" "$T/real.txt" "$T/ort.json" 2>&1)
 if [[ $? -eq 0 ]] && grep -qE '^\| conv \| 6 \| [0-9.]+ \| 0\.250 \|' <<<"$out" &&
    grep -qE '^\| conv \| 5 \| [0-9.]+ \| 0\.000 \|' <<<"$out"; then
   pass "reads kerasc bench --stats as printed"
@@ -117,18 +114,15 @@ fi
 
 # Bad input: one line on stderr, nonzero exit.
 "$KERASC" bench "$M" --iters 3 --warmup 1 >"$T/nostats.txt" 2>&1
-err=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/summary.txt" --kerasc-stats "$T/nostats.txt" \
-      --ort-profile "$T/ort.json" 2>&1 >/dev/null); rc=$?
+err=$(saved "$T/summary.txt" "$T/nostats.txt" "$T/ort.json" 2>&1 >/dev/null); rc=$?
 [[ $rc -eq 1 && "$err" == "layer_compare: error: no per-layer profile"* && $(wc -l <<<"$err") -eq 1 ]] &&
   pass "stats without --stats: one-line error, exit 1" || fail "no-stats: rc $rc: $err"
 echo '[1, "x", {"cat": "Node", "name": "a_kernel_time", "dur": "soon"}]' >"$T/bad.json"
-err=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/summary.txt" --kerasc-stats "$T/stats.txt" \
-      --ort-profile "$T/bad.json" 2>&1 >/dev/null); rc=$?
+err=$(saved "$T/summary.txt" "$T/stats.txt" "$T/bad.json" 2>&1 >/dev/null); rc=$?
 [[ $rc -eq 1 && "$err" == "layer_compare: error: "* && $(wc -l <<<"$err") -eq 1 ]] &&
   pass "a profile that is not a trace: one-line error, exit 1" || fail "bad profile: rc $rc: $err"
 echo '{"not": "a trace"}' >"$T/obj.json"
-err=$(/usr/bin/python3 "$TOOL" --kerasc-summary "$T/summary.txt" --kerasc-stats "$T/stats.txt" \
-      --ort-profile "$T/obj.json" 2>&1 >/dev/null); rc=$?
+err=$(saved "$T/summary.txt" "$T/stats.txt" "$T/obj.json" 2>&1 >/dev/null); rc=$?
 [[ $rc -eq 1 && "$err" == "layer_compare: error: the ONNX Runtime profile is not a list"* ]] &&
   pass "a JSON object for a profile: one-line error, exit 1" || fail "object profile: rc $rc: $err"
 /usr/bin/python3 "$TOOL" --kerasc-stats "$T/stats.txt" >/dev/null 2>&1; rc=$?

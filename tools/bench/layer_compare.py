@@ -17,7 +17,8 @@ the convolutions split further by their kernel's taps ("conv 1x1", "conv
 read from the weights' shapes in ONNX Runtime's profile and from each
 layer's parameter count and input channels in `kerasc summary`: at batch 1
 on ResNet50 this told that kerasc's 1x1 layers ran level with ONNX
-Runtime's and its 3x3 ones (Winograd) in 0.4-0.6 of their time. --rounds N
+Runtime's or behind them (1.00-1.17 of their time) and its 3x3 ones
+(Winograd) in 0.45-0.72. --rounds N
 runs the two profiles N times in turns and averages each group over them,
 as the machine's speed moves by 15% and more within minutes. A layer kerasc
 runs inside another (a depthwise convolution fused into the 1x1 before it,
@@ -67,12 +68,18 @@ def flat(height):
     return None if height == 1 or not isinstance(height, int) else height
 
 
+def square_side(n):
+    """n's square root where n is a perfect square, else None."""
+    side = int(round(n ** 0.5))
+    return side if side * side == n else None
+
+
 def taps_label(kind, taps):
     """'conv 3x3' for 9 taps, 'conv 7 taps' for 7, the kind alone if unknown."""
     if not taps:
         return kind
-    side = int(round(taps ** 0.5))
-    return '%s %s' % (kind, '%dx%d' % (side, side) if side * side == taps else '%d taps' % taps)
+    side = square_side(taps)
+    return '%s %s' % (kind, '%dx%d' % (side, side) if side else '%d taps' % taps)
 
 
 def summary_taps(cls, params, c_in, c_out):
@@ -84,7 +91,7 @@ def summary_taps(cls, params, c_in, c_out):
     if not per:
         return None
     fits = [w // per for w in (params - c_out, params) if w > 0 and w % per == 0]
-    squares = [t for t in fits if int(round(t ** 0.5)) ** 2 == t]
+    squares = [t for t in fits if square_side(t)]
     return (squares or fits or [None])[0]
 
 
@@ -155,9 +162,8 @@ def ort_kind(args, by_kernel):
     shapes = args.get('input_type_shape')
     if not by_kernel or kind != 'conv' or not isinstance(shapes, list) or len(shapes) < 2:
         return kind
-    dims = [next(iter(s.values()), None) if isinstance(s, dict) and s else None
+    x, w = [next(iter(s.values()), None) if isinstance(s, dict) and s else None
             for s in shapes[:2]]
-    x, w = dims
     if not (isinstance(w, list) and len(w) >= 3 and all(isinstance(d, int) for d in w)):
         return kind
     taps = 1
