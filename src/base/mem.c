@@ -56,11 +56,20 @@ void *kc_calloc(size_t count, size_t size)
     return bytes ? kc_alloc_checked(calloc(bytes, 1), bytes) : NULL;
 }
 
+void *kc_calloc_aligned(size_t count, size_t size)
+{
+    size_t bytes = kc_array_bytes(count, size);
+    void *p = bytes ? kc_alloc_checked(kc_alloc_aligned(bytes), bytes) : NULL;
+    if (p)
+        memset(p, 0, bytes);
+    return p;
+}
+
 void *kc_calloc_weights(size_t count, size_t size)
 {
     size_t bytes = kc_array_bytes(count, size);
     if (!bytes || bytes < KC_WHEAP_MIN || !kc_huge_maps_on())
-        return bytes ? kc_calloc(count, size) : NULL;
+        return bytes ? kc_calloc_aligned(count, size) : NULL;
     if (bytes < KC_HUGE_PAGE_BYTES)
         return kc_wheap_alloc(bytes); /* zeroed, side by side on huge pages (huge.c) */
     /* from 2 MiB on, huge pages of its own, its tail on small ones: in the

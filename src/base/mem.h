@@ -13,6 +13,11 @@
  * Small pages (buffers, states); packed weights take kc_calloc_weights,
  * the session's arena and the threads' workspaces base/huge.h's. */
 void *kc_calloc(size_t count, size_t size);
+/* kc_calloc on a cache line's start (64-byte aligned; from 2 MiB on as
+ * kc_alloc_array's), zeroed; free() frees it. For what a kernel's loop
+ * reads a vector at a time: calloc's 16-byte alignment made every 64-byte
+ * load of such an array span two cache lines (kc_calloc_weights). */
+void *kc_calloc_aligned(size_t count, size_t size);
 /* kc_calloc for a kernel's packed weights (written whole at build, read
  * on every run for the session's life): from KC_WHEAP_MIN (1 MiB) to 2
  * MiB in the weights heap (base/huge.h: side by side in chunks of

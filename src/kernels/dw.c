@@ -60,8 +60,8 @@ typedef struct kc_dw_job {
 kc_status kc_dw_weights(const float *keras, const float *bias, int64_t c, float **packed,
                         float **bias_out)
 {
-    *packed = kc_calloc((size_t)(9 * c), sizeof **packed);
-    *bias_out = kc_calloc((size_t)c, sizeof **bias_out);
+    *packed = kc_calloc_aligned((size_t)(9 * c), sizeof **packed);
+    *bias_out = kc_calloc_aligned((size_t)c, sizeof **bias_out);
     if (!*packed || !*bias_out)
         return KC_ERR_NOMEM;
     for (int64_t ch = 0; ch < c; ch++)

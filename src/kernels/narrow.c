@@ -98,9 +98,9 @@ static kc_status kc_narrow_pack(kc_narrow_state *st, const float *w, const float
     const kc_narrow_geom *g = &st->g;
     int64_t taps = g->kh * g->kw * g->c;
     if (!st->w)
-        st->w = kc_calloc((size_t)(g->f * taps), sizeof *st->w);
+        st->w = kc_calloc_aligned((size_t)(g->f * taps), sizeof *st->w);
     if (bias && !st->bias)
-        st->bias = kc_calloc((size_t)g->f, sizeof *st->bias);
+        st->bias = kc_calloc_aligned((size_t)g->f, sizeof *st->bias);
     if (!st->w || (bias && !st->bias))
         return KC_ERR_NOMEM;
     for (int64_t o = 0; o < g->f; o++)

@@ -190,7 +190,7 @@ static kc_status kc_stem_copy_bias(const kc_stem_geom *g, const float *bias, flo
     if (!bias)
         return KC_OK;
     if (!*pb)
-        *pb = kc_calloc((size_t)g->f, sizeof **pb);
+        *pb = kc_calloc_aligned((size_t)g->f, sizeof **pb);
     if (!*pb)
         return KC_ERR_NOMEM;
     memcpy(*pb, bias, (size_t)g->f * sizeof *bias);
@@ -206,7 +206,7 @@ static kc_status kc_stem_pack_into(const kc_stem_geom *g, const float *w, const 
 {
     int64_t vecs = (g->f + 15) / 16;
     if (!*pw)
-        *pw = kc_calloc((size_t)(vecs * g->taps * 16), sizeof **pw);
+        *pw = kc_calloc_aligned((size_t)(vecs * g->taps * 16), sizeof **pw);
     if (!*poff)
         *poff = kc_calloc((size_t)g->taps, sizeof **poff);
     if (!*pw || !*poff)
@@ -232,7 +232,7 @@ static kc_status kc_stem_pack_wide(const kc_stem_geom *g, const float *w, int64_
 {
     int64_t width = 16 * nv, groups = (g->f + width - 1) / width;
     if (!*pw4)
-        *pw4 = kc_calloc((size_t)(groups * g->taps * width), sizeof **pw4);
+        *pw4 = kc_calloc_aligned((size_t)(groups * g->taps * width), sizeof **pw4);
     if (!*pw4)
         return KC_ERR_NOMEM;
     for (int64_t q = 0; q < groups; q++)
