@@ -163,7 +163,11 @@ float *kc_scratch(int64_t floats)
 {
     if (floats < 1)
         floats = 1;
-    float *p = malloc((size_t)floats * sizeof *p);
+    /* on a cache line's start, as the arena's tensors: the kernels' vector
+     * loads then never span two lines */
+    void *p = NULL;
+    if (posix_memalign(&p, 64, (size_t)floats * sizeof(float)))
+        p = NULL;
     if (!p)
         kc_fail(KC_ERR_NOMEM, "out of memory for %lld floats of scratch", (long long)floats);
     return p;

@@ -23,6 +23,7 @@
 #include "base/huge.h"
 #include "base/mem.h"
 #include "kernels/dnnl_common.h"
+#include "kernels/kernel.h"
 
 #define MIB ((size_t)1 << 20)
 
@@ -125,6 +126,18 @@ static void test_weights_on_cache_lines(void **state)
                 free(p);
         }
     }
+    /* a kernel's scratch (not zeroed) too: many live at once, so that
+     * the heap's 16-byte steps would show */
+    float *scratch[64];
+    for (int i = 0; i < 64; i++) {
+        scratch[i] = kc_scratch(i + 1 + (i % 8 == 7 ? 100000 : 0));
+        assert_non_null(scratch[i]);
+        if ((uintptr_t)scratch[i] % 64)
+            fail_msg("kc_scratch(%d floats) at %p, not on a cache line's start", i + 1,
+                     (void *)scratch[i]);
+    }
+    for (int i = 0; i < 64; i++)
+        free(scratch[i]);
 }
 
 /* Packed weights from 2 MiB on: 2 MiB aligned, advised, zeroed even
