@@ -49,6 +49,7 @@
 
 #include "base/clock.h"
 #include "base/env.h"
+#include "base/fpenv.h"
 
 /* libgomp's API (see base/threads.c) */
 int omp_get_max_threads(void);
@@ -86,6 +87,7 @@ typedef struct kc_pool {
     _Atomic int64_t team_ns; /* when an OpenMP team last started (kc_pool_ns) */
     _Atomic long long spins; /* a waiting worker's spins before it sleeps */
     int64_t quiet_ns;      /* how long after a team the pool stays off */
+    unsigned fpenv;        /* the caller's floating-point state, the workers' for the job */
     int enabled;
 } kc_pool;
 
@@ -223,7 +225,9 @@ static void *kc_pool_worker(void *arg)
         if (start.index >= (int)((unsigned)seen % KC_POOL_JOB))
             continue; /* no index in this job */
         kc_pool_me = start.index;
+        unsigned fpenv = kc_fpenv_adopt(p->fpenv); /* the caller's (base/fpenv.h) */
         p->fn(p->arg, start.index);
+        kc_fpenv_adopt(fpenv);
         kc_pool_me = -1;
         atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
     }
@@ -270,6 +274,7 @@ int kc_pool_run(int n, void (*fn)(void *arg, int index), void *arg)
     p->fn = fn;
     p->arg = arg;
     p->n = n;
+    p->fpenv = kc_fpenv_get();
     atomic_store_explicit(&p->pending, n - 1, memory_order_relaxed);
     atomic_store_explicit(&p->park, 0, memory_order_relaxed);
     /* the next job's number, its n beside; ordered before the sleepers'

@@ -27,6 +27,7 @@
 
 #include "base/clock.h"
 #include "base/env.h"
+#include "base/fpenv.h"
 
 /* libgomp's API, declared here so that the library needs no -fopenmp
  * (the fuzz build uses clang, whose OpenMP runtime differs). */
@@ -105,16 +106,20 @@ typedef struct kc_parallel_job {
     void (*fn)(void *arg, int index);
     void *arg;
     int n;
+    unsigned fpenv; /* the caller's floating-point state (base/fpenv.h) */
 } kc_parallel_job;
 
 /* OpenMP may give a smaller team than asked (a thread limit, nesting):
- * every index still runs, some threads then taking several. */
+ * every index still runs, some threads then taking several. Each thread
+ * computes in the caller's floating-point state and gets its own back. */
 static void kc_parallel_body(void *data)
 {
     const kc_parallel_job *job = data;
     int team = omp_get_num_threads();
+    unsigned fpenv = kc_fpenv_adopt(job->fpenv);
     for (int i = omp_get_thread_num(); i < job->n; i += team)
         job->fn(job->arg, i);
+    kc_fpenv_adopt(fpenv);
 }
 
 /* Inside a team of kerasc's pool or libgomp's. */
@@ -161,7 +166,7 @@ static void kc_parallel_team(int n, void (*fn)(void *arg, int index), void *arg)
         return;
     /* What `#pragma omp parallel num_threads(n)` compiles to, called
      * directly so that the library needs no -fopenmp (see above). */
-    kc_parallel_job job = {fn, arg, n};
+    kc_parallel_job job = {fn, arg, n, kc_fpenv_get()};
     kc_pool_team_note();
     GOMP_parallel(kc_parallel_body, &job, (unsigned)n, 0);
 }
@@ -264,6 +269,7 @@ void kc_parallel_timed(int n, void (*fn)(void *arg, int index), void *arg, doubl
 typedef struct kc_two_job {
     kc_timed_job first, second;
     int n;
+    unsigned fpenv; /* the caller's floating-point state (base/fpenv.h) */
 } kc_two_job;
 
 /* As kc_parallel_body, each pass over the thread's indexes; every thread
@@ -272,11 +278,13 @@ static void kc_two_body(void *data)
 {
     kc_two_job *job = data;
     int team = omp_get_num_threads();
+    unsigned fpenv = kc_fpenv_adopt(job->fpenv);
     for (int i = omp_get_thread_num(); i < job->n; i += team)
         kc_timed_body(&job->first, i);
     GOMP_barrier();
     for (int i = omp_get_thread_num(); i < job->n; i += team)
         kc_timed_body(&job->second, i);
+    kc_fpenv_adopt(fpenv);
 }
 
 /* kc_two_body on kerasc's pool: index i's two passes, the pool's barrier
@@ -298,7 +306,7 @@ void kc_parallel_two(int n, void (*first)(void *arg, int index),
 {
     kc_two_job job = {{first, arg, first_seconds, NULL},
                       {second, arg, second_seconds, NULL},
-                      n < 1 ? 1 : n};
+                      n < 1 ? 1 : n, kc_fpenv_get()};
     if (n <= 1 || kc_in_team()) {
         for (int i = 0; i < job.n; i++)
             kc_timed_body(&job.first, i);

@@ -12,6 +12,7 @@
 
 #include "base/env.h"
 #include "base/error.h"
+#include "base/fpenv.h"
 #include "base/huge.h"
 #include "base/mem.h"
 #include "base/threads.h"
@@ -706,8 +707,8 @@ kc_status kc_session_run(kc_session *s, const kc_tensor *const *inputs, int n_in
 }
 
 /* Validate, plan and run every node; the outputs are left in the arena. */
-static kc_status kc_session_exec(kc_session *s, const kc_tensor *const *inputs, int n_inputs,
-                                 int n_outputs)
+static kc_status kc_session_exec_flushed(kc_session *s, const kc_tensor *const *inputs,
+                                         int n_inputs, int n_outputs)
 {
     if (!s || (!inputs && n_inputs))
         return kc_fail(KC_ERR_ARG, "kc_session_run: null argument");
@@ -761,6 +762,17 @@ static kc_status kc_session_exec(kc_session *s, const kc_tensor *const *inputs, 
         s->mask[v] = NULL;
         s->mask_owned[v] = 0;
     }
+    return st;
+}
+
+/* kc_session_exec_flushed in TensorFlow's floating-point environment
+ * (base/fpenv.h), the caller's restored after. */
+static kc_status kc_session_exec(kc_session *s, const kc_tensor *const *inputs, int n_inputs,
+                                 int n_outputs)
+{
+    unsigned fpenv = kc_fpenv_enter();
+    kc_status st = kc_session_exec_flushed(s, inputs, n_inputs, n_outputs);
+    kc_fpenv_leave(fpenv);
     return st;
 }
 

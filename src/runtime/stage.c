@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fpenv.h"
 #include "base/mem.h"
 #include "base/tensor.h"
 #include "base/threads.h"
@@ -177,12 +178,22 @@ static kc_status kc_stage_compute(kc_session *s, int64_t batch, const kc_tensor 
     return st;
 }
 
+/* kc_stage_compute in TensorFlow's floating-point environment
+ * (base/fpenv.h), the caller's restored after. */
+static kc_status kc_stage_compute_flushed(kc_session *s, int64_t batch, const kc_tensor *const *in)
+{
+    unsigned fpenv = kc_fpenv_enter();
+    kc_status st = kc_stage_compute(s, batch, in);
+    kc_fpenv_leave(fpenv);
+    return st;
+}
+
 kc_status kc_session_run_stage(kc_session *s, int64_t batch, const kc_tensor *const *in,
                                kc_tensor **out)
 {
     for (int i = 0; i < s->n_stage_outputs; i++)
         out[i] = NULL;
-    kc_status st = kc_stage_compute(s, batch, in);
+    kc_status st = kc_stage_compute_flushed(s, batch, in);
     if (st == KC_OK)
         st = kc_stage_outputs_out(s, out);
     kc_clear_masks(s);
@@ -197,7 +208,7 @@ kc_status kc_session_run_stage(kc_session *s, int64_t batch, const kc_tensor *co
 kc_status kc_session_run_stage_views(kc_session *s, int64_t batch, const kc_tensor *const *in,
                                      kc_tensor *views)
 {
-    kc_status st = kc_stage_compute(s, batch, in);
+    kc_status st = kc_stage_compute_flushed(s, batch, in);
     for (int i = 0; st == KC_OK && i < s->n_stage_outputs; i++)
         st = kc_stage_output_view(s, i, &views[i]);
     kc_clear_masks(s);

@@ -58,6 +58,69 @@ static kc_tensor *make_input(int64_t batch)
     return t;
 }
 
+/* x * x and x + x on values whose products or inputs are denormal: a
+ * run computes as TensorFlow's kernels do (base/fpenv.h), denormal
+ * results flushed to zero and denormal inputs read as zero, on the
+ * calling thread (a batch of 1) and on the workers (a batch of 40001,
+ * cut between the threads); the caller's floating-point state is its
+ * own again after the run; KC_FLUSH_DENORMALS=0 keeps IEEE denormals. */
+static const char *kc_denormal_json =
+    "{\"class_name\":\"Model\",\"config\":{\"name\":\"d\",\"layers\":["
+    "{\"class_name\":\"InputLayer\",\"name\":\"x\",\"config\":{\"name\":\"x\",\"batch_input_shape\":[null,4]},\"inbound_nodes\":[]},"
+    "{\"class_name\":\"Multiply\",\"name\":\"sq\",\"config\":{\"name\":\"sq\"},\"inbound_nodes\":[[[\"x\",0,0,{}],[\"x\",0,0,{}]]]},"
+    "{\"class_name\":\"Add\",\"name\":\"twice\",\"config\":{\"name\":\"twice\"},\"inbound_nodes\":[[[\"x\",0,0,{}],[\"x\",0,0,{}]]]}],"
+    "\"input_layers\":[[\"x\",0,0]],\"output_layers\":[[\"sq\",0,0],[\"twice\",0,0]]}}";
+
+static void denormal_run(kc_session *s, int64_t batch, int flushed)
+{
+    static const float row[4] = {1e-20f, 2.0f, 1e-40f, -3.0f};
+    kc_tensor *in = NULL, *out[2] = {0};
+    int64_t dims[2] = {batch, 4};
+    assert_int_equal(kc_tensor_new(KC_F32, 2, dims, &in), KC_OK);
+    float *x = kc_tensor_data(in);
+    for (int64_t i = 0; i < batch * 4; i++)
+        x[i] = row[i % 4];
+#if defined(__x86_64__)
+    unsigned before = __builtin_ia32_stmxcsr() & 0xffc0u; /* the control bits */
+#endif
+    assert_int_equal(kc_session_run(s, (const kc_tensor *const *)&in, 1, out, 2), KC_OK);
+#if defined(__x86_64__)
+    assert_int_equal(__builtin_ia32_stmxcsr() & 0xffc0u, before);
+#endif
+    const float *sq = kc_tensor_cdata(out[0]), *twice = kc_tensor_cdata(out[1]);
+    for (int64_t r = 0; r < batch; r += batch > 1 ? batch / 7 : 1) {
+        const float *q = sq + r * 4, *t = twice + r * 4;
+        if (flushed) {
+            /* 1e-20 squared is 1e-40, below FLT_MIN: zero; 1e-40 read as zero */
+            assert_true(q[0] == 0.0f && q[2] == 0.0f && t[2] == 0.0f);
+        } else {
+            assert_true(q[0] > 0.0f && q[0] < 1.2e-38f);
+            assert_true(t[2] == row[2] * 2.0f && t[2] > 0.0f);
+        }
+        assert_true(q[1] == 4.0f && q[3] == 9.0f && t[0] == 2e-20f && t[1] == 4.0f &&
+                    t[3] == -6.0f);
+    }
+    kc_tensor_free(in);
+    kc_tensor_free(out[0]);
+    kc_tensor_free(out[1]);
+}
+
+static void test_denormals_flushed_as_tensorflow(void **state)
+{
+    (void)state;
+    kc_model *m = load_json(kc_denormal_json);
+    kc_session *s = NULL;
+    assert_int_equal(kc_session_new(m, NULL, &s), KC_OK);
+    denormal_run(s, 1, 1);
+    denormal_run(s, 40001, 1);
+    setenv("KC_FLUSH_DENORMALS", "0", 1);
+    denormal_run(s, 1, 0);
+    denormal_run(s, 40001, 0);
+    unsetenv("KC_FLUSH_DENORMALS");
+    kc_session_free(s);
+    kc_model_free(m);
+}
+
 static void test_run_values_and_batches(void **state)
 {
     (void)state;
@@ -2196,6 +2259,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_values_and_batches),
+        cmocka_unit_test(test_denormals_flushed_as_tensorflow),
         cmocka_unit_test(test_input_dtypes_converted),
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_long_chain),
