@@ -9,11 +9,13 @@
  * handed over, base/pool.c and base/threads.c), never left set on a
  * thread it does not own.
  *
- * Why it matters for speed as well: on the 2-vCPU Xeon of bench/results
- * an AVX-512 multiply-add whose operands or result are denormal takes a
- * microcode assist, 40x slower (a loop of them: 6.4 GFLOP/s against 248
- * with normal values or with the flags set), and a model whose weights
- * decayed towards zero in training meets them in every layer.
+ * It bounds the cost of underflow too: on the 2-vCPU Xeon of
+ * bench/results a loop of AVX-512 multiply-adds whose accumulators stay
+ * denormal ran 40x slower without the flags (6.4 GFLOP/s against 248,
+ * microcode assists). Denormal weights alone cost nothing there: the two
+ * real models that have them (mnist_cnn_bn_dropout_k3132, 3.6% of its
+ * weights; denoise_ae_upsample_k380) and the bench models ran level with
+ * and without the flags (build/envab), their sums being normal.
  *
  * KC_FLUSH_DENORMALS=0: IEEE denormals kept (the flags left as the caller
  * has them). */

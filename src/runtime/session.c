@@ -707,8 +707,8 @@ kc_status kc_session_run(kc_session *s, const kc_tensor *const *inputs, int n_in
 }
 
 /* Validate, plan and run every node; the outputs are left in the arena. */
-static kc_status kc_session_exec_flushed(kc_session *s, const kc_tensor *const *inputs,
-                                         int n_inputs, int n_outputs)
+static kc_status kc_session_exec_nodes(kc_session *s, const kc_tensor *const *inputs,
+                                       int n_inputs, int n_outputs)
 {
     if (!s || (!inputs && n_inputs))
         return kc_fail(KC_ERR_ARG, "kc_session_run: null argument");
@@ -765,13 +765,13 @@ static kc_status kc_session_exec_flushed(kc_session *s, const kc_tensor *const *
     return st;
 }
 
-/* kc_session_exec_flushed in TensorFlow's floating-point environment
+/* kc_session_exec_nodes in TensorFlow's floating-point environment
  * (base/fpenv.h), the caller's restored after. */
 static kc_status kc_session_exec(kc_session *s, const kc_tensor *const *inputs, int n_inputs,
                                  int n_outputs)
 {
     unsigned fpenv = kc_fpenv_enter();
-    kc_status st = kc_session_exec_flushed(s, inputs, n_inputs, n_outputs);
+    kc_status st = kc_session_exec_nodes(s, inputs, n_inputs, n_outputs);
     kc_fpenv_leave(fpenv);
     return st;
 }
